@@ -1,0 +1,99 @@
+package deployments
+
+// Manifest is what indexing a task project produces: the plain-JSON form of
+// the SDK's declarations. The SDK (sdk/typescript) writes exactly this shape.
+type Manifest struct {
+	Project string         `json:"project"`
+	Tasks   []TaskManifest `json:"tasks"`
+}
+
+// TaskManifest is one task declaration.
+type TaskManifest struct {
+	ID string `json:"id"`
+	// Module is the bundle path (in Deployment.Files) that exports the task.
+	Module string `json:"module"`
+	// Export is the module's export name holding the task.
+	Export string `json:"export"`
+	// MaxDuration in seconds; 0 means the server default.
+	MaxDuration int                     `json:"maxDuration,omitempty"`
+	Secrets     map[string]SecretTarget `json:"secrets,omitempty"`
+	Sandbox     *SandboxManifest        `json:"sandbox"`
+	HasRun      bool                    `json:"hasRun"`
+}
+
+// SecretTarget says where a declared secret appears inside the sandbox.
+// Exactly one of Env, File, Directory is set.
+type SecretTarget struct {
+	Env       string   `json:"env,omitempty"`
+	File      string   `json:"file,omitempty"`
+	Directory string   `json:"directory,omitempty"`
+	Files     []string `json:"files,omitempty"`
+	Mode      string   `json:"mode,omitempty"`
+	Owner     string   `json:"owner,omitempty"`
+}
+
+// SandboxManifest is a sandbox declaration.
+type SandboxManifest struct {
+	Name      string         `json:"name"`
+	Image     *ImageManifest `json:"image"`
+	Workspace string         `json:"workspace,omitempty"` // default /workspace
+	Resources Resources      `json:"resources"`
+}
+
+// Resources are a sandbox's requested vCPUs and memory ("512Mi", "4Gi").
+type Resources struct {
+	CPU    float64 `json:"cpu,omitempty"`
+	Memory string  `json:"memory,omitempty"`
+}
+
+// ImageManifest is an image declaration: ordered build steps.
+type ImageManifest struct {
+	Name  string `json:"name"`
+	Steps []Step `json:"steps"`
+}
+
+// Step kinds.
+const (
+	StepFrom     = "from"
+	StepRun      = "run"
+	StepCopy     = "copy"
+	StepCopyFrom = "copyFrom"
+	StepWorkdir  = "workdir"
+	StepEnv      = "env"
+	StepUser     = "user"
+)
+
+// Step is one image build step; Kind selects which fields apply.
+type Step struct {
+	Kind string `json:"kind"`
+	// from
+	Ref string `json:"ref,omitempty"`
+	// run
+	Argv  []string     `json:"argv,omitempty"`
+	Cache []CacheMount `json:"cache,omitempty"`
+	// copy
+	Dest   string  `json:"dest,omitempty"`
+	Source *Source `json:"source,omitempty"`
+	// copyFrom
+	Image *ImageManifest `json:"image,omitempty"`
+	Src   string         `json:"src,omitempty"`
+	// workdir
+	Path string `json:"path,omitempty"`
+	// env
+	Key   string `json:"key,omitempty"`
+	Value string `json:"value,omitempty"`
+	// user
+	User string `json:"user,omitempty"`
+}
+
+// CacheMount mounts a named persistent cache into a run step.
+type CacheMount struct {
+	MountPath string `json:"mountPath"`
+	Cache     string `json:"cache"`
+}
+
+// Source is a file or directory of the task project, relative to its root.
+type Source struct {
+	Type string `json:"type"` // "file" or "directory"
+	Path string `json:"path"`
+}

@@ -1,0 +1,172 @@
+// Package runs is the run domain: a run's lifecycle, its append-only event
+// log, and the Store interface that every storage engine implements.
+package runs
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Status is a run's lifecycle state.
+type Status string
+
+// Run states. QUEUED → STARTING → RUNNING → one of the terminal states.
+const (
+	StatusQueued    Status = "QUEUED"
+	StatusStarting  Status = "STARTING"
+	StatusRunning   Status = "RUNNING"
+	StatusWaiting   Status = "WAITING"
+	StatusCompleted Status = "COMPLETED"
+	StatusFailed    Status = "FAILED"
+	StatusTimedOut  Status = "TIMED_OUT"
+	StatusCanceled  Status = "CANCELED"
+)
+
+// Terminal reports whether no transition leaves s.
+func (s Status) Terminal() bool {
+	switch s {
+	case StatusCompleted, StatusFailed, StatusTimedOut, StatusCanceled:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is a known status.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusQueued, StatusStarting, StatusRunning, StatusWaiting,
+		StatusCompleted, StatusFailed, StatusTimedOut, StatusCanceled:
+		return true
+	}
+	return false
+}
+
+// FailureClass names the layer a failed run failed in.
+type FailureClass string
+
+// Failure classes, one per layer of the runtime.
+const (
+	ClassDeploymentBuild  FailureClass = "deployment_build"
+	ClassImagePreparation FailureClass = "image_preparation"
+	ClassGuestRuntime     FailureClass = "guest_runtime"
+	ClassTaskProcess      FailureClass = "task_process"
+	ClassTimeout          FailureClass = "timeout"
+	ClassParkedWait       FailureClass = "parked_wait"
+	ClassCanceled         FailureClass = "canceled"
+)
+
+// Error is why a run did not complete.
+type Error struct {
+	Class   FailureClass `json:"class"`
+	Message string       `json:"message"`
+	Stack   string       `json:"stack,omitempty"`
+}
+
+// Run is one execution of a deployed task.
+type Run struct {
+	ID                string          `json:"id"`
+	Project           string          `json:"project"`
+	Env               string          `json:"env"`
+	TaskID            string          `json:"taskId"`
+	DeploymentID      string          `json:"deploymentId"`
+	DeploymentVersion int             `json:"deploymentVersion"`
+	Status            Status          `json:"status"`
+	Payload           json.RawMessage `json:"payload"`
+	Output            json.RawMessage `json:"output,omitempty"`
+	Error             *Error          `json:"error,omitempty"`
+	IdempotencyKey    string          `json:"idempotencyKey,omitempty"`
+	WorkerID          string          `json:"workerId,omitempty"`
+	Tier              string          `json:"tier,omitempty"`
+	MaxDurationSec    int             `json:"maxDuration"`
+	CreatedAt         time.Time       `json:"createdAt"`
+	StartedAt         *time.Time      `json:"startedAt,omitempty"`
+	FinishedAt        *time.Time      `json:"finishedAt,omitempty"`
+	// LastSeq is the sequence number of the run's latest event.
+	LastSeq int64 `json:"lastSeq"`
+}
+
+// Event kinds.
+const (
+	EventStatus = "status" // a lifecycle transition; Data is StatusData
+	EventLog    = "log"    // one line of task output; Data is LogData
+	EventSystem = "system" // a note from the runtime (tier, image); Data is SystemData
+)
+
+// Event is one entry of a run's append-only event log. Seq starts at 1 and
+// grows by one per event of the run.
+type Event struct {
+	RunID string          `json:"runId"`
+	Seq   int64           `json:"seq"`
+	Type  string          `json:"type"`
+	Time  time.Time       `json:"time"`
+	Data  json.RawMessage `json:"data"`
+}
+
+// StatusData is the payload of a status event.
+type StatusData struct {
+	From  Status `json:"from,omitempty"`
+	To    Status `json:"to"`
+	Error *Error `json:"error,omitempty"`
+}
+
+// LogData is the payload of a log event.
+type LogData struct {
+	Stream string `json:"stream"` // "stdout" or "stderr"
+	Line   string `json:"line"`
+}
+
+// SystemData is the payload of a system event.
+type SystemData struct {
+	Message string            `json:"message"`
+	Attrs   map[string]string `json:"attrs,omitempty"`
+}
+
+// NewEvent is an event to append; the store assigns Seq.
+type NewEvent struct {
+	Type string
+	Time time.Time
+	Data json.RawMessage
+}
+
+// Transition moves a run from one of From to To, sets the given fields, and
+// appends the status event, atomically.
+type Transition struct {
+	From []Status
+	To   Status
+	// Optional fields written with the transition (nil/empty leaves them).
+	WorkerID   string
+	Tier       string
+	Output     json.RawMessage
+	Error      *Error
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+	Time       time.Time
+}
+
+// Filter selects runs for List. Empty fields match everything.
+type Filter struct {
+	Project string
+	Env     string
+	TaskID  string
+	Status  Status
+	// Limit caps the page size (the store applies 1..1000, default 50).
+	Limit int
+	// Cursor is the opaque NextCursor of a previous page.
+	Cursor string
+}
+
+// Page is one page of runs, newest first.
+type Page struct {
+	Runs       []Run  `json:"runs"`
+	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+// Errors returned by stores and the service; the HTTP layer maps them once.
+var (
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a transition whose From does not hold, or a state that
+	// forbids the operation.
+	ErrConflict = errors.New("conflict")
+	ErrInvalid  = errors.New("invalid")
+)

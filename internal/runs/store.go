@@ -1,0 +1,30 @@
+package runs
+
+import (
+	"context"
+	"time"
+)
+
+// Store persists runs and their events. Every method is atomic.
+type Store interface {
+	// CreateRun inserts r (status QUEUED) and its first status event. If
+	// r.IdempotencyKey is set and a run with the same project, env, task and
+	// key exists, it returns that run and created=false instead.
+	CreateRun(ctx context.Context, r Run) (run Run, created bool, err error)
+	// GetRun returns ErrNotFound for an unknown id.
+	GetRun(ctx context.Context, id string) (Run, error)
+	// ListRuns returns runs matching f, newest first.
+	ListRuns(ctx context.Context, f Filter) (Page, error)
+	// Transition applies t; ErrNotFound for an unknown run, ErrConflict
+	// (wrapped) when the run's status is not in t.From.
+	Transition(ctx context.Context, id string, t Transition) (Run, Event, error)
+	// AppendEvents appends events to the run's log with consecutive
+	// sequence numbers; ErrNotFound for an unknown run.
+	AppendEvents(ctx context.Context, id string, evs []NewEvent) ([]Event, error)
+	// ListEvents returns up to limit events with Seq > after, in order.
+	ListEvents(ctx context.Context, id string, after int64, limit int) ([]Event, error)
+	// LeaseRun moves the oldest QUEUED run to
+	// STARTING for workerID and returns it; ErrNotFound when none is queued.
+	// Concurrent callers never lease the same run.
+	LeaseRun(ctx context.Context, workerID string, now time.Time) (Run, error)
+}

@@ -1,0 +1,121 @@
+// Package sandbox defines the isolation boundary every run executes in: the
+// Runtime interface that each isolation tier implements (one subpackage per
+// tier) and the Sandbox handle a started sandbox returns.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"io"
+)
+
+// Runtime starts sandboxes of one isolation tier.
+type Runtime interface {
+	// Name is the tier's name ("process", "gvisor", "microvm").
+	Name() string
+	// Start creates a sandbox from spec and returns once its guest agent is
+	// ready to run processes. The sandbox's life is not tied to ctx: only
+	// Destroy ends it. Errors wrap ErrGuestRuntime (the sandbox could not
+	// start) or ErrInvalidSpec.
+	Start(ctx context.Context, spec Spec) (Sandbox, error)
+}
+
+// Sandbox is a started sandbox with its guest agent.
+type Sandbox interface {
+	// Exec runs one process inside the sandbox and waits for it to exit.
+	// Output chunks and channel messages are delivered to req's callbacks
+	// from one goroutine, in order. Cancelling ctx kills the process.
+	Exec(ctx context.Context, req ExecRequest) (ExitStatus, error)
+	// Stats reports resource facts, such as whether the memory limit was hit.
+	Stats() Stats
+	// Destroy kills every process of the sandbox and releases its
+	// resources; it returns once nothing of the sandbox runs. Safe to call
+	// more than once.
+	Destroy(ctx context.Context) error
+}
+
+// Spec describes a sandbox to start.
+type Spec struct {
+	// ID names the sandbox (the run id); used in cgroup and directory names.
+	ID string
+	// RootLayers are host directories stacked read-only to form the root
+	// filesystem, lowest first.
+	RootLayers []string
+	// WorkspaceHost is the host directory mounted read-write at Workspace.
+	WorkspaceHost string
+	// Workspace is the absolute in-guest workspace path (default /workspace).
+	Workspace string
+	// HelmrHost is a host directory mounted read-only at /opt/helmr (the
+	// adapter and the task bundle).
+	HelmrHost string
+	// Hostname defaults to "helmr-sandbox".
+	Hostname string
+	// DNS servers written to /etc/resolv.conf (none: an empty file).
+	DNS []string
+	// UID and GID the sandbox's processes run as, in the image's own ids.
+	UID, GID uint32
+	// Resources enforced on the whole sandbox.
+	CPU         float64 // vCPUs; 0 means unlimited
+	MemoryBytes int64   // 0 means unlimited
+	PidsLimit   int64   // 0 means the tier's default
+}
+
+// ExecRequest is one process to run inside a sandbox.
+type ExecRequest struct {
+	Argv []string
+	Env  []string // KEY=VALUE, the whole environment
+	Cwd  string   // default: the workspace
+	// Channel, when true, gives the process a bidirectional message channel
+	// on fd 3 (newline-delimited JSON). Messages it writes arrive at
+	// OnMessage; Send writes to it.
+	Channel   bool
+	OnOutput  func(stream string, data []byte)
+	OnMessage func(msg []byte)
+	// Started, if set, receives a Sender for the channel once the process runs.
+	Started func(s Sender)
+	Stdin   io.Reader
+}
+
+// Sender writes one message to a process's channel.
+type Sender interface {
+	Send(msg []byte) error
+}
+
+// ExitStatus is how a process ended.
+type ExitStatus struct {
+	Code   int    `json:"code"`
+	Signal string `json:"signal,omitempty"` // e.g. "killed"
+}
+
+// Stats are resource facts about a sandbox.
+type Stats struct {
+	// OOMKilled is true once the kernel killed a process for exceeding the
+	// sandbox's memory limit.
+	OOMKilled bool
+	// PidsLimitHit is true once a fork failed at the pids limit.
+	PidsLimitHit bool
+}
+
+// Errors that callers branch on.
+var (
+	// ErrGuestRuntime: the sandbox or its agent failed (not the task).
+	ErrGuestRuntime = errors.New("guest runtime")
+	// ErrInvalidSpec: the spec itself is unusable (reserved path, ...).
+	ErrInvalidSpec = errors.New("invalid sandbox spec")
+)
+
+// ReservedPaths may not be used as a workspace or application root.
+var ReservedPaths = []string{"/dev", "/proc", "/sys", "/run", "/tmp", "/opt/helmr"}
+
+// IsReserved reports whether p is a reserved path or lies under one, or is /.
+func IsReserved(p string) bool {
+	if p == "/" {
+		return true
+	}
+	for _, r := range ReservedPaths {
+		if p == r || len(p) > len(r) && p[:len(r)] == r && p[len(r)] == '/' {
+			return true
+		}
+	}
+	return false
+}
