@@ -1,0 +1,174 @@
+// Package cli implements the helmr command line: the user verbs (deploy,
+// run, runs, logs, cancel) and the dev, server and worker commands.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/helmr/helmr/internal/client"
+	"github.com/helmr/helmr/internal/config"
+)
+
+// App is one invocation of the CLI.
+type App struct {
+	Stdout, Stderr io.Writer
+	Getenv         func(string) string
+	cfg            config.Config
+	json           bool
+}
+
+type command struct {
+	name, usage string
+	run         func(ctx context.Context, a *App, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"dev", "run the control plane, a worker and the embedded store in one process", runDev},
+		{"server", "run the control plane (remote workers connect with HELMR_WORKER_TOKEN)", runServer},
+		{"worker", "run a worker against a control plane (--control-url)", runWorker},
+		{"deploy", "deploy the task project at PATH as a new version", runDeploy},
+		{"run", "start a run of TASK (--payload-json, --wait)", runRun},
+		{"runs", "list runs, or `runs show ID`", runRuns},
+		{"logs", "print a run's logs (-f to follow)", runLogs},
+		{"cancel", "cancel a run", runCancel},
+		{"version", "print the version", func(_ context.Context, a *App, _ []string) error {
+			fmt.Fprintln(a.Stdout, "helmr", Version)
+			return nil
+		}},
+	}
+}
+
+// Version is the binary's version, set at build time.
+var Version = "dev"
+
+// Main runs the CLI and returns the process exit code. Every error is one
+// line on stderr and a non-zero exit.
+func (a *App) Main(ctx context.Context, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		a.usage(a.Stdout)
+		return 0
+	}
+	cfg, err := config.Default().FromEnv(a.Getenv)
+	if err != nil {
+		fmt.Fprintln(a.Stderr, "helmr:", err)
+		return 2
+	}
+	a.cfg = cfg
+	for _, c := range commands() {
+		if c.name == args[0] {
+			err := c.run(ctx, a, args[1:])
+			if err == nil {
+				return 0
+			}
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			var ee exitError
+			if errors.As(err, &ee) {
+				return ee.code
+			}
+			fmt.Fprintln(a.Stderr, "helmr:", oneLine(err.Error()))
+			return 1
+		}
+	}
+	fmt.Fprintf(a.Stderr, "helmr: unknown command %q (see helmr help)\n", args[0])
+	return 2
+}
+
+// exitError ends the CLI with a code and no further message.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func (a *App) usage(w io.Writer) {
+	fmt.Fprintln(w, "helmr: a self-hosted runtime for coding agents")
+	fmt.Fprintln(w, "\nusage: helmr COMMAND [flags] [args]")
+	fmt.Fprintln(w, "\ncommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.usage)
+	}
+	fmt.Fprintln(w, "\nRun payloads are audit data: Helmr stores them in plaintext. Never put credentials in a payload.")
+}
+
+// flags builds a FlagSet with the client flags every user verb shares.
+func (a *App) flags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("helmr "+name, flag.ContinueOnError)
+	fs.SetOutput(a.Stderr)
+	fs.StringVar(&a.cfg.URL, "url", a.cfg.URL, "control plane URL ($HELMR_URL)")
+	fs.StringVar(&a.cfg.Project, "project", a.cfg.Project, "project ($HELMR_PROJECT; default: the last deployed)")
+	fs.StringVar(&a.cfg.Env, "env", a.cfg.Env, "environment ($HELMR_ENV)")
+	fs.BoolVar(&a.json, "json", false, "print JSON for scripts")
+	return fs
+}
+
+// parse parses flags that may appear before or after positional arguments.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// client returns an API client, applying the profile for unset settings.
+func (a *App) client() (*client.Client, error) {
+	p, err := config.LoadProfile(a.cfg.Profile)
+	if err != nil {
+		return nil, err
+	}
+	if a.Getenv("HELMR_URL") == "" && a.cfg.URL == config.Default().URL && p.URL != "" {
+		a.cfg.URL = p.URL
+	}
+	if a.cfg.Project == "" {
+		a.cfg.Project = p.Project
+	}
+	return client.New(a.cfg.URL, ""), nil
+}
+
+func (a *App) requireProject() error {
+	if a.cfg.Project == "" {
+		return errors.New("no project selected: pass --project, set HELMR_PROJECT, or deploy one first")
+	}
+	return nil
+}
+
+func (a *App) printJSON(v any) error {
+	enc := json.NewEncoder(a.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// rememberProject stores the project and URL in the profile.
+func (a *App) rememberProject(project string) {
+	p, _ := config.LoadProfile(a.cfg.Profile)
+	p.Project, p.URL = project, a.cfg.URL
+	if err := config.SaveProfile(a.cfg.Profile, p); err != nil {
+		fmt.Fprintln(a.Stderr, "helmr: warning: cannot save profile:", err)
+	}
+}
+
+// Run is the entry point used by cmd/helmr.
+func Run(ctx context.Context, args []string) int {
+	a := &App{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+	return a.Main(ctx, args)
+}

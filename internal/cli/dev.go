@@ -1,0 +1,151 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/helmr/helmr/internal/client"
+	"github.com/helmr/helmr/internal/config"
+	"github.com/helmr/helmr/internal/images"
+	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/process"
+	"github.com/helmr/helmr/internal/tsbundle"
+	"github.com/helmr/helmr/internal/worker"
+)
+
+func runDev(ctx context.Context, a *App, args []string) error {
+	fs := a.serverFlags("dev")
+	fs.IntVar(&a.cfg.Slots, "slots", a.cfg.Slots, "runs executed at once ($HELMR_SLOTS)")
+	if _, err := parse(fs.FlagSet, args); err != nil {
+		return err
+	}
+	if err := a.cfg.Validate(); err != nil {
+		return err
+	}
+	log := a.logger()
+	cp, err := startControlPlane(ctx, a.cfg, log)
+	if err != nil {
+		return err
+	}
+	wctx, stopWorker := context.WithCancel(ctx)
+	w, err := newWorker(a.cfg, log, &worker.Local{Runs: cp.runs, Deployments: cp.store})
+	if err != nil {
+		stopWorker()
+		cp.Close(context.Background())
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = w.Run(wctx)
+	}()
+	a.cfg.URL = cp.url
+	p, _ := config.LoadProfile(a.cfg.Profile)
+	p.URL = cp.url
+	if err := config.SaveProfile(a.cfg.Profile, p); err != nil {
+		log.Warn("cannot save the CLI profile", "path", a.cfg.Profile, "err", err)
+	}
+	fmt.Fprintf(a.Stdout, "Helmr dev at %s (data in %s)\n", cp.url, a.cfg.DataDir)
+	<-ctx.Done()
+	stopWorker()
+	wg.Wait()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return cp.Close(sctx)
+}
+
+func runWorker(ctx context.Context, a *App, args []string) error {
+	fs := newFlagSet(a, "worker")
+	controlURL := fs.String("control-url", a.cfg.URL, "control plane URL")
+	fs.StringVar(&a.cfg.DataDir, "data-dir", a.cfg.DataDir, "data directory for workspaces ($HELMR_DATA_DIR)")
+	fs.IntVar(&a.cfg.Slots, "slots", a.cfg.Slots, "runs executed at once ($HELMR_SLOTS)")
+	if _, err := parse(fs.FlagSet, args); err != nil {
+		return err
+	}
+	if a.cfg.WorkerToken == "" {
+		return errors.New("a worker needs HELMR_WORKER_TOKEN (the control plane's worker token)")
+	}
+	if err := a.cfg.Validate(); err != nil {
+		return err
+	}
+	log := a.logger()
+	c := client.New(*controlURL, a.cfg.WorkerToken)
+	c.HTTP.Timeout = 60 * time.Second
+	w, err := newWorker(a.cfg, log, client.Worker{C: c})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.Stdout, "Helmr worker leasing runs from %s\n", *controlURL)
+	return w.Run(ctx)
+}
+
+func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane) (*worker.Worker, error) {
+	rt, err := newRuntime(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	adapter, err := tsbundle.Adapter()
+	if err != nil {
+		return nil, fmt.Errorf("bundle the guest adapter: %w", err)
+	}
+	return worker.New(worker.Config{
+		ID: workerID(), DataDir: cfg.DataDir, Slots: cfg.Slots, Runtime: rt, Control: control, Logger: log,
+		Adapter: adapter,
+		Images: &images.Resolver{
+			BasesDir:  filepath.Join(cfg.CacheDir, "bases"),
+			LayersDir: filepath.Join(cfg.DataDir, "layers"),
+		},
+	})
+}
+
+// newRuntime picks the isolation tier: auto is the strongest that works
+// here, and this build has the process tier.
+func newRuntime(cfg config.Config, log *slog.Logger) (sandbox.Runtime, error) {
+	agent, err := findAgent(cfg.AgentPath)
+	if err != nil {
+		return nil, err
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the process tier needs root (it maps sandbox users to unprivileged host ids and sets cgroup limits)")
+	}
+	return process.New(process.Config{
+		AgentPath: agent, StateDir: filepath.Join(cfg.DataDir, "sandboxes"), Logger: log,
+	})
+}
+
+// findAgent locates the static helmr-agent binary.
+func findAgent(configured string) (string, error) {
+	if configured != "" {
+		if _, err := os.Stat(configured); err != nil {
+			return "", fmt.Errorf("HELMR_AGENT_PATH: %w", err)
+		}
+		return filepath.Abs(configured)
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "helmr-agent")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("helmr-agent"); err == nil {
+		return filepath.Abs(p)
+	}
+	return "", errors.New("helmr-agent not found next to helmr or on PATH: build both with `make build` (or set HELMR_AGENT_PATH)")
+}
+
+func workerID() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%s", host, hex.EncodeToString(b))
+}

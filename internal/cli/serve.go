@@ -1,0 +1,115 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/helmr/helmr/internal/config"
+	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/httpapi"
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/store/postgres"
+	"github.com/helmr/helmr/internal/store/sqlite"
+)
+
+// store is what the control plane needs from a storage engine.
+type store interface {
+	runs.Store
+	deployments.Store
+	Close() error
+}
+
+func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store, string, error) {
+	if cfg.DatabaseURL != "" {
+		s, err := postgres.Open(ctx, cfg.DatabaseURL, log)
+		return s, "postgres", err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, "", fmt.Errorf("data dir: %w", err)
+	}
+	p := filepath.Join(cfg.DataDir, "helmr.db")
+	s, err := sqlite.Open(ctx, p, log)
+	return s, "sqlite " + p, err
+}
+
+// controlPlane is a running control plane.
+type controlPlane struct {
+	store store
+	runs  *runs.Service
+	api   *httpapi.Server
+	url   string
+	srv   *http.Server
+	ln    net.Listener
+}
+
+func startControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger) (*controlPlane, error) {
+	st, desc, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	svc := runs.NewService(st, st, runs.NewBroker(), log)
+	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, WorkerToken: cfg.WorkerToken, Logger: log})
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server failed", "err", err)
+		}
+	}()
+	log.Info("control plane listening", "addr", ln.Addr().String(), "store", desc)
+	return &controlPlane{store: st, runs: svc, api: api, url: "http://" + ln.Addr().String(), srv: srv, ln: ln}, nil
+}
+
+// Close stops serving and closes the store.
+func (c *controlPlane) Close(ctx context.Context) error {
+	err := c.srv.Shutdown(ctx)
+	if err != nil {
+		c.srv.Close()
+	}
+	return errors.Join(err, c.store.Close())
+}
+
+func (a *App) serverFlags(name string) *flagSet {
+	fs := newFlagSet(a, name)
+	fs.StringVar(&a.cfg.Addr, "addr", a.cfg.Addr, "listen address ($HELMR_ADDR)")
+	fs.StringVar(&a.cfg.DataDir, "data-dir", a.cfg.DataDir, "data directory for the embedded store and workspaces ($HELMR_DATA_DIR)")
+	return fs
+}
+
+func (a *App) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(a.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+func runServer(ctx context.Context, a *App, args []string) error {
+	fs := a.serverFlags("server")
+	if _, err := parse(fs.FlagSet, args); err != nil {
+		return err
+	}
+	if err := a.cfg.Validate(); err != nil {
+		return err
+	}
+	log := a.logger()
+	cp, err := startControlPlane(ctx, a.cfg, log)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.Stdout, "Helmr control plane at %s\n", cp.url)
+	if a.cfg.WorkerToken == "" {
+		fmt.Fprintln(a.Stdout, "no HELMR_WORKER_TOKEN set: remote workers cannot connect")
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return cp.Close(sctx)
+}

@@ -1,0 +1,219 @@
+// Package client is the Go client of Helmr's HTTP API, used by the CLI and
+// by remote workers.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/runs"
+)
+
+// Client talks to one control plane.
+type Client struct {
+	BaseURL string
+	Token   string // bearer token (worker token for worker calls)
+	HTTP    *http.Client
+}
+
+// New returns a client for baseURL.
+func New(baseURL, token string) *Client {
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{}}
+}
+
+// APIError is an error response of the API.
+type APIError struct {
+	Status  int
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Details json.RawMessage
+}
+
+func (e *APIError) Error() string { return e.Message }
+
+// Is maps API errors to domain sentinels so callers can branch on them.
+func (e *APIError) Is(target error) bool {
+	switch e.Status {
+	case http.StatusNotFound:
+		return target == runs.ErrNotFound || target == deployments.ErrNotFound
+	case http.StatusConflict:
+		return target == runs.ErrConflict
+	case http.StatusBadRequest:
+		return target == runs.ErrInvalid
+	}
+	return false
+}
+
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(data)
+	}
+	u := c.BaseURL + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return 0, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("cannot reach the Helmr control plane at %s: %w", c.BaseURL, unwrapURL(err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return resp.StatusCode, decodeError(resp)
+	}
+	if out != nil && resp.StatusCode != http.StatusNoContent {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return resp.StatusCode, fmt.Errorf("decode %s %s response: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+func unwrapURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+func decodeError(resp *http.Response) error {
+	var body struct {
+		Error struct {
+			Code    string          `json:"code"`
+			Message string          `json:"message"`
+			Details json.RawMessage `json:"details"`
+		} `json:"error"`
+	}
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if json.Unmarshal(data, &body) != nil || body.Error.Message == "" {
+		return &APIError{Status: resp.StatusCode, Code: "http_error", Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(data)))}
+	}
+	return &APIError{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message, Details: body.Error.Details}
+}
+
+func scope(project, env string) url.Values {
+	q := url.Values{}
+	q.Set("project", project)
+	if env != "" {
+		q.Set("env", env)
+	}
+	return q
+}
+
+// Health checks the control plane answers.
+func (c *Client) Health(ctx context.Context) error {
+	_, err := c.do(ctx, http.MethodGet, "/v1/health", nil, nil, nil)
+	return err
+}
+
+// CreateDeployment uploads a built deployment.
+func (c *Client) CreateDeployment(ctx context.Context, env string, m deployments.Manifest, files map[string][]byte) (deployments.Deployment, error) {
+	var d deployments.Deployment
+	_, err := c.do(ctx, http.MethodPost, "/v1/deployments", nil,
+		map[string]any{"env": env, "manifest": m, "files": files}, &d)
+	return d, err
+}
+
+// TriggerRun starts a run; created is false when the idempotency key
+// matched an existing run.
+func (c *Client) TriggerRun(ctx context.Context, project, env, task string, payload json.RawMessage, key string) (runs.Run, bool, error) {
+	var r runs.Run
+	body := map[string]any{"payload": payload}
+	if key != "" {
+		body["idempotencyKey"] = key
+	}
+	st, err := c.do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(task)+"/runs", scope(project, env), body, &r)
+	return r, st == http.StatusCreated, err
+}
+
+// GetRun fetches a run.
+func (c *Client) GetRun(ctx context.Context, id string) (runs.Run, error) {
+	var r runs.Run
+	_, err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, nil, &r)
+	return r, err
+}
+
+// ListRuns lists runs.
+func (c *Client) ListRuns(ctx context.Context, project, env, task, status string, limit int, cursor string) (runs.Page, error) {
+	q := scope(project, env)
+	for k, v := range map[string]string{"task": task, "status": status, "cursor": cursor} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if limit > 0 {
+		q.Set("limit", fmt.Sprint(limit))
+	}
+	var p runs.Page
+	_, err := c.do(ctx, http.MethodGet, "/v1/runs", q, nil, &p)
+	return p, err
+}
+
+// CancelRun cancels a run.
+func (c *Client) CancelRun(ctx context.Context, id string) (runs.Run, error) {
+	var r runs.Run
+	_, err := c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/cancel", nil, nil, &r)
+	return r, err
+}
+
+// EventPage is a page of run events.
+type EventPage struct {
+	Events     []runs.Event `json:"events"`
+	NextCursor int64        `json:"nextCursor"`
+	Done       bool         `json:"done"`
+}
+
+// Events reads a page of events after the cursor.
+func (c *Client) Events(ctx context.Context, id string, after int64) (EventPage, error) {
+	var p EventPage
+	q := url.Values{"after": {fmt.Sprint(after)}}
+	_, err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/events", q, nil, &p)
+	return p, err
+}
+
+// ListTasks lists the current tasks of a project environment.
+func (c *Client) ListTasks(ctx context.Context, project, env string) ([]deployments.Task, error) {
+	var out struct {
+		Tasks []deployments.Task `json:"tasks"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/tasks", scope(project, env), nil, &out)
+	return out.Tasks, err
+}
+
+// WaitHealthy polls the health endpoint until it answers or ctx ends.
+func (c *Client) WaitHealthy(ctx context.Context) error {
+	for {
+		if err := c.Health(ctx); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/worker"
+)
+
+// Worker is the remote worker's view of the control plane: a
+// worker.ControlPlane over HTTP, authenticated with the worker token.
+type Worker struct{ C *Client }
+
+var _ worker.ControlPlane = Worker{}
+
+// Lease implements worker.ControlPlane (long poll).
+func (w Worker) Lease(ctx context.Context, workerID string, tiers []string) (worker.Lease, error) {
+	var l worker.Lease
+	st, err := w.C.do(ctx, http.MethodPost, "/v1/worker/lease", nil, map[string]any{"workerId": workerID, "tiers": tiers}, &l)
+	if err == nil && st == http.StatusNoContent {
+		return l, worker.ErrNoWork
+	}
+	return l, err
+}
+
+// Files implements worker.ControlPlane.
+func (w Worker) Files(ctx context.Context, id string) (map[string][]byte, error) {
+	var out struct {
+		Files map[string][]byte `json:"files"`
+	}
+	_, err := w.C.do(ctx, http.MethodGet, "/v1/worker/deployments/"+url.PathEscape(id)+"/files", nil, nil, &out)
+	return out.Files, err
+}
+
+// Started implements worker.ControlPlane.
+func (w Worker) Started(ctx context.Context, runID, workerID, tier string, note runs.SystemData) error {
+	_, err := w.C.do(ctx, http.MethodPost, "/v1/worker/runs/"+url.PathEscape(runID)+"/started", nil,
+		map[string]any{"workerId": workerID, "tier": tier, "note": note}, nil)
+	return err
+}
+
+// Logs implements worker.ControlPlane.
+func (w Worker) Logs(ctx context.Context, runID string, lines []runs.LogData, at time.Time) error {
+	_, err := w.C.do(ctx, http.MethodPost, "/v1/worker/runs/"+url.PathEscape(runID)+"/logs", nil,
+		map[string]any{"lines": lines, "time": at}, nil)
+	return err
+}
+
+// Finish implements worker.ControlPlane.
+func (w Worker) Finish(ctx context.Context, runID string, o runs.Outcome) error {
+	_, err := w.C.do(ctx, http.MethodPost, "/v1/worker/runs/"+url.PathEscape(runID)+"/finish", nil, o, nil)
+	return err
+}
+
+// Status implements worker.ControlPlane.
+func (w Worker) Status(ctx context.Context, runID string) (runs.Status, error) {
+	var out struct {
+		Status runs.Status `json:"status"`
+	}
+	_, err := w.C.do(ctx, http.MethodGet, "/v1/worker/runs/"+url.PathEscape(runID)+"/status", nil, nil, &out)
+	return out.Status, err
+}

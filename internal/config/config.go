@@ -1,0 +1,132 @@
+// Package config holds the settings of the helmr binary: defaults, then
+// environment variables, then flags (applied by the CLI), then Validate. No
+// other package reads the environment.
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Config is every setting of the helmr binary.
+type Config struct {
+	// Control plane and worker.
+	Addr        string // listen address of dev/server
+	DataDir     string // embedded store, blobs, workspaces ($HELMR_DATA_DIR)
+	DatabaseURL string // PostgreSQL; empty means SQLite under DataDir
+	CacheDir    string // built-in base images and layers ($HELMR_CACHE_DIR)
+	WorkerToken string // shared secret of remote workers
+	AgentPath   string // static helmr-agent binary
+	Runtime     string // isolation tier: auto or process
+	Slots       int    // runs a worker executes at once
+	Node        string // host node used by deploy
+
+	// CLI.
+	URL     string // control plane URL
+	Project string
+	Env     string
+	Profile string // path of the CLI profile file
+}
+
+// Default returns the defaults.
+func Default() Config {
+	home, _ := os.UserHomeDir()
+	return Config{
+		Addr:     "127.0.0.1:8480",
+		DataDir:  ".helmr",
+		CacheDir: filepath.Join(home, ".cache", "helmr"),
+		Runtime:  "auto",
+		Slots:    4,
+		Node:     "node",
+		URL:      "http://127.0.0.1:8480",
+		Env:      "dev",
+		Profile:  filepath.Join(home, ".config", "helmr", "profile.json"),
+	}
+}
+
+// FromEnv applies HELMR_* environment variables over c.
+func (c Config) FromEnv(getenv func(string) string) (Config, error) {
+	str := map[string]*string{
+		"HELMR_ADDR": &c.Addr, "HELMR_DATA_DIR": &c.DataDir, "HELMR_DATABASE_URL": &c.DatabaseURL,
+		"HELMR_CACHE_DIR": &c.CacheDir, "HELMR_WORKER_TOKEN": &c.WorkerToken, "HELMR_AGENT_PATH": &c.AgentPath,
+		"HELMR_RUNTIME": &c.Runtime, "HELMR_NODE": &c.Node, "HELMR_URL": &c.URL,
+		"HELMR_PROJECT": &c.Project, "HELMR_ENV": &c.Env, "HELMR_PROFILE": &c.Profile,
+	}
+	for k, p := range str {
+		if v := getenv(k); v != "" {
+			*p = v
+		}
+	}
+	if v := getenv("HELMR_SLOTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return c, fmt.Errorf("HELMR_SLOTS=%q: not a number", v)
+		}
+		c.Slots = n
+	}
+	return c, nil
+}
+
+// Validate checks the settings a server or worker needs.
+func (c Config) Validate() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data dir is empty"))
+	}
+	if c.Slots < 1 || c.Slots > 1024 {
+		errs = append(errs, fmt.Errorf("slots must be 1..1024, got %d", c.Slots))
+	}
+	switch c.Runtime {
+	case "auto", "process":
+	default:
+		errs = append(errs, fmt.Errorf("runtime %q is not available in this build (choose auto or process)", c.Runtime))
+	}
+	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		errs = append(errs, fmt.Errorf("control plane URL %q must be http(s)", c.URL))
+	}
+	return errors.Join(errs...)
+}
+
+// Profile is what the CLI remembers between commands.
+type Profile struct {
+	URL     string `json:"url,omitempty"`
+	Project string `json:"project,omitempty"`
+	Env     string `json:"env,omitempty"`
+	Updated string `json:"updated,omitempty"`
+}
+
+// LoadProfile reads the profile; a missing file is an empty profile.
+func LoadProfile(path string) (Profile, error) {
+	var p Profile
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return p, nil
+	}
+	if err != nil {
+		return p, err
+	}
+	if err := json.Unmarshal(data, &p); err != nil {
+		return p, fmt.Errorf("profile %s: %w", path, err)
+	}
+	return p, nil
+}
+
+// SaveProfile writes the profile with mode 0600, atomically.
+func SaveProfile(path string, p Profile) error {
+	p.Updated = time.Now().UTC().Format(time.RFC3339)
+	data, _ := json.MarshalIndent(p, "", "  ")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

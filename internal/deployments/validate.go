@@ -1,0 +1,239 @@
+package deployments
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/helmr/helmr/internal/sandbox"
+)
+
+// FieldError is one validation problem, naming the task and field.
+type FieldError struct {
+	Task    string `json:"task,omitempty"`
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+func (e FieldError) String() string {
+	if e.Task == "" {
+		return fmt.Sprintf("%s: %s", e.Field, e.Message)
+	}
+	return fmt.Sprintf("task %q: %s: %s", e.Task, e.Field, e.Message)
+}
+
+// ValidationError lists every problem found in a manifest. It wraps ErrInvalid.
+type ValidationError struct{ Problems []FieldError }
+
+func (e *ValidationError) Error() string {
+	parts := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		parts[i] = p.String()
+	}
+	return "invalid deployment: " + strings.Join(parts, "; ")
+}
+
+// Unwrap makes errors.Is(err, ErrInvalid) hold.
+func (e *ValidationError) Unwrap() error { return ErrInvalid }
+
+var (
+	idPattern      = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`)
+	memoryPattern  = regexp.MustCompile(`^([0-9]+)(Ki|Mi|Gi|Ti|K|M|G|T)?$`)
+	envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// Validate checks a manifest; files holds the deployment's paths so task
+// modules and copy sources can be checked (nil skips those checks).
+func (m Manifest) Validate(files map[string][]byte) error {
+	var ps []FieldError
+	add := func(task, field, format string, args ...any) {
+		ps = append(ps, FieldError{Task: task, Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	if !idPattern.MatchString(m.Project) {
+		add("", "project", "must be 1-128 letters, digits, '.', '_' or '-', got %q", m.Project)
+	}
+	if len(m.Tasks) == 0 {
+		add("", "tasks", "the project defines no tasks (export task(...) from a module under the config's dirs)")
+	}
+	seen := map[string]string{}
+	for _, t := range m.Tasks {
+		if !idPattern.MatchString(t.ID) {
+			add(t.ID, "id", "must be 1-128 letters, digits, '.', '_' or '-'")
+		}
+		where := t.Module + "#" + t.Export
+		if prev, dup := seen[t.ID]; dup {
+			add(t.ID, "id", "duplicate task id (defined by %s and %s)", prev, where)
+		}
+		seen[t.ID] = where
+		if !t.HasRun {
+			add(t.ID, "run", "missing: a task needs a run function")
+		}
+		if files != nil {
+			if _, ok := files[t.Module]; !ok {
+				add(t.ID, "module", "bundle %q is not part of the deployment", t.Module)
+			}
+		}
+		if t.MaxDuration < 0 || t.MaxDuration > 7*24*3600 {
+			add(t.ID, "maxDuration", "must be between 1 and 604800 seconds, got %d", t.MaxDuration)
+		}
+		validateSecrets(t, add)
+		validateSandbox(t, files, add)
+	}
+	if len(ps) > 0 {
+		return &ValidationError{Problems: ps}
+	}
+	return nil
+}
+
+type addFunc func(task, field, format string, args ...any)
+
+func validateSecrets(t TaskManifest, add addFunc) {
+	for name, s := range t.Secrets {
+		field := "secrets." + name
+		if !envNamePattern.MatchString(name) {
+			add(t.ID, field, "secret names are letters, digits and '_'")
+		}
+		n := 0
+		for _, v := range []string{s.Env, s.File, s.Directory} {
+			if v != "" {
+				n++
+			}
+		}
+		if n != 1 {
+			add(t.ID, field, "declare exactly one of env, file or directory")
+			continue
+		}
+		if s.Env != "" && !envNamePattern.MatchString(s.Env) {
+			add(t.ID, field+".env", "%q is not a valid environment variable name", s.Env)
+		}
+		for _, p := range []string{s.File, s.Directory} {
+			if p != "" && (!path.IsAbs(p) || path.Clean(p) != p) {
+				add(t.ID, field, "path %q must be absolute and clean", p)
+			}
+		}
+	}
+}
+
+func validateSandbox(t TaskManifest, files map[string][]byte, add addFunc) {
+	sb := t.Sandbox
+	if sb == nil {
+		add(t.ID, "sandbox", "missing: every task references a sandbox")
+		return
+	}
+	ws := sb.Workspace
+	switch {
+	case ws == "":
+	case !path.IsAbs(ws) || path.Clean(ws) != ws:
+		add(t.ID, "sandbox.workspace", "must be an absolute, clean path, got %q", ws)
+	case sandbox.IsReserved(ws):
+		add(t.ID, "sandbox.workspace", "%q is reserved by the runtime (%s)", ws, strings.Join(sandbox.ReservedPaths, ", "))
+	}
+	if c := sb.Resources.CPU; c < 0 || c > 256 {
+		add(t.ID, "sandbox.resources.cpu", "must be between 0 and 256 vCPUs, got %v", c)
+	}
+	if m := sb.Resources.Memory; m != "" {
+		if b, err := ParseMemory(m); err != nil {
+			add(t.ID, "sandbox.resources.memory", "%v", err)
+		} else if b < 64<<20 {
+			add(t.ID, "sandbox.resources.memory", "must be at least 64Mi, got %q", m)
+		}
+	}
+	if sb.Image == nil {
+		add(t.ID, "sandbox.image", "missing: every sandbox declares an image")
+		return
+	}
+	validateImage(t.ID, "sandbox.image", sb.Image, files, add)
+}
+
+func validateImage(task, field string, img *ImageManifest, files map[string][]byte, add addFunc) {
+	if len(img.Steps) == 0 || img.Steps[0].Kind != StepFrom {
+		add(task, field+".steps", "an image starts with from(ref)")
+	}
+	for i, s := range img.Steps {
+		f := fmt.Sprintf("%s.steps[%d]", field, i)
+		switch s.Kind {
+		case StepFrom:
+			if s.Ref == "" {
+				add(task, f+".ref", "from needs an image reference")
+			}
+			if i > 0 {
+				add(task, f, "from may only be the first step")
+			}
+		case StepRun:
+			if len(s.Argv) == 0 {
+				add(task, f+".argv", "run needs a command")
+			}
+			for j, c := range s.Cache {
+				if !path.IsAbs(c.MountPath) || c.Cache == "" {
+					add(task, fmt.Sprintf("%s.cache[%d]", f, j), "a cache mount needs an absolute mountPath and a cache name")
+				}
+			}
+		case StepCopy:
+			validateCopy(task, f, s, files, add)
+		case StepCopyFrom:
+			if s.Image == nil || !path.IsAbs(s.Dest) || s.Src == "" {
+				add(task, f, "copyFrom needs an image, a source path and an absolute destination")
+			} else {
+				validateImage(task, f+".image", s.Image, files, add)
+			}
+		case StepWorkdir:
+			if !path.IsAbs(s.Path) {
+				add(task, f+".path", "workdir must be absolute, got %q", s.Path)
+			}
+		case StepEnv:
+			if !envNamePattern.MatchString(s.Key) {
+				add(task, f+".key", "%q is not a valid environment variable name", s.Key)
+			}
+		case StepUser:
+			if s.User == "" {
+				add(task, f+".user", "user needs a name or uid[:gid]")
+			}
+		default:
+			add(task, f+".kind", "unknown image step %q (known: from, run, copy, copyFrom, workdir, env, user)", s.Kind)
+		}
+	}
+}
+
+func validateCopy(task, f string, s Step, files map[string][]byte, add addFunc) {
+	if !path.IsAbs(s.Dest) {
+		add(task, f+".dest", "copy destination must be absolute, got %q", s.Dest)
+	}
+	if s.Source == nil || (s.Source.Type != "file" && s.Source.Type != "directory") {
+		add(task, f+".source", "copy needs source.file(path) or source.directory(path)")
+		return
+	}
+	if p := path.Clean(s.Source.Path); path.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") {
+		add(task, f+".source", "source path %q escapes the task project", s.Source.Path)
+		return
+	}
+	if files == nil || s.Source.Type != "file" {
+		return
+	}
+	if _, ok := files[ContextPath(s.Source.Path)]; !ok {
+		add(task, f+".source", "file %q is not part of the deployment", s.Source.Path)
+	}
+}
+
+// ContextPath is where a project file copied by an image step is stored in a
+// deployment's files.
+func ContextPath(p string) string { return "context/" + path.Clean(p) }
+
+// ParseMemory parses "512Mi", "4Gi", "1G" or a byte count.
+func ParseMemory(s string) (int64, error) {
+	m := memoryPattern.FindStringSubmatch(s)
+	if m == nil {
+		return 0, fmt.Errorf("memory %q: want a byte count or a number with Ki, Mi, Gi or Ti", s)
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("memory %q: %w", s, err)
+	}
+	mult := map[string]int64{"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+		"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}[m[2]]
+	if n > (1<<62)/mult {
+		return 0, fmt.Errorf("memory %q: too large", s)
+	}
+	return n * mult, nil
+}

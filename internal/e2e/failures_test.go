@@ -1,0 +1,191 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/helmr/helmr/internal/runs"
+)
+
+const failing = "internal/e2e/testdata/failing"
+
+// TestRunFailures covers each way a run ends other than COMPLETED, and the
+// sandbox's limits, on one helmr dev.
+func TestRunFailures(t *testing.T) {
+	d := startDev(t)
+	d.deploy(failing)
+
+	t.Run("thrown error", func(t *testing.T) {
+		r := d.waitDone(d.trigger("failing", "throws", "null").ID, time.Minute)
+		if r.Status != runs.StatusFailed || r.Error == nil || r.Error.Class != runs.ClassTaskProcess ||
+			!strings.Contains(r.Error.Message, "boom from the task") || !strings.Contains(r.Error.Stack, "failing") {
+			t.Fatalf("run = %s %+v, want FAILED/task_process with the message and a stack", r.Status, r.Error)
+		}
+		if !strings.Contains(strings.Join(logLines(d.events(r.ID)), "\n"), "about to throw") {
+			t.Errorf("logs lack the line printed before the throw")
+		}
+	})
+	t.Run("non-zero exit", func(t *testing.T) {
+		r := d.waitDone(d.trigger("failing", "exits", "null").ID, time.Minute)
+		if r.Status != runs.StatusFailed || r.Error == nil || r.Error.Class != runs.ClassTaskProcess ||
+			!strings.Contains(r.Error.Message, "code 3") {
+			t.Fatalf("run = %s %+v, want FAILED/task_process naming exit code 3", r.Status, r.Error)
+		}
+	})
+	t.Run("maxDuration", func(t *testing.T) {
+		r := d.waitDone(d.trigger("failing", "slow", "null").ID, time.Minute)
+		if r.Status != runs.StatusTimedOut || r.Error == nil || r.Error.Class != runs.ClassTimeout {
+			t.Fatalf("run = %s %+v, want TIMED_OUT/timeout", r.Status, r.Error)
+		}
+	})
+	t.Run("memory limit", func(t *testing.T) {
+		r := d.waitDone(d.trigger("failing", "oom", "null").ID, 2*time.Minute)
+		if r.Status != runs.StatusFailed || r.Error == nil || !strings.Contains(r.Error.Message, "memory limit") {
+			t.Fatalf("run = %s %+v, want FAILED with a message about the memory limit", r.Status, r.Error)
+		}
+	})
+	t.Run("fork bomb", func(t *testing.T) {
+		r := d.waitDone(d.trigger("failing", "forkbomb", "null").ID, 2*time.Minute)
+		if r.Status != runs.StatusCompleted {
+			t.Fatalf("run = %s %+v, want COMPLETED (the task reports what the limit did)", r.Status, r.Error)
+		}
+		var out struct {
+			Pids       int  `json:"pids"`
+			ForkFailed bool `json:"forkFailed"`
+		}
+		if err := json.Unmarshal(r.Output, &out); err != nil {
+			t.Fatal(err)
+		}
+		if out.Pids > 1024 || !out.ForkFailed {
+			t.Errorf("fork bomb: %d pids, fork failed %v; want at most 1024 and new forks refused", out.Pids, out.ForkFailed)
+		}
+		assertNoSandboxProcesses(t, r.ID, 5*time.Second)
+	})
+	t.Run("cancel", func(t *testing.T) {
+		r := d.trigger("failing", "sleeper", "null")
+		waitFor(t, 30*time.Second, func() bool {
+			return len(logLines(d.events(r.ID))) > 2
+		})
+		d.mustHelmr("cancel", r.ID)
+		canceledAt := time.Now()
+		got := d.waitDone(r.ID, 5*time.Second)
+		if got.Status != runs.StatusCanceled {
+			t.Fatalf("run = %s, want CANCELED", got.Status)
+		}
+		assertNoSandboxProcesses(t, r.ID, time.Second-time.Since(canceledAt))
+		if _, _, code := d.helmr("cancel", r.ID); code != 0 {
+			t.Errorf("cancelling a canceled run again exited %d, want 0", code)
+		}
+	})
+}
+
+// TestSandboxIsolation runs a probe task inside the sandbox and checks what
+// it could see and do.
+func TestSandboxIsolation(t *testing.T) {
+	d := startDev(t)
+	d.deploy(failing)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	payload := fmt.Sprintf(`{"hostPid":%d,"port":%d}`, os.Getpid(), ln.Addr().(*net.TCPAddr).Port)
+	r := d.waitDone(d.trigger("failing", "probe", payload).ID, time.Minute)
+	if r.Status != runs.StatusCompleted {
+		t.Fatalf("probe run = %s %+v", r.Status, r.Error)
+	}
+	var p struct {
+		HostPidVisible                                                    bool
+		Interfaces, NetDev, UIDMap                                        []string
+		ConnectHost, WriteEtc, WriteUsr, WriteRoot, WriteTmp, WriteWorksp string
+		CapEff, Hostname, Cwd                                             string
+	}
+	dec := json.NewDecoder(bytes.NewReader(r.Output))
+	if err := dec.Decode(&p); err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	_ = json.Unmarshal(r.Output, &raw)
+	p.WriteWorksp, _ = raw["writeWorkspace"].(string)
+	checks := []struct {
+		name string
+		ok   bool
+	}{
+		{"host processes invisible", !p.HostPidVisible},
+		{"only loopback (/sys/class/net)", len(p.Interfaces) <= 1 && (len(p.Interfaces) == 0 || p.Interfaces[0] == "lo")},
+		{"only loopback (/proc/net/dev)", len(p.NetDev) == 1 && p.NetDev[0] == "lo"},
+		{"host loopback listener unreachable", p.ConnectHost != "connected"},
+		{"cannot write /etc", p.WriteEtc != "ok"},
+		{"cannot write /usr", p.WriteUsr != "ok"},
+		{"cannot write /", p.WriteRoot != "ok"},
+		{"can write /tmp", p.WriteTmp == "ok"},
+		{"can write the workspace", p.WriteWorksp == "ok"},
+		{"not host root", len(p.UIDMap) == 3 && !(p.UIDMap[0] == "0" && p.UIDMap[1] == "0")},
+		{"no capabilities", strings.Trim(p.CapEff, "0") == ""},
+		{"hostname", p.Hostname == "helmr-sandbox"},
+		{"cwd is the workspace", p.Cwd == "/workspace"},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			t.Errorf("%s: probe reported %s", c.name, r.Output)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(d.dataDir, "workspaces", r.ID, "probe.txt")); err != nil {
+		t.Errorf("the workspace write did not reach the host: %v", err)
+	}
+}
+
+// assertNoSandboxProcesses checks, within d, that no host process carries
+// the run's id in its environment (every sandbox process does).
+func assertNoSandboxProcesses(t *testing.T, runID string, within time.Duration) {
+	t.Helper()
+	marker := []byte("HELMR_RUN_ID=" + runID + "\x00")
+	deadline := time.Now().Add(within)
+	for {
+		var alive []string
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+			if err == nil && bytes.Contains(env, marker) {
+				alive = append(alive, e.Name())
+			}
+		}
+		if len(alive) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox processes of run %s still alive: %v", runID, alive)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitFor(t *testing.T, within time.Duration, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatal("condition not met in time")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

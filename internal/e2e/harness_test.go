@@ -1,0 +1,207 @@
+// Package e2e drives the real helmr binary end to end: helmr dev with the
+// embedded store and the process tier, and the CLI verbs against it.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/helmr/helmr/internal/client"
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/testenv"
+)
+
+// dev is a running `helmr dev` and the environment its CLI calls share.
+type dev struct {
+	t       *testing.T
+	bin     string
+	env     []string
+	dataDir string
+	url     string
+	api     *client.Client
+}
+
+// startDev starts helmr dev on a free loopback port with a fresh data dir.
+func startDev(t *testing.T) *dev {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.BaseRootfs(t)
+	_, err := exec.LookPath("node")
+	testenv.Require(t, err == nil, "deploy needs node on PATH")
+	bin := testenv.Binaries(t)
+	tmp := t.TempDir()
+	d := &dev{t: t, bin: bin, dataDir: filepath.Join(tmp, "data")}
+	d.env = append(os.Environ(),
+		"HELMR_DATA_DIR="+d.dataDir, "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
+		"HELMR_ADDR=127.0.0.1:0", "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROJECT=", "HELMR_URL=")
+	cmd := exec.Command(filepath.Join(bin, "helmr"), "dev")
+	cmd.Env = d.env
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	cmd.Stderr = &syncWriter{w: &logs}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("helmr dev log:\n%s", logs.String())
+		}
+	})
+	urlCh := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "Helmr dev at "); ok {
+				urlCh <- strings.Fields(rest)[0]
+			}
+		}
+	}()
+	select {
+	case d.url = <-urlCh:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("helmr dev did not print its URL; log:\n%s", logs.String())
+	}
+	d.env = append(d.env, "HELMR_URL="+d.url)
+	d.api = client.New(d.url, "")
+	return d
+}
+
+// helmr runs the CLI and returns stdout, stderr and the exit code.
+func (d *dev) helmr(args ...string) (string, string, int) {
+	d.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(d.bin, "helmr"), args...)
+	cmd.Env = d.env
+	cmd.Dir = testenv.RepoRoot()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		d.t.Fatalf("helmr %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// mustHelmr runs the CLI and fails the test on a non-zero exit.
+func (d *dev) mustHelmr(args ...string) string {
+	d.t.Helper()
+	out, errOut, code := d.helmr(args...)
+	if code != 0 {
+		d.t.Fatalf("helmr %s exited %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
+// deploy deploys a project directory (relative to the repo root).
+func (d *dev) deploy(dir string) {
+	d.t.Helper()
+	d.mustHelmr("deploy", dir)
+}
+
+// trigger starts a run and returns it.
+func (d *dev) trigger(project, task, payload string) runs.Run {
+	d.t.Helper()
+	out := d.mustHelmr("run", task, "--project", project, "--payload-json", payload, "--json")
+	var r runs.Run
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		d.t.Fatalf("helmr run --json printed %q: %v", out, err)
+	}
+	return r
+}
+
+// waitStatus polls until the run is terminal (or the deadline passes).
+func (d *dev) waitDone(id string, within time.Duration) runs.Run {
+	d.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		r, err := d.api.GetRun(context.Background(), id)
+		if err != nil {
+			d.t.Fatalf("get run %s: %v", id, err)
+		}
+		if r.Status.Terminal() {
+			return r
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("run %s still %s after %s", id, r.Status, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// events reads all of a run's events.
+func (d *dev) events(id string) []runs.Event {
+	d.t.Helper()
+	var all []runs.Event
+	var after int64
+	for {
+		p, err := d.api.Events(context.Background(), id, after)
+		if err != nil {
+			d.t.Fatalf("events of %s: %v", id, err)
+		}
+		all = append(all, p.Events...)
+		if len(p.Events) == 0 {
+			return all
+		}
+		after = p.NextCursor
+	}
+}
+
+func logLines(evs []runs.Event) []string {
+	var out []string
+	for _, ev := range evs {
+		if ev.Type == runs.EventLog {
+			var l runs.LogData
+			_ = json.Unmarshal(ev.Data, &l)
+			out = append(out, l.Line)
+		}
+	}
+	return out
+}
+
+func statuses(evs []runs.Event) []runs.Status {
+	var out []runs.Status
+	for _, ev := range evs {
+		if ev.Type == runs.EventStatus {
+			var s runs.StatusData
+			_ = json.Unmarshal(ev.Data, &s)
+			out = append(out, s.To)
+		}
+	}
+	return out
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}

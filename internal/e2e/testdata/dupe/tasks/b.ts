@@ -1,0 +1,4 @@
+import { image, sandbox, task } from "@helmr/sdk";
+
+const sb = sandbox("s").image(image("i").from("helmr/bookworm-node22"));
+export const second = task({ id: "same", sandbox: sb, run: async () => 2 });

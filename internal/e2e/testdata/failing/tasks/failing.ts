@@ -1,0 +1,125 @@
+import { spawn, execFileSync } from "node:child_process";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { connect } from "node:net";
+import { image, sandbox, task } from "@helmr/sdk";
+
+const img = image("failing").from("helmr/bookworm-node22");
+const sb = sandbox("failing").image(img).resources({ cpu: 1, memory: "256Mi" });
+const small = sandbox("small").image(img).resources({ cpu: 1, memory: "128Mi" });
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export const throws = task({
+  id: "throws",
+  sandbox: sb,
+  run: async () => {
+    console.log("about to throw");
+    throw new Error("boom from the task");
+  },
+});
+
+export const exits = task({
+  id: "exits",
+  sandbox: sb,
+  run: async () => {
+    console.error("exiting with 3");
+    process.exit(3);
+  },
+});
+
+export const slow = task({
+  id: "slow",
+  sandbox: sb,
+  maxDuration: 2,
+  run: async () => {
+    console.log("sleeping past maxDuration");
+    await sleep(60_000);
+    return "unreachable";
+  },
+});
+
+export const sleeper = task({
+  id: "sleeper",
+  sandbox: sb,
+  maxDuration: 600,
+  run: async () => {
+    spawn("sleep", ["600"], { stdio: "ignore" });
+    for (let i = 0; ; i++) {
+      console.log(`tick ${i}`);
+      await sleep(100);
+    }
+  },
+});
+
+export const oom = task({
+  id: "oom",
+  sandbox: small,
+  run: async () => {
+    const hog: Buffer[] = [];
+    for (let i = 0; i < 4096; i++) {
+      hog.push(Buffer.alloc(1 << 20, i % 256));
+      if (i % 64 === 0) console.log(`allocated ${i} MiB`);
+    }
+    return hog.length;
+  },
+});
+
+export const forkbomb = task({
+  id: "forkbomb",
+  sandbox: sb,
+  maxDuration: 60,
+  run: async () => {
+    // A classic shell fork bomb, detached; the pids limit must stop it.
+    spawn("sh", ["-c", "b() { b | b & }; b"], { stdio: "ignore", detached: true });
+    await sleep(3000);
+    const pids = readdirSync("/proc").filter((n) => /^[0-9]+$/.test(n)).length;
+    let forkFailed = false;
+    try {
+      execFileSync("true");
+    } catch {
+      forkFailed = true;
+    }
+    return { pids, forkFailed };
+  },
+});
+
+type ProbePayload = { hostPid: number; port: number };
+
+function tryWrite(p: string): string {
+  try {
+    writeFileSync(p, "x");
+    return "ok";
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code ?? "error";
+  }
+}
+
+export const probe = task({
+  id: "probe",
+  sandbox: sb,
+  run: async (p: ProbePayload) => {
+    const connectResult = await new Promise<string>((resolve) => {
+      const s = connect({ host: "127.0.0.1", port: p.port });
+      s.setTimeout(2000, () => { s.destroy(); resolve("timeout"); });
+      s.on("connect", () => { s.destroy(); resolve("connected"); });
+      s.on("error", (e: NodeJS.ErrnoException) => resolve(e.code ?? "error"));
+    });
+    const status = readFileSync("/proc/self/status", "utf8");
+    return {
+      hostPidVisible: existsSync(`/proc/${p.hostPid}`) && p.hostPid !== process.pid,
+      pid1: readFileSync("/proc/1/cmdline", "utf8").split("\0")[0],
+      interfaces: readdirSync("/sys/class/net").sort(),
+      netDev: readFileSync("/proc/net/dev", "utf8").split("\n").slice(2).map((l) => l.trim().split(":")[0]).filter(Boolean),
+      connectHost: connectResult,
+      writeEtc: tryWrite("/etc/helmr-probe"),
+      writeUsr: tryWrite("/usr/helmr-probe"),
+      writeRoot: tryWrite("/helmr-probe"),
+      writeTmp: tryWrite("/tmp/helmr-probe"),
+      writeWorkspace: tryWrite("probe.txt"),
+      uidMap: readFileSync("/proc/self/uid_map", "utf8").trim().split(/\s+/),
+      capEff: /CapEff:\s*([0-9a-f]+)/.exec(status)?.[1],
+      hostname: readFileSync("/etc/hostname", "utf8").trim(),
+      cwd: process.cwd(),
+    };
+  },
+});

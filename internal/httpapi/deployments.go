@@ -1,0 +1,106 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/helmr/helmr/internal/deployments"
+)
+
+// MaxDeploymentBytes bounds a deployment upload (bundles and copied files,
+// base64-encoded).
+const MaxDeploymentBytes = 96 << 20
+
+// CreateDeploymentRequest is the body of POST /v1/deployments.
+type CreateDeploymentRequest struct {
+	Env      string               `json:"env,omitempty"`
+	Manifest deployments.Manifest `json:"manifest"`
+	Files    map[string][]byte    `json:"files"`
+}
+
+func (s *Server) createDeployment(w http.ResponseWriter, r *http.Request) error {
+	var req CreateDeploymentRequest
+	if err := decodeJSON(w, r, MaxDeploymentBytes, &req); err != nil {
+		return err
+	}
+	if req.Env == "" {
+		req.Env = "dev"
+	}
+	if err := req.Manifest.Validate(req.Files); err != nil {
+		return err
+	}
+	d, err := s.cfg.Deployments.CreateDeployment(r.Context(), deployments.Deployment{
+		Project: req.Manifest.Project, Env: req.Env, Manifest: req.Manifest, Files: req.Files,
+	})
+	if err != nil {
+		return err
+	}
+	s.log.Info("deployment created", "deployment_id", d.ID, "project", d.Project, "env", d.Env, "version", d.Version)
+	return writeJSON(w, http.StatusCreated, d)
+}
+
+func (s *Server) listDeployments(w http.ResponseWriter, r *http.Request) error {
+	project, env, err := scope(r)
+	if err != nil {
+		return err
+	}
+	limit, err := intParam(r, "limit", 50)
+	if err != nil {
+		return err
+	}
+	ds, err := s.cfg.Deployments.ListDeployments(r.Context(), project, env, limit)
+	if err != nil {
+		return err
+	}
+	if ds == nil {
+		ds = []deployments.Deployment{}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"deployments": ds})
+}
+
+func (s *Server) getDeployment(w http.ResponseWriter, r *http.Request) error {
+	d, err := s.cfg.Deployments.GetDeployment(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, d)
+}
+
+func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) error {
+	project, env, err := scope(r)
+	if err != nil {
+		return err
+	}
+	ts, err := s.cfg.Deployments.CurrentTasks(r.Context(), project, env)
+	if err != nil {
+		return err
+	}
+	if ts == nil {
+		ts = []deployments.Task{}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"tasks": ts})
+}
+
+func (s *Server) getTask(w http.ResponseWriter, r *http.Request) error {
+	project, env, err := scope(r)
+	if err != nil {
+		return err
+	}
+	t, err := s.cfg.Deployments.GetTask(r.Context(), project, env, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, t)
+}
+
+func intParam(r *http.Request, name string, def int) (int, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, badRequest(name + " must be a non-negative integer")
+	}
+	return n, nil
+}

@@ -1,0 +1,208 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/helmr/helmr/internal/runs"
+)
+
+// TriggerRequest is the body of POST /v1/tasks/{id}/runs.
+type TriggerRequest struct {
+	Payload        json.RawMessage `json:"payload"`
+	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
+}
+
+func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request) error {
+	project, env, err := scope(r)
+	if err != nil {
+		return err
+	}
+	var req TriggerRequest
+	if err := decodeJSON(w, r, runs.MaxPayloadBytes+64<<10, &req); err != nil {
+		return err
+	}
+	key := req.IdempotencyKey
+	if h := r.Header.Get("Idempotency-Key"); h != "" {
+		if key != "" && key != h {
+			return badRequest("the Idempotency-Key header and body field differ")
+		}
+		key = h
+	}
+	run, created, err := s.cfg.Runs.Trigger(r.Context(), runs.TriggerRequest{
+		Project: project, Env: env, TaskID: r.PathValue("id"), Payload: req.Payload, IdempotencyKey: key,
+	})
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if !created {
+		status = http.StatusOK
+	}
+	return writeJSON(w, status, run)
+}
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
+	project, env, err := scope(r)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	limit, err := intParam(r, "limit", 50)
+	if err != nil {
+		return err
+	}
+	page, err := s.cfg.Runs.List(r.Context(), runs.Filter{
+		Project: project, Env: env, TaskID: q.Get("task"), Status: runs.Status(q.Get("status")),
+		Limit: limit, Cursor: q.Get("cursor"),
+	})
+	if err != nil {
+		return err
+	}
+	if page.Runs == nil {
+		page.Runs = []runs.Run{}
+	}
+	return writeJSON(w, http.StatusOK, page)
+}
+
+func (s *Server) getRun(w http.ResponseWriter, r *http.Request) error {
+	run, err := s.cfg.Runs.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, run)
+}
+
+func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
+	run, err := s.cfg.Runs.Cancel(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, run)
+}
+
+// EventPage is one page of a run's events.
+type EventPage struct {
+	Events []runs.Event `json:"events"`
+	// NextCursor is the seq to pass as after for the next page.
+	NextCursor int64 `json:"nextCursor"`
+	// Done is true when the run is finished and no events follow.
+	Done bool `json:"done"`
+}
+
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) error {
+	after, err := cursorParam(r.URL.Query().Get("after"))
+	if err != nil {
+		return err
+	}
+	limit, err := intParam(r, "limit", 1000)
+	if err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	run, err := s.cfg.Runs.Get(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	evs, err := s.cfg.Runs.Events(r.Context(), id, after, limit)
+	if err != nil {
+		return err
+	}
+	page := EventPage{Events: evs, NextCursor: after}
+	if evs == nil {
+		page.Events = []runs.Event{}
+	}
+	if n := len(evs); n > 0 {
+		page.NextCursor = evs[n-1].Seq
+	}
+	page.Done = run.Status.Terminal() && page.NextCursor >= run.LastSeq
+	return writeJSON(w, http.StatusOK, page)
+}
+
+func cursorParam(v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, badRequest(fmt.Sprintf("cursor %q must be a non-negative event sequence number", v))
+	}
+	return n, nil
+}
+
+// streamEvents serves a run's events as server-sent events. Each event's id
+// is its seq, so a client resumes with Last-Event-ID (or ?after=). The
+// stream ends after the run's final event.
+func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	cur := r.Header.Get("Last-Event-ID")
+	if cur == "" {
+		cur = r.URL.Query().Get("after")
+	}
+	after, err := cursorParam(cur)
+	if err != nil {
+		return err
+	}
+	if _, err := s.cfg.Runs.Get(r.Context(), id); err != nil {
+		return err
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "streaming unsupported"}
+	}
+	changed, unsubscribe := s.cfg.Runs.Broker().Subscribe(id)
+	defer unsubscribe()
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+	return s.pump(w, flusher, r, id, after, changed)
+}
+
+func (s *Server) pump(w http.ResponseWriter, f http.Flusher, r *http.Request, id string, after int64, changed <-chan struct{}) error {
+	ctx := r.Context()
+	poll := time.NewTicker(time.Second)
+	defer poll.Stop()
+	keepalive := time.NewTicker(15 * time.Second)
+	defer keepalive.Stop()
+	for {
+		run, err := s.cfg.Runs.Get(ctx, id)
+		if err != nil {
+			return nil // the client went away or the store failed; the stream just ends
+		}
+		evs, err := s.cfg.Runs.Events(ctx, id, after, 500)
+		if err != nil {
+			return nil
+		}
+		for _, ev := range evs {
+			data, _ := json.Marshal(ev)
+			if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, data); err != nil {
+				return nil
+			}
+			after = ev.Seq
+		}
+		f.Flush()
+		if len(evs) == 500 {
+			continue
+		}
+		if run.Status.Terminal() && after >= run.LastSeq {
+			fmt.Fprint(w, "event: end\ndata: {}\n\n")
+			f.Flush()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-poll.C:
+		case <-keepalive.C:
+			fmt.Fprint(w, ": keepalive\n\n")
+			f.Flush()
+		}
+	}
+}

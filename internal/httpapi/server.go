@@ -1,0 +1,124 @@
+package httpapi
+
+import (
+	"crypto/subtle"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/worker"
+)
+
+// Config wires a Server.
+type Config struct {
+	Runs        *runs.Service
+	Deployments deployments.Store
+	// WorkerToken authenticates remote workers (Authorization: Bearer).
+	// Empty disables the worker endpoints.
+	WorkerToken string
+	Logger      *slog.Logger
+	// LeaseWait bounds how long a worker's lease request waits for work.
+	LeaseWait time.Duration
+}
+
+// Server is the control plane's HTTP API.
+type Server struct {
+	cfg     Config
+	control *worker.Local
+	log     *slog.Logger
+	mux     *http.ServeMux
+}
+
+// Route is one API route: its ServeMux pattern. The OpenAPI test checks the
+// document in proto/ against this list.
+type Route struct{ Method, Path string }
+
+// New builds the API handler.
+func New(cfg Config) *Server {
+	if cfg.LeaseWait == 0 {
+		cfg.LeaseWait = 20 * time.Second
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
+		control: &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Wait: cfg.LeaseWait}}
+	for _, r := range s.routes() {
+		s.mux.Handle(r.pattern, s.adapt(r.h))
+	}
+	return s
+}
+
+type route struct {
+	pattern string
+	h       handlerFunc
+}
+
+func (s *Server) routes() []route {
+	w := s.worker
+	return []route{
+		{"GET /v1/health", s.health},
+		{"POST /v1/deployments", s.createDeployment},
+		{"GET /v1/deployments", s.listDeployments},
+		{"GET /v1/deployments/{id}", s.getDeployment},
+		{"GET /v1/tasks", s.listTasks},
+		{"GET /v1/tasks/{id}", s.getTask},
+		{"POST /v1/tasks/{id}/runs", s.triggerRun},
+		{"GET /v1/runs", s.listRuns},
+		{"GET /v1/runs/{id}", s.getRun},
+		{"POST /v1/runs/{id}/cancel", s.cancelRun},
+		{"GET /v1/runs/{id}/events", s.listEvents},
+		{"GET /v1/runs/{id}/events/stream", s.streamEvents},
+		{"POST /v1/worker/lease", w(s.workerLease)},
+		{"GET /v1/worker/deployments/{id}/files", w(s.workerFiles)},
+		{"POST /v1/worker/runs/{id}/started", w(s.workerStarted)},
+		{"POST /v1/worker/runs/{id}/logs", w(s.workerLogs)},
+		{"POST /v1/worker/runs/{id}/finish", w(s.workerFinish)},
+		{"GET /v1/worker/runs/{id}/status", w(s.workerStatus)},
+	}
+}
+
+// Routes lists the API's routes.
+func (s *Server) Routes() []Route {
+	var out []Route
+	for _, r := range s.routes() {
+		m, p, _ := strings.Cut(r.pattern, " ")
+		out = append(out, Route{Method: m, Path: p})
+	}
+	return out
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	s.mux.ServeHTTP(w, r)
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
+	return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// worker guards the worker endpoints with the worker token.
+func (s *Server) worker(h handlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if s.cfg.WorkerToken == "" || !ok ||
+			subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.WorkerToken)) != 1 {
+			return &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "a valid worker token is required"}
+		}
+		return h(w, r)
+	}
+}
+
+// scope reads the project environment a request addresses.
+func scope(r *http.Request) (project, env string, err error) {
+	q := r.URL.Query()
+	project, env = q.Get("project"), q.Get("env")
+	if env == "" {
+		env = "dev"
+	}
+	if project == "" {
+		return "", "", badRequest("the project query parameter is required")
+	}
+	return project, env, nil
+}

@@ -1,0 +1,103 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/worker"
+)
+
+// LeaseRequest is the body of POST /v1/worker/lease.
+type LeaseRequest struct {
+	WorkerID string   `json:"workerId"`
+	Tiers    []string `json:"tiers,omitempty"`
+}
+
+func (s *Server) workerLease(w http.ResponseWriter, r *http.Request) error {
+	var req LeaseRequest
+	if err := decodeJSON(w, r, 1<<20, &req); err != nil {
+		return err
+	}
+	if req.WorkerID == "" {
+		return badRequest("workerId is required")
+	}
+	lease, err := s.control.Lease(r.Context(), req.WorkerID, req.Tiers)
+	switch {
+	case errors.Is(err, worker.ErrNoWork), r.Context().Err() != nil:
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	case err != nil:
+		return err
+	}
+	return writeJSON(w, http.StatusOK, lease)
+}
+
+func (s *Server) workerFiles(w http.ResponseWriter, r *http.Request) error {
+	files, err := s.cfg.Deployments.GetDeploymentFiles(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"files": files})
+}
+
+// StartedRequest is the body of POST /v1/worker/runs/{id}/started.
+type StartedRequest struct {
+	WorkerID string          `json:"workerId"`
+	Tier     string          `json:"tier"`
+	Note     runs.SystemData `json:"note"`
+}
+
+func (s *Server) workerStarted(w http.ResponseWriter, r *http.Request) error {
+	var req StartedRequest
+	if err := decodeJSON(w, r, 1<<20, &req); err != nil {
+		return err
+	}
+	run, err := s.cfg.Runs.Started(r.Context(), r.PathValue("id"), req.WorkerID, req.Tier, req.Note)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, run)
+}
+
+// LogsRequest is the body of POST /v1/worker/runs/{id}/logs.
+type LogsRequest struct {
+	Lines []runs.LogData `json:"lines"`
+	Time  time.Time      `json:"time"`
+}
+
+func (s *Server) workerLogs(w http.ResponseWriter, r *http.Request) error {
+	var req LogsRequest
+	if err := decodeJSON(w, r, 16<<20, &req); err != nil {
+		return err
+	}
+	if req.Time.IsZero() {
+		req.Time = time.Now().UTC()
+	}
+	if err := s.cfg.Runs.AppendLogs(r.Context(), r.PathValue("id"), req.Lines, req.Time); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) workerFinish(w http.ResponseWriter, r *http.Request) error {
+	var req runs.Outcome
+	if err := decodeJSON(w, r, runs.MaxPayloadBytes+1<<20, &req); err != nil {
+		return err
+	}
+	run, err := s.cfg.Runs.Finish(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, run)
+}
+
+func (s *Server) workerStatus(w http.ResponseWriter, r *http.Request) error {
+	run, err := s.cfg.Runs.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"status": run.Status})
+}

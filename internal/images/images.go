@@ -1,0 +1,196 @@
+// Package images turns an image declaration into what a sandbox tier runs:
+// a stack of read-only root filesystem layers plus the image's config (env,
+// workdir, user). This version resolves built-in base images (built by
+// scripts/build-base-rootfs.sh) and applies copy, workdir, env and user
+// steps; run and copyFrom steps arrive with full image builds.
+package images
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/helmr/helmr/internal/deployments"
+)
+
+// ErrPreparation wraps every failure to prepare an image for a run: the
+// run fails with class image_preparation.
+var ErrPreparation = errors.New("image preparation")
+
+// BasePrefix is the reference prefix of built-in base images.
+const BasePrefix = "helmr/"
+
+// Image is a prepared image.
+type Image struct {
+	// Layers are root filesystem directories, lowest first.
+	Layers  []string
+	Env     []string // KEY=VALUE, in step order
+	Workdir string
+	User    string
+	// Digest identifies the layer stack and config.
+	Digest string
+}
+
+// Resolver prepares images from built-in bases and a layer cache.
+type Resolver struct {
+	// BasesDir holds <name>/rootfs and <name>/config.json per built-in base.
+	BasesDir string
+	// LayersDir caches layers produced by copy steps, by content key.
+	LayersDir string
+}
+
+type baseConfig struct {
+	Env     map[string]string `json:"env"`
+	Workdir string            `json:"workdir"`
+	User    string            `json:"user"`
+}
+
+// Bases lists the built-in base image references available here.
+func (r *Resolver) Bases() []string {
+	ents, _ := os.ReadDir(r.BasesDir)
+	var out []string
+	for _, e := range ents {
+		if _, err := os.Stat(filepath.Join(r.BasesDir, e.Name(), "config.json")); err == nil {
+			out = append(out, BasePrefix+e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Prepare resolves img against files (the deployment's files).
+func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, files map[string][]byte) (Image, error) {
+	if img == nil || len(img.Steps) == 0 || img.Steps[0].Kind != deployments.StepFrom {
+		return Image{}, fmt.Errorf("%w: the image declares no from(...) step", ErrPreparation)
+	}
+	out, err := r.base(img.Steps[0].Ref)
+	if err != nil {
+		return Image{}, err
+	}
+	key := img.Steps[0].Ref
+	for i, s := range img.Steps[1:] {
+		if err := ctx.Err(); err != nil {
+			return Image{}, err
+		}
+		step, _ := json.Marshal(s)
+		key = hashKey(key, string(step))
+		switch s.Kind {
+		case deployments.StepCopy:
+			layer, err := r.copyLayer(key, s, files)
+			if err != nil {
+				return Image{}, fmt.Errorf("%w: step %d (copy to %s): %w", ErrPreparation, i+1, s.Dest, err)
+			}
+			out.Layers = append(out.Layers, layer)
+		case deployments.StepWorkdir:
+			out.Workdir = s.Path
+		case deployments.StepEnv:
+			out.Env = append(out.Env, s.Key+"="+s.Value)
+		case deployments.StepUser:
+			out.User = s.User
+		default:
+			return Image{}, fmt.Errorf("%w: step %d: %q steps need image builds, which this worker does not support yet (supported: from a built-in base, copy, workdir, env, user)", ErrPreparation, i+1, s.Kind)
+		}
+	}
+	out.Digest = "sha256:" + hashKey(key, out.User, out.Workdir, strings.Join(out.Env, "\x00"))
+	return out, nil
+}
+
+func (r *Resolver) base(ref string) (Image, error) {
+	name, ok := strings.CutPrefix(ref, BasePrefix)
+	if !ok || name == "" || strings.ContainsAny(name, "/:\\") || name == "." || name == ".." {
+		return Image{}, fmt.Errorf("%w: base image %q is not available: this worker has no registry access; built-in bases: %s", ErrPreparation, ref, strings.Join(r.Bases(), ", "))
+	}
+	dir := filepath.Join(r.BasesDir, name)
+	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return Image{}, fmt.Errorf("%w: base image %q is not built on this worker (run scripts/build-base-rootfs.sh %s); built-in bases: %s", ErrPreparation, ref, name, strings.Join(r.Bases(), ", "))
+	}
+	var cfg baseConfig
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return Image{}, fmt.Errorf("%w: base image %q: bad config.json: %v", ErrPreparation, ref, err)
+	}
+	img := Image{Layers: []string{filepath.Join(dir, "rootfs")}, Workdir: cfg.Workdir, User: cfg.User}
+	keys := make([]string, 0, len(cfg.Env))
+	for k := range cfg.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		img.Env = append(img.Env, k+"="+cfg.Env[k])
+	}
+	return img, nil
+}
+
+// copyLayer materializes a copy step as a layer directory, once per key.
+func (r *Resolver) copyLayer(key string, s deployments.Step, files map[string][]byte) (string, error) {
+	src := path.Clean(s.Source.Path)
+	var entries []string
+	for p := range files {
+		if rel, ok := strings.CutPrefix(p, "context/"); ok && (rel == src || src == "." || strings.HasPrefix(rel, src+"/")) {
+			entries = append(entries, rel)
+		}
+	}
+	if len(entries) == 0 {
+		return "", fmt.Errorf("source %q has no files in the deployment", s.Source.Path)
+	}
+	sort.Strings(entries)
+	h := sha256.New()
+	h.Write([]byte(key))
+	for _, e := range entries {
+		fmt.Fprintf(h, "\x00%s\x00%x", e, sha256.Sum256(files["context/"+e]))
+	}
+	dir := filepath.Join(r.LayersDir, hex.EncodeToString(h.Sum(nil)))
+	if _, err := os.Stat(dir); err == nil {
+		return dir, nil
+	}
+	if err := os.MkdirAll(r.LayersDir, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(r.LayersDir, ".tmp-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	for _, e := range entries {
+		dest := s.Dest
+		if s.Source.Type == "directory" {
+			rel := strings.TrimPrefix(strings.TrimPrefix(e, src), "/")
+			if src == "." {
+				rel = e
+			}
+			dest = path.Join(s.Dest, rel)
+		} else if strings.HasSuffix(s.Dest, "/") {
+			dest = path.Join(s.Dest, path.Base(e))
+		}
+		full := filepath.Join(tmp, filepath.FromSlash(dest))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(full, files["context/"+e], 0o644); err != nil {
+			return "", err
+		}
+	}
+	if err := os.Rename(tmp, dir); err != nil && !os.IsExist(err) {
+		if _, statErr := os.Stat(dir); statErr != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+func hashKey(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}

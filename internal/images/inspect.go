@@ -1,0 +1,131 @@
+package images
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Lookup finds p (an absolute in-image path) in the layer stack, top layer
+// first, and returns its host path.
+func (img Image) Lookup(p string) (string, bool) {
+	for i := len(img.Layers) - 1; i >= 0; i-- {
+		full := filepath.Join(img.Layers[i], filepath.FromSlash(path.Clean(p)))
+		if _, err := os.Lstat(full); err == nil {
+			return full, true
+		}
+	}
+	return "", false
+}
+
+// EnvValue returns the last value the image sets for key.
+func (img Image) EnvValue(key string) string {
+	v := ""
+	for _, kv := range img.Env {
+		if k, val, _ := strings.Cut(kv, "="); k == key {
+			v = val
+		}
+	}
+	return v
+}
+
+// FindNode reports where node is on the image's PATH, or an error saying it
+// is missing.
+func (img Image) FindNode() (string, error) {
+	pathVar := img.EnvValue("PATH")
+	if pathVar == "" {
+		pathVar = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	for _, dir := range strings.Split(pathVar, ":") {
+		if !path.IsAbs(dir) {
+			continue
+		}
+		if _, ok := img.Lookup(path.Join(dir, "node")); ok {
+			return path.Join(dir, "node"), nil
+		}
+	}
+	return "", fmt.Errorf("%w: the image does not provide node on PATH (%s); TypeScript tasks need Node.js %s or newer installed in the image", ErrPreparation, pathVar, MinNodeVersion)
+}
+
+// MinNodeVersion is the oldest Node.js the guest adapter supports.
+const MinNodeVersion = "22.18"
+
+// ResolveUser maps the image's user ("root", "name", "uid", "uid:gid") to
+// numeric ids using the image's /etc/passwd, and returns the user's home.
+func (img Image) ResolveUser() (uid, gid uint32, home string, err error) {
+	u := img.User
+	if u == "" {
+		u = "root"
+	}
+	name, group, _ := strings.Cut(u, ":")
+	entries := img.passwd()
+	uid, gid, home, err = resolveName(name, entries)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	if group != "" {
+		g, perr := strconv.ParseUint(group, 10, 32)
+		if perr != nil {
+			return 0, 0, "", fmt.Errorf("%w: user %q: group must be numeric", ErrPreparation, u)
+		}
+		gid = uint32(g)
+	}
+	return uid, gid, home, nil
+}
+
+type passwdEntry struct {
+	name     string
+	uid, gid uint32
+	home     string
+}
+
+func resolveName(name string, entries []passwdEntry) (uint32, uint32, string, error) {
+	if n, err := strconv.ParseUint(name, 10, 32); err == nil {
+		for _, e := range entries {
+			if e.uid == uint32(n) {
+				return e.uid, e.gid, e.home, nil
+			}
+		}
+		return uint32(n), uint32(n), "/", nil
+	}
+	for _, e := range entries {
+		if e.name == name {
+			return e.uid, e.gid, e.home, nil
+		}
+	}
+	if name == "root" {
+		return 0, 0, "/root", nil
+	}
+	return 0, 0, "", fmt.Errorf("%w: user %q is not in the image's /etc/passwd", ErrPreparation, name)
+}
+
+func (img Image) passwd() []passwdEntry {
+	p, ok := img.Lookup("/etc/passwd")
+	if !ok {
+		return nil
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []passwdEntry
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Split(sc.Text(), ":")
+		if len(fs) < 7 {
+			continue
+		}
+		uid, err1 := strconv.ParseUint(fs[2], 10, 32)
+		gid, err2 := strconv.ParseUint(fs[3], 10, 32)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		out = append(out, passwdEntry{name: fs[0], uid: uint32(uid), gid: uint32(gid), home: fs[5]})
+	}
+	return out
+}

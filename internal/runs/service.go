@@ -1,0 +1,196 @@
+package runs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/helmr/helmr/internal/deployments"
+)
+
+// MaxPayloadBytes caps a run's JSON payload.
+const MaxPayloadBytes = 4 << 20
+
+// DefaultMaxDuration applies to tasks that declare none.
+const DefaultMaxDuration = 3600
+
+// TaskLookup is the subset of deployments.Store that triggering needs.
+type TaskLookup interface {
+	GetTask(ctx context.Context, project, env, taskID string) (deployments.Task, error)
+}
+
+// Service implements the run lifecycle on top of a Store.
+type Service struct {
+	store  Store
+	tasks  TaskLookup
+	broker *Broker
+	log    *slog.Logger
+	now    func() time.Time
+}
+
+// NewService wires a run service.
+func NewService(store Store, tasks TaskLookup, broker *Broker, log *slog.Logger) *Service {
+	return &Service{store: store, tasks: tasks, broker: broker, log: log, now: func() time.Time { return time.Now().UTC() }}
+}
+
+// Broker returns the service's change notifier.
+func (s *Service) Broker() *Broker { return s.broker }
+
+// TriggerRequest asks for a new run of a deployed task.
+type TriggerRequest struct {
+	Project        string
+	Env            string
+	TaskID         string
+	Payload        json.RawMessage
+	IdempotencyKey string
+}
+
+// Trigger creates a QUEUED run of the latest deployment of the task. With an
+// idempotency key, a repeat returns the first run and created=false.
+func (s *Service) Trigger(ctx context.Context, req TriggerRequest) (Run, bool, error) {
+	if len(req.Payload) == 0 {
+		req.Payload = json.RawMessage("null")
+	}
+	if len(req.Payload) > MaxPayloadBytes {
+		return Run{}, false, fmt.Errorf("payload is %d bytes, more than the %d allowed: %w", len(req.Payload), MaxPayloadBytes, ErrInvalid)
+	}
+	if !json.Valid(req.Payload) {
+		return Run{}, false, fmt.Errorf("payload is not valid JSON: %w", ErrInvalid)
+	}
+	if len(req.IdempotencyKey) > 256 {
+		return Run{}, false, fmt.Errorf("idempotency key longer than 256 characters: %w", ErrInvalid)
+	}
+	task, err := s.tasks.GetTask(ctx, req.Project, req.Env, req.TaskID)
+	if err != nil {
+		return Run{}, false, fmt.Errorf("task %q in %s/%s: %w", req.TaskID, req.Project, req.Env, ErrNotFound)
+	}
+	maxDur := task.Spec.MaxDuration
+	if maxDur <= 0 {
+		maxDur = DefaultMaxDuration
+	}
+	r, created, err := s.store.CreateRun(ctx, Run{
+		Project: req.Project, Env: req.Env, TaskID: req.TaskID,
+		DeploymentID: task.DeploymentID, DeploymentVersion: task.DeploymentVersion,
+		Status: StatusQueued, Payload: req.Payload, IdempotencyKey: req.IdempotencyKey,
+		MaxDurationSec: maxDur, CreatedAt: s.now(),
+	})
+	if err != nil {
+		return Run{}, false, fmt.Errorf("create run: %w", err)
+	}
+	if created {
+		s.broker.Publish(r.ID)
+		s.broker.PublishQueue()
+	}
+	return r, created, nil
+}
+
+// Get returns a run.
+func (s *Service) Get(ctx context.Context, id string) (Run, error) { return s.store.GetRun(ctx, id) }
+
+// List returns a page of runs.
+func (s *Service) List(ctx context.Context, f Filter) (Page, error) {
+	if f.Status != "" && !f.Status.Valid() {
+		return Page{}, fmt.Errorf("unknown status %q: %w", f.Status, ErrInvalid)
+	}
+	return s.store.ListRuns(ctx, f)
+}
+
+// Events returns up to limit events after the cursor.
+func (s *Service) Events(ctx context.Context, id string, after int64, limit int) ([]Event, error) {
+	if _, err := s.store.GetRun(ctx, id); err != nil {
+		return nil, err
+	}
+	if limit <= 0 || limit > 1000 {
+		limit = 1000
+	}
+	return s.store.ListEvents(ctx, id, after, limit)
+}
+
+// Cancel ends a run that has not finished. Cancelling a finished run is a
+// conflict; cancelling a cancelled run returns it unchanged.
+func (s *Service) Cancel(ctx context.Context, id string) (Run, error) {
+	now := s.now()
+	r, _, err := s.store.Transition(ctx, id, Transition{
+		From: []Status{StatusQueued, StatusStarting, StatusRunning, StatusWaiting},
+		To:   StatusCanceled, FinishedAt: &now, Time: now,
+		Error: &Error{Class: ClassCanceled, Message: "run canceled"},
+	})
+	if err != nil {
+		cur, gerr := s.store.GetRun(ctx, id)
+		if gerr == nil && cur.Status == StatusCanceled {
+			return cur, nil
+		}
+		if gerr == nil && cur.Status.Terminal() {
+			return Run{}, fmt.Errorf("run %s already finished as %s: %w", id, cur.Status, ErrConflict)
+		}
+		return Run{}, err
+	}
+	s.broker.Publish(id)
+	return r, nil
+}
+
+// Lease hands the oldest queued run to a worker (STARTING).
+func (s *Service) Lease(ctx context.Context, workerID string) (Run, error) {
+	r, err := s.store.LeaseRun(ctx, workerID, s.now())
+	if err != nil {
+		return Run{}, err
+	}
+	s.broker.Publish(r.ID)
+	return r, nil
+}
+
+// Started moves a leased run to RUNNING on the given tier and records the
+// tier as a system event.
+func (s *Service) Started(ctx context.Context, id, workerID, tier string, note SystemData) (Run, error) {
+	now := s.now()
+	data, _ := json.Marshal(note)
+	if _, err := s.store.AppendEvents(ctx, id, []NewEvent{{Type: EventSystem, Time: now, Data: data}}); err != nil {
+		return Run{}, fmt.Errorf("record tier: %w", err)
+	}
+	r, _, err := s.store.Transition(ctx, id, Transition{
+		From: []Status{StatusStarting}, To: StatusRunning, WorkerID: workerID, Tier: tier, StartedAt: &now, Time: now,
+	})
+	s.broker.Publish(id)
+	return r, err
+}
+
+// AppendLogs records log lines as events.
+func (s *Service) AppendLogs(ctx context.Context, id string, lines []LogData, at time.Time) error {
+	if len(lines) == 0 {
+		return nil
+	}
+	evs := make([]NewEvent, len(lines))
+	for i, l := range lines {
+		data, _ := json.Marshal(l)
+		evs[i] = NewEvent{Type: EventLog, Time: at, Data: data}
+	}
+	if _, err := s.store.AppendEvents(ctx, id, evs); err != nil {
+		return err
+	}
+	s.broker.Publish(id)
+	return nil
+}
+
+// Outcome is how a worker saw a run end.
+type Outcome struct {
+	Status Status          `json:"status"`
+	Output json.RawMessage `json:"output,omitempty"`
+	Error  *Error          `json:"error,omitempty"`
+}
+
+// Finish moves a started run to its terminal status. A run cancelled
+// meanwhile stays cancelled (ErrConflict).
+func (s *Service) Finish(ctx context.Context, id string, o Outcome) (Run, error) {
+	if !o.Status.Terminal() {
+		return Run{}, fmt.Errorf("finish with non-terminal status %q: %w", o.Status, ErrInvalid)
+	}
+	now := s.now()
+	r, _, err := s.store.Transition(ctx, id, Transition{
+		From: []Status{StatusStarting, StatusRunning, StatusWaiting}, To: o.Status,
+		Output: o.Output, Error: o.Error, FinishedAt: &now, Time: now,
+	})
+	s.broker.Publish(id)
+	return r, err
+}

@@ -1,0 +1,185 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/images"
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/sandbox"
+)
+
+// errCanceled is the cause of a run context cancelled by the user.
+var errCanceled = errors.New("run canceled")
+
+// errTimedOut is the cause of a run context that hit maxDuration.
+var errTimedOut = errors.New("maxDuration exceeded")
+
+// execute runs one leased run to its end and reports the outcome.
+func (w *Worker) execute(ctx context.Context, l Lease) {
+	log := w.log.With("run_id", l.Run.ID, "task_id", l.Run.TaskID)
+	runDir := filepath.Join(w.cfg.DataDir, "runs", l.Run.ID)
+	defer os.RemoveAll(runDir)
+	o := w.attempt(ctx, l, runDir)
+	if o == nil {
+		return // canceled: the control plane already has the final state
+	}
+	// Report with a fresh context: a shutting-down worker still records
+	// how its runs ended.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := w.cfg.Control.Finish(rctx, l.Run.ID, *o); err != nil && !errors.Is(err, runs.ErrConflict) {
+		log.Error("report outcome failed", "err", err)
+	}
+	log.Info("run finished", "status", o.Status)
+}
+
+func failed(class runs.FailureClass, format string, args ...any) *runs.Outcome {
+	return &runs.Outcome{Status: runs.StatusFailed, Error: &runs.Error{Class: class, Message: fmt.Sprintf(format, args...)}}
+}
+
+// attempt prepares, starts and runs the task; nil means canceled.
+func (w *Worker) attempt(ctx context.Context, l Lease, runDir string) *runs.Outcome {
+	files, err := w.cfg.Control.Files(ctx, l.Run.DeploymentID)
+	if err != nil {
+		return failed(runs.ClassImagePreparation, "fetch deployment %s: %v", l.Run.DeploymentID, err)
+	}
+	sb := l.Task.Sandbox
+	if sb == nil {
+		return failed(runs.ClassImagePreparation, "task %s declares no sandbox", l.Task.ID)
+	}
+	img, err := w.cfg.Images.Prepare(ctx, sb.Image, files)
+	if err != nil {
+		return failed(runs.ClassImagePreparation, "%v", err)
+	}
+	prep, err := w.prepare(l, img, files, runDir)
+	if err != nil {
+		return failed(runs.ClassImagePreparation, "%v", err)
+	}
+	box, err := w.cfg.Runtime.Start(ctx, prep.spec)
+	if err != nil {
+		return failed(runs.ClassGuestRuntime, "start %s sandbox: %v", w.cfg.Runtime.Name(), err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := box.Destroy(dctx); err != nil {
+			w.log.Error("destroy sandbox failed", "run_id", l.Run.ID, "err", err)
+		}
+	}()
+	note := runs.SystemData{Message: "sandbox started", Attrs: map[string]string{
+		"tier": w.cfg.Runtime.Name(), "worker": w.cfg.ID, "image": img.Digest,
+	}}
+	if w.cfg.Runtime.Name() == "process" {
+		note.Message = "sandbox started on the process tier: weak isolation (shared kernel), for development and trusted code"
+		note.Attrs["isolation"] = "weak"
+	}
+	if err := w.cfg.Control.Started(ctx, l.Run.ID, w.cfg.ID, w.cfg.Runtime.Name(), note); err != nil {
+		if errors.Is(err, runs.ErrConflict) {
+			return nil
+		}
+		return failed(runs.ClassGuestRuntime, "report start: %v", err)
+	}
+	return w.runTask(ctx, l, box, prep)
+}
+
+type prepared struct {
+	spec sandbox.Spec
+	env  []string
+	node string
+}
+
+// prepare lays out the run's workspace and /opt/helmr, and checks the image
+// can run the task.
+func (w *Worker) prepare(l Lease, img images.Image, files map[string][]byte, runDir string) (prepared, error) {
+	node, err := img.FindNode()
+	if err != nil {
+		return prepared{}, err
+	}
+	if _, ok := files[l.Task.Module]; !ok {
+		return prepared{}, fmt.Errorf("%w: the task module %s is missing from deployment %s", images.ErrPreparation, l.Task.Module, l.Run.DeploymentID)
+	}
+	uid, gid, home, err := img.ResolveUser()
+	if err != nil {
+		return prepared{}, err
+	}
+	helmrDir := filepath.Join(runDir, "helmr")
+	if err := writeFile(filepath.Join(helmrDir, "runtime", "adapter.mjs"), w.cfg.Adapter); err != nil {
+		return prepared{}, err
+	}
+	for p, data := range files {
+		if strings.HasPrefix(p, "bundles/") {
+			if err := writeFile(filepath.Join(helmrDir, "task", filepath.FromSlash(p)), data); err != nil {
+				return prepared{}, err
+			}
+		}
+	}
+	ws := w.WorkspaceDir(l.Run.ID)
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		return prepared{}, fmt.Errorf("create workspace: %w", err)
+	}
+	wsPath := l.Task.Sandbox.Workspace
+	if wsPath == "" {
+		wsPath = "/workspace"
+	}
+	mem, _ := deployments.ParseMemory(l.Task.Sandbox.Resources.Memory)
+	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home,
+		"HOSTNAME=helmr-sandbox", "HELMR_RUN_ID=" + l.Run.ID, "HELMR_TASK_ID=" + l.Run.TaskID}, img.Env...)
+	return prepared{
+		node: node,
+		env:  dedupeEnv(env),
+		spec: sandbox.Spec{
+			ID: l.Run.ID, RootLayers: img.Layers, WorkspaceHost: ws, Workspace: wsPath,
+			HelmrHost: helmrDir, Hostname: "helmr-sandbox", UID: uid, GID: gid,
+			CPU: l.Task.Sandbox.Resources.CPU, MemoryBytes: mem,
+		},
+	}, nil
+}
+
+func writeFile(p string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(p, data, 0o644)
+}
+
+// dedupeEnv keeps the last value of each key, in first-seen order.
+func dedupeEnv(env []string) []string {
+	idx := map[string]int{}
+	var out []string
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := idx[k]; ok {
+			out[i] = kv
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+// startMessage is the adapter's first channel message.
+type startMessage struct {
+	Type    string          `json:"type"`
+	Module  string          `json:"module"`
+	Export  string          `json:"export"`
+	Payload json.RawMessage `json:"payload"`
+	Run     map[string]any  `json:"run"`
+}
+
+// adapterMessage is a message from the adapter.
+type adapterMessage struct {
+	Type    string          `json:"type"`
+	Output  json.RawMessage `json:"output"`
+	Message string          `json:"message"`
+	Stack   string          `json:"stack"`
+	Name    string          `json:"name"`
+}

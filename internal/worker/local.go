@@ -1,0 +1,88 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/runs"
+)
+
+// Local is the in-process ControlPlane used by helmr dev.
+type Local struct {
+	Runs        *runs.Service
+	Deployments deployments.Store
+	// Wait bounds one Lease call.
+	Wait time.Duration
+}
+
+// Lease implements ControlPlane.
+func (c *Local) Lease(ctx context.Context, workerID string, tiers []string) (Lease, error) {
+	queued, unsubscribe := c.Runs.Broker().SubscribeQueue()
+	defer unsubscribe()
+	wait := c.Wait
+	if wait == 0 {
+		wait = 5 * time.Second
+	}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for {
+		run, err := c.Runs.Lease(ctx, workerID)
+		if err == nil {
+			return c.leaseFor(ctx, run)
+		}
+		if !errors.Is(err, runs.ErrNotFound) {
+			return Lease{}, err
+		}
+		select {
+		case <-queued:
+		case <-time.After(time.Second):
+		case <-deadline.C:
+			return Lease{}, ErrNoWork
+		case <-ctx.Done():
+			return Lease{}, ctx.Err()
+		}
+	}
+}
+
+func (c *Local) leaseFor(ctx context.Context, run runs.Run) (Lease, error) {
+	dep, err := c.Deployments.GetDeployment(ctx, run.DeploymentID)
+	if err != nil {
+		return Lease{}, err
+	}
+	for _, t := range dep.Manifest.Tasks {
+		if t.ID == run.TaskID {
+			return Lease{Run: run, Task: t}, nil
+		}
+	}
+	return Lease{}, errors.New("leased run's task is missing from its deployment")
+}
+
+// Files implements ControlPlane.
+func (c *Local) Files(ctx context.Context, id string) (map[string][]byte, error) {
+	return c.Deployments.GetDeploymentFiles(ctx, id)
+}
+
+// Started implements ControlPlane.
+func (c *Local) Started(ctx context.Context, runID, workerID, tier string, note runs.SystemData) error {
+	_, err := c.Runs.Started(ctx, runID, workerID, tier, note)
+	return err
+}
+
+// Logs implements ControlPlane.
+func (c *Local) Logs(ctx context.Context, runID string, lines []runs.LogData, at time.Time) error {
+	return c.Runs.AppendLogs(ctx, runID, lines, at)
+}
+
+// Finish implements ControlPlane.
+func (c *Local) Finish(ctx context.Context, runID string, o runs.Outcome) error {
+	_, err := c.Runs.Finish(ctx, runID, o)
+	return err
+}
+
+// Status implements ControlPlane.
+func (c *Local) Status(ctx context.Context, runID string) (runs.Status, error) {
+	r, err := c.Runs.Get(ctx, runID)
+	return r.Status, err
+}

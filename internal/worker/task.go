@@ -1,0 +1,127 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/sandbox"
+)
+
+// runTask runs the adapter in the started sandbox under the run's
+// maxDuration, watching for cancellation; nil means canceled.
+func (w *Worker) runTask(ctx context.Context, l Lease, box sandbox.Sandbox, p prepared) *runs.Outcome {
+	maxDur := time.Duration(l.Run.MaxDurationSec) * time.Second
+	if maxDur <= 0 {
+		maxDur = runs.DefaultMaxDuration * time.Second
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ctx, stop := context.WithTimeoutCause(ctx, maxDur, errTimedOut)
+	defer stop()
+	go w.watchCancel(ctx, l.Run.ID, cancel)
+
+	logs := newLogSink(w.cfg.Control, l.Run.ID, w.log)
+	defer logs.Close()
+	start, _ := json.Marshal(startMessage{
+		Type: "start", Module: "/opt/helmr/task/" + l.Task.Module, Export: l.Task.Export,
+		Payload: l.Run.Payload, Run: map[string]any{"id": l.Run.ID, "taskId": l.Run.TaskID},
+	})
+	var result *adapterMessage
+	exit, err := box.Exec(ctx, sandbox.ExecRequest{
+		Argv: []string{p.node, "/opt/helmr/runtime/adapter.mjs"}, Env: p.env, Cwd: p.spec.Workspace,
+		Channel:  true,
+		OnOutput: logs.Write,
+		OnMessage: func(msg []byte) {
+			var m adapterMessage
+			if json.Unmarshal(msg, &m) == nil && (m.Type == "result" || m.Type == "error") && result == nil {
+				result = &m
+			}
+		},
+		Started: func(s sandbox.Sender) {
+			if err := s.Send(start); err != nil {
+				w.log.Warn("send start message failed", "run_id", l.Run.ID, "err", err)
+			}
+		},
+	})
+	logs.Close()
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, errCanceled):
+		return nil
+	case errors.Is(cause, errTimedOut):
+		return &runs.Outcome{Status: runs.StatusTimedOut, Error: &runs.Error{Class: runs.ClassTimeout,
+			Message: fmt.Sprintf("the run exceeded its maxDuration of %s and was stopped", maxDur)}}
+	case ctx.Err() != nil:
+		return failed(runs.ClassGuestRuntime, "the worker shut down while the run was in progress")
+	}
+	if err != nil {
+		return failed(runs.ClassGuestRuntime, "guest agent: %v", err)
+	}
+	return w.outcome(l, box, exit, result, logs.Tail())
+}
+
+func (w *Worker) outcome(l Lease, box sandbox.Sandbox, exit sandbox.ExitStatus, result *adapterMessage, tail []string) *runs.Outcome {
+	st := box.Stats()
+	if st.OOMKilled {
+		return failed(runs.ClassTaskProcess, "the task was killed for exceeding its memory limit of %s", orDefault(l.Task.Sandbox.Resources.Memory, "the worker default"))
+	}
+	if result != nil && result.Type == "result" {
+		out := result.Output
+		if len(out) == 0 {
+			out = json.RawMessage("null")
+		}
+		return &runs.Outcome{Status: runs.StatusCompleted, Output: out}
+	}
+	if result != nil {
+		msg := result.Message
+		if result.Name != "" && result.Name != "Error" && !strings.HasPrefix(msg, result.Name) {
+			msg = result.Name + ": " + msg
+		}
+		o := failed(runs.ClassTaskProcess, "%s", msg)
+		o.Error.Stack = result.Stack
+		return o
+	}
+	how := fmt.Sprintf("exited with code %d", exit.Code)
+	if exit.Signal != "" {
+		how = "was killed by signal " + exit.Signal
+	}
+	if st.PidsLimitHit {
+		how += " after hitting the sandbox's process limit"
+	}
+	o := failed(runs.ClassTaskProcess, "the task process %s before reporting a result", how)
+	if len(tail) > 0 {
+		o.Error.Stack = strings.Join(tail, "\n")
+	}
+	return o
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// watchCancel polls the run's status and cancels ctx once the run was
+// canceled from outside.
+func (w *Worker) watchCancel(ctx context.Context, runID string, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(w.cfg.CancelPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st, err := w.cfg.Control.Status(ctx, runID)
+		if err == nil && st == runs.StatusCanceled {
+			cancel(errCanceled)
+			return
+		}
+	}
+}

@@ -1,0 +1,127 @@
+// Package worker leases queued runs from the control plane, prepares each
+// run's image and files, starts its sandbox through a sandbox.Runtime, runs
+// the guest adapter with the task, streams logs, and reports the outcome.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/images"
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/sandbox"
+)
+
+// ErrNoWork is returned by ControlPlane.Lease when nothing was queued
+// within its wait.
+var ErrNoWork = errors.New("no work")
+
+// Lease is a run handed to this worker.
+type Lease struct {
+	Run  runs.Run                 `json:"run"`
+	Task deployments.TaskManifest `json:"task"`
+}
+
+// ControlPlane is what a worker needs from the control plane: in-process
+// for helmr dev, over HTTP for remote workers.
+type ControlPlane interface {
+	// Lease waits a while for a queued run; ErrNoWork if none came.
+	Lease(ctx context.Context, workerID string, tiers []string) (Lease, error)
+	Files(ctx context.Context, deploymentID string) (map[string][]byte, error)
+	Started(ctx context.Context, runID, workerID, tier string, note runs.SystemData) error
+	Logs(ctx context.Context, runID string, lines []runs.LogData, at time.Time) error
+	Finish(ctx context.Context, runID string, o runs.Outcome) error
+	Status(ctx context.Context, runID string) (runs.Status, error)
+}
+
+// Config wires a Worker.
+type Config struct {
+	ID      string
+	DataDir string // workspaces and per-run files
+	Slots   int    // runs executed at once
+	Runtime sandbox.Runtime
+	Images  *images.Resolver
+	Control ControlPlane
+	Logger  *slog.Logger
+	// Adapter is the guest adapter bundle (tsbundle.Adapter()).
+	Adapter []byte
+	// CancelPoll is how often a running run's status is checked.
+	CancelPoll time.Duration
+}
+
+// Worker executes runs.
+type Worker struct {
+	cfg Config
+	log *slog.Logger
+	wg  sync.WaitGroup
+}
+
+// New validates cfg and returns a worker.
+func New(cfg Config) (*Worker, error) {
+	if cfg.ID == "" || cfg.DataDir == "" || cfg.Runtime == nil || cfg.Images == nil || cfg.Control == nil || len(cfg.Adapter) == 0 {
+		return nil, errors.New("worker: ID, DataDir, Runtime, Images, Control and Adapter are required")
+	}
+	if cfg.Slots <= 0 {
+		cfg.Slots = 2
+	}
+	if cfg.CancelPoll == 0 {
+		cfg.CancelPoll = 150 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	for _, d := range []string{"workspaces", "runs"} {
+		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o755); err != nil {
+			return nil, fmt.Errorf("worker data dir: %w", err)
+		}
+	}
+	return &Worker{cfg: cfg, log: cfg.Logger.With("worker_id", cfg.ID)}, nil
+}
+
+// WorkspaceDir is where a run's workspace lives on this worker.
+func (w *Worker) WorkspaceDir(runID string) string {
+	return filepath.Join(w.cfg.DataDir, "workspaces", runID)
+}
+
+// Run leases and executes runs until ctx ends, then waits for the runs in
+// flight to finish (their sandboxes are destroyed when ctx ends).
+func (w *Worker) Run(ctx context.Context) error {
+	slots := make(chan struct{}, w.cfg.Slots)
+	defer w.wg.Wait()
+	tiers := []string{w.cfg.Runtime.Name()}
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		lease, err := w.cfg.Control.Lease(ctx, w.cfg.ID, tiers)
+		if err != nil {
+			<-slots
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !errors.Is(err, ErrNoWork) {
+				w.log.Warn("lease failed", "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+			continue
+		}
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			defer func() { <-slots }()
+			w.execute(ctx, lease)
+		}()
+	}
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Makes this machine ready to build and run Helmr: Debian packages, the Go
+# binaries in bin/, the TypeScript dev dependencies, and the built-in base
+# image (Debian bookworm + Node.js). Idempotent; run as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+  echo "setup: run as root (the process tier and debootstrap need it)" >&2
+  exit 1
+fi
+
+missing=()
+command -v debootstrap >/dev/null || missing+=(debootstrap)
+command -v node >/dev/null || missing+=(nodejs npm)
+command -v go >/dev/null || missing+=(golang-go)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+echo "setup: building bin/helmr and bin/helmr-agent"
+mkdir -p bin
+go build -trimpath -o bin/helmr ./cmd/helmr
+CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/helmr-agent ./cmd/helmr-agent
+
+if [ -f sdk/typescript/package-lock.json ] && [ ! -d sdk/typescript/node_modules ]; then
+  echo "setup: installing TypeScript dev dependencies"
+  (cd sdk/typescript && npm ci --silent --no-audit --no-fund)
+fi
+
+scripts/build-base-rootfs.sh bookworm-node22

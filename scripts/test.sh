@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs every test: Go (unit, store suite on SQLite and PostgreSQL, sandbox
+# conformance, end to end through the real CLI) and TypeScript (tsc strict
+# and node tests). Installs and starts what the tests need first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+
+eval "$(scripts/postgres-test.sh)"
+export HELMR_TEST_DATABASE_URL
+export HELMR_REQUIRE_ALL=1   # tests fail instead of skipping when a prerequisite is missing
+
+echo "test: go vet"
+go vet ./...
+echo "test: go test"
+go test -count=1 -timeout 30m ./...
+
+echo "test: TypeScript"
+scripts/ts-check.sh
