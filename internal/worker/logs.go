@@ -12,8 +12,8 @@ import (
 
 const (
 	maxLineBytes  = 64 << 10
-	flushEvery    = 40 * time.Millisecond
-	flushLines    = 500
+	flushEvery    = 250 * time.Millisecond
+	maxBatch      = 1000
 	tailLines     = 20
 	logSendTimout = 10 * time.Second
 )
@@ -65,7 +65,10 @@ func (s *logSink) Write(stream string, data []byte) {
 		buf = buf[maxLineBytes:]
 	}
 	s.partial[stream] = append([]byte(nil), buf...)
-	if len(s.pending) >= flushLines {
+	if len(s.pending) > 0 {
+		// Group commit: the loop sends what accumulated while the previous
+		// batch was in flight, so the first line goes out at once and busy
+		// output still travels in batches.
 		select {
 		case s.kick <- struct{}{}:
 		default:
@@ -106,18 +109,25 @@ func (s *logSink) loop() {
 	}
 }
 
+// flush sends pending lines in batches of at most maxBatch.
 func (s *logSink) flush() {
-	s.mu.Lock()
-	batch := s.pending
-	s.pending = nil
-	s.mu.Unlock()
-	if len(batch) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), logSendTimout)
-	defer cancel()
-	if err := s.cp.Logs(ctx, s.runID, batch, time.Now().UTC()); err != nil {
-		s.log.Warn("send logs failed", "run_id", s.runID, "lines", len(batch), "err", err)
+	for {
+		s.mu.Lock()
+		batch := s.pending
+		if len(batch) > maxBatch {
+			batch = batch[:maxBatch]
+		}
+		s.pending = s.pending[len(batch):]
+		s.mu.Unlock()
+		if len(batch) == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), logSendTimout)
+		err := s.cp.Logs(ctx, s.runID, batch, time.Now().UTC())
+		cancel()
+		if err != nil {
+			s.log.Warn("send logs failed", "run_id", s.runID, "lines", len(batch), "err", err)
+		}
 	}
 }
 

@@ -1,0 +1,222 @@
+// Command runstart measures run start latency: the median time from
+// POST /v1/tasks/{id}/runs to the task's first log line arriving over SSE
+// (helmr dev, process tier), against the median time to start the same node
+// one-liner directly in the same root filesystem (chroot) and read its first
+// line, measured in the same run. It also times `helmr deploy` of
+// examples/hello. Run as root after scripts/setup.sh: go run ./bench/runstart
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/helmr/helmr/internal/client"
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/testenv"
+)
+
+func main() {
+	n := flag.Int("n", 20, "runs per measurement")
+	flag.Parse()
+	if err := run(*n); err != nil {
+		fmt.Fprintln(os.Stderr, "runstart:", err)
+		os.Exit(1)
+	}
+}
+
+func run(n int) error {
+	root := testenv.RepoRoot()
+	rootfs := filepath.Join(testenv.CacheDir(), "bases", "bookworm-node22", "rootfs")
+	if _, err := os.Stat(filepath.Join(rootfs, "usr/local/bin/node")); err != nil {
+		return fmt.Errorf("base rootfs missing (run scripts/setup.sh): %w", err)
+	}
+	bin, err := buildBinaries(root)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "helmr-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	env := append(os.Environ(), "HELMR_DATA_DIR="+filepath.Join(tmp, "data"), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
+		"HELMR_ADDR=127.0.0.1:0", "HELMR_PROJECT=")
+	url, stop, err := startDev(bin, env)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	env = append(env, "HELMR_URL="+url)
+
+	deploys, err := timeDeploys(bin, env, root, 5)
+	if err != nil {
+		return err
+	}
+	if err := helmr(bin, env, root, "deploy", "bench/runstart/project"); err != nil {
+		return err
+	}
+	c := client.New(url, "")
+	// One warm-up of each, then the measured samples.
+	helmrStarts, err := sample(n+1, func() (time.Duration, error) { return helmrStart(c) })
+	if err != nil {
+		return err
+	}
+	bareStarts, err := sample(n+1, func() (time.Duration, error) { return bareStart(rootfs) })
+	if err != nil {
+		return err
+	}
+	h, b := median(helmrStarts[1:]), median(bareStarts[1:])
+	fmt.Printf("run start, process tier, n=%d\n", n)
+	fmt.Printf("  helmr: POST /v1/tasks/first/runs -> first log line over SSE  median %8.1f ms\n", ms(h))
+	fmt.Printf("  bare:  chroot ROOTFS node -e 'console.log(...)' -> first line median %8.1f ms\n", ms(b))
+	fmt.Printf("  ratio helmr/bare: %.2fx (target <= 1.50x)\n", float64(h)/float64(b))
+	fmt.Printf("helmr deploy examples/hello: median %.1f ms over %d deploys (target < 1000 ms)\n", ms(median(deploys)), len(deploys))
+	return nil
+}
+
+func buildBinaries(root string) (string, error) {
+	dir, err := os.MkdirTemp("", "helmr-bench-bin-")
+	if err != nil {
+		return "", err
+	}
+	for _, b := range [][2]string{{"helmr", "./cmd/helmr"}, {"helmr-agent", "./cmd/helmr-agent"}} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b[0]), b[1])
+		cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("build %s: %v\n%s", b[0], err, out)
+		}
+	}
+	return dir, nil
+}
+
+func startDev(bin string, env []string) (string, func(), error) {
+	cmd := exec.Command(filepath.Join(bin, "helmr"), "dev")
+	cmd.Env = env
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop := func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "Helmr dev at "); ok {
+			go func() {
+				for sc.Scan() {
+				}
+			}()
+			return strings.Fields(rest)[0], stop, nil
+		}
+	}
+	stop()
+	return "", nil, errors.New("helmr dev did not start")
+}
+
+func helmr(bin string, env []string, dir string, args ...string) error {
+	cmd := exec.Command(filepath.Join(bin, "helmr"), args...)
+	cmd.Env, cmd.Dir = env, dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("helmr %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+func timeDeploys(bin string, env []string, root string, n int) ([]time.Duration, error) {
+	var out []time.Duration
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		if err := helmr(bin, env, root, "deploy", "examples/hello"); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(start))
+	}
+	return out, nil
+}
+
+// helmrStart triggers a run and waits for its first log event over SSE.
+func helmrStart(c *client.Client) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	r, _, err := c.TriggerRun(ctx, "bench", "dev", "first", []byte("null"), "")
+	if err != nil {
+		return 0, err
+	}
+	var first time.Duration
+	errFirst := errors.New("first line")
+	err = c.Follow(ctx, r.ID, 0, func(ev runs.Event) error {
+		if ev.Type == runs.EventLog && first == 0 {
+			first = time.Since(start)
+			return errFirst
+		}
+		return nil
+	})
+	if first == 0 {
+		return 0, fmt.Errorf("run %s printed no line: %v", r.ID, err)
+	}
+	// Let the run finish so samples don't overlap.
+	for {
+		got, err := c.GetRun(ctx, r.ID)
+		if err != nil {
+			return 0, err
+		}
+		if got.Status.Terminal() {
+			if got.Status != runs.StatusCompleted {
+				return 0, fmt.Errorf("bench run %s ended %s: %+v", r.ID, got.Status, got.Error)
+			}
+			return first, nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// bareStart runs the same one-liner in the same root filesystem directly.
+func bareStart(rootfs string) (time.Duration, error) {
+	start := time.Now()
+	cmd := exec.Command("chroot", rootfs, "/usr/local/bin/node", "-e", `console.log("first line")`)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	d := time.Since(start)
+	_ = cmd.Wait()
+	if err != nil || line != "first line\n" {
+		return 0, fmt.Errorf("bare node printed %q: %v", line, err)
+	}
+	return d, nil
+}
+
+func sample(n int, f func() (time.Duration, error)) ([]time.Duration, error) {
+	out := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		d, err := f()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func median(d []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

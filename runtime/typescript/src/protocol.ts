@@ -1,0 +1,80 @@
+// The adapter channel protocol: newline-delimited JSON over fd 3, one object
+// per line, in both directions between the guest agent and the adapter.
+//
+//   agent -> adapter  {"type":"start","module":"/opt/helmr/task/tasks/x.mjs","export":"x","payload":...,"run":{"id":"...","taskId":"..."}}
+//   adapter -> agent  {"type":"result","output":<JSON>}                     exactly one of these two,
+//   adapter -> agent  {"type":"error","name":"...","message":"...","stack":"..."}   then the adapter exits
+//
+// Requests from the adapter (waits, later) carry an id that the answer echoes:
+//
+//   adapter -> agent  {"type":"request","id":1,"method":"wait.human","params":{...}}
+//   agent -> adapter  {"type":"response","id":1,"result":...} or {"type":"response","id":1,"error":{"message":"..."}}
+
+/** The run being executed, as the agent describes it. */
+export interface RunInfo {
+  id: string;
+  taskId: string;
+  attempt?: number;
+}
+
+/** The first message: which task to run with which payload. */
+export interface StartMessage {
+  type: "start";
+  /** Absolute path (or file: URL) of the bundled task module inside the guest. */
+  module: string;
+  /** The module's export holding the task. */
+  export: string;
+  /** The run's payload; absent means undefined. */
+  payload?: unknown;
+  run: RunInfo;
+}
+
+/** The run's outcome: run's return value (null for undefined). */
+export interface ResultMessage {
+  type: "result";
+  output: unknown;
+}
+
+/** The run failed: a thrown value, an import failure or a bad task. */
+export interface ErrorMessage {
+  type: "error";
+  name: string;
+  message: string;
+  stack: string;
+}
+
+/** A request from the adapter that the agent answers with the same id. */
+export interface RequestMessage {
+  type: "request";
+  id: number;
+  method: string;
+  params?: unknown;
+}
+
+/** The agent's answer to a request. */
+export interface ResponseMessage {
+  type: "response";
+  id: number;
+  result?: unknown;
+  error?: { message: string; name?: string };
+}
+
+/** Any message on the channel. */
+export type Message = StartMessage | ResultMessage | ErrorMessage | RequestMessage | ResponseMessage;
+
+/** parseStart checks that value is a well-formed start message. */
+export function parseStart(value: unknown): StartMessage {
+  const m = value as Partial<StartMessage> | null;
+  if (m === null || typeof m !== "object" || m.type !== "start") {
+    throw new Error(`expected a start message, got ${JSON.stringify(value)?.slice(0, 200)}`);
+  }
+  if (typeof m.module !== "string" || m.module === "") throw new Error("start message: module must be a non-empty string");
+  if (typeof m.export !== "string" || m.export === "") throw new Error("start message: export must be a non-empty string");
+  const run = m.run as Partial<RunInfo> | undefined;
+  if (run === null || typeof run !== "object" || typeof run.id !== "string" || typeof run.taskId !== "string") {
+    throw new Error("start message: run must be { id, taskId }");
+  }
+  const info: RunInfo = { id: run.id, taskId: run.taskId };
+  if (typeof run.attempt === "number") info.attempt = run.attempt;
+  return { type: "start", module: m.module, export: m.export, payload: m.payload, run: info };
+}

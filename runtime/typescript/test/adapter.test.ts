@@ -1,0 +1,97 @@
+import assert from "node:assert/strict";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+
+import { fixtures, runAdapter, startLine } from "./helpers.js";
+
+describe("adapter", () => {
+  it("runs a task and reports its JSON output", async () => {
+    const got = await runAdapter(startLine("greet", { name: "Ada" }));
+    assert.equal(got.code, 0, got.stderr);
+    assert.deepStrictEqual(got.messages, [
+      {
+        type: "result",
+        output: { greeting: "hello Ada", run: { id: "run_1", taskId: "greet" }, cwd: got.cwd },
+      },
+    ]);
+    assert.match(got.stdout, /greeting Ada\n/);
+    assert.match(got.stdout, /logger line \{"run":"run_1"\}\n/);
+    assert.match(got.stderr, /to stderr\n/);
+    assert.equal(await readFile(join(got.cwd, "greeting.txt"), "utf8"), "hello Ada\n");
+  });
+
+  it("answers even when the agent half-closes after the start message", async () => {
+    const got = await runAdapter(startLine("greet", { name: "Bo" }), { halfClose: true });
+    assert.equal(got.code, 0, got.stderr);
+    assert.equal((got.messages[0] as { type: string }).type, "result");
+  });
+
+  it("reports null for an undefined return value", async () => {
+    const got = await runAdapter(startLine("nothing"));
+    assert.deepStrictEqual(got.messages, [{ type: "result", output: null }]);
+    assert.equal(got.code, 0);
+  });
+
+  it("exits after the result even if the task leaves timers running", async () => {
+    const got = await runAdapter(startLine("lingering"));
+    assert.deepStrictEqual(got.messages, [{ type: "result", output: "done" }]);
+  });
+
+  const failures: Array<[string, string, { name: string; message: RegExp; stack?: RegExp }]> = [
+    ["a thrown Error", "fails", { name: "RangeError", message: /^out of range$/, stack: /RangeError: out of range\n\s+at / }],
+    ["a thrown string", "throwsString", { name: "NonErrorThrown", message: /non-Error value: 'plain string'/ }],
+    ["a BigInt output", "bigint", { name: "OutputError", message: /task "bigint" returned a value that is not JSON-serializable: .*BigInt/ }],
+    ["a function output", "fn", { name: "OutputError", message: /not JSON-serializable: a function has no JSON form/ }],
+    ["ctx.wait.human", "waitsForHuman", { name: "Error", message: /^ctx\.wait\.human is not supported by this Helmr version yet$/ }],
+    ["an unhandled rejection", "unhandled", { name: "Error", message: /^nobody caught me$/ }],
+    ["an uncaught exception", "uncaught", { name: "TypeError", message: /^thrown from a timer$/ }],
+    ["a task without run", "declaredOnly", { name: "AdapterError", message: /task "declared-only" .* has no run function/ }],
+    ["an export that is not a task", "notATask", { name: "AdapterError", message: /export "notATask" of .* is not a Helmr task/ }],
+    ["a missing export", "missing", { name: "AdapterError", message: /has no export "missing" \(exports: .*greet/ }],
+  ];
+  for (const [what, exportName, want] of failures) {
+    it(`reports ${what} as one error message`, async () => {
+      const got = await runAdapter(startLine(exportName));
+      assert.equal(got.code, 1, got.stderr);
+      assert.equal(got.messages.length, 1, JSON.stringify(got.messages));
+      const m = got.messages[0] as Record<string, unknown>;
+      assert.equal(m.type, "error");
+      assert.equal(m.name, want.name, JSON.stringify(m));
+      assert.match(String(m.message), want.message);
+      assert.equal(typeof m.stack, "string");
+      if (want.stack) assert.match(String(m.stack), want.stack);
+    });
+  }
+
+  it("reports an SDK brand it does not understand", async () => {
+    const got = await runAdapter(startLine("future", undefined, join(fixtures, "future-sdk.js")));
+    const m = got.messages[0] as Record<string, unknown>;
+    assert.match(String(m.message), /incompatible @helmr\/sdk \(task brand version 99/);
+  });
+
+  it("reports a module that fails to import", async () => {
+    const got = await runAdapter(startLine("x", undefined, join(fixtures, "broken.js")));
+    assert.equal(got.code, 1);
+    const m = got.messages[0] as Record<string, unknown>;
+    assert.equal(m.type, "error");
+    assert.match(String(m.message), /^import .*broken\.js: broken at import$/);
+  });
+
+  it("reports a malformed start message", async () => {
+    const got = await runAdapter(JSON.stringify({ type: "start", module: "/x.mjs" }));
+    assert.equal(got.code, 1);
+    assert.match(String((got.messages[0] as Record<string, unknown>).message), /export must be a non-empty string/);
+  });
+
+  it("reports a line that is not JSON", async () => {
+    const got = await runAdapter("{not json");
+    assert.match(String((got.messages[0] as Record<string, unknown>).message), /malformed message on channel/);
+  });
+
+  it("reports a channel closed before the start message", async () => {
+    const got = await runAdapter(undefined);
+    assert.equal(got.code, 1);
+    assert.match(String((got.messages[0] as Record<string, unknown>).message), /channel closed before the start message/);
+  });
+});

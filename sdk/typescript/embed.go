@@ -1,0 +1,17 @@
+// Package sdkts embeds the sources of the TypeScript SDK, @helmr/sdk. The
+// deploy step bundles each task module with "@helmr/sdk" resolved to Entry
+// in FS; the SDK imports nothing outside src/ and no Node.js built-ins.
+package sdkts
+
+import "embed"
+
+// FS holds src/, the SDK's TypeScript sources.
+//
+//go:embed src
+var FS embed.FS
+
+// Entry is the module "@helmr/sdk" resolves to inside FS.
+const Entry = "src/index.ts"
+
+// ManifestEntry is the module "@helmr/sdk/manifest" resolves to inside FS.
+const ManifestEntry = "src/manifest.ts"

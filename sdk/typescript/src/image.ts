@@ -1,0 +1,124 @@
+import type { Cache } from "./cache.js";
+import type { ImageManifest, StepManifest } from "./manifest-types.js";
+import { type Source, sourceManifest } from "./source.js";
+import { assertAbsolutePath, assertName, assertString, describe } from "./validate.js";
+
+/** A named cache mounted at mountPath while a run step executes. */
+export interface CacheMount {
+  mountPath: string;
+  cache: Cache;
+}
+
+/** Options of a run step. */
+export interface RunOptions {
+  cache?: CacheMount[];
+}
+
+/**
+ * An image declaration: a name and ordered build steps. Images are immutable;
+ * every builder method returns a new image with one more step, so a base image
+ * can be shared and extended.
+ */
+export class Image {
+  readonly name: string;
+  readonly #steps: readonly StepManifest[];
+
+  /** @internal Use image(name). */
+  constructor(name: string, steps: readonly StepManifest[]) {
+    this.name = name;
+    this.#steps = steps;
+  }
+
+  /** from sets the base image reference; it must be the first step. */
+  from(ref: string): Image {
+    assertString(`image "${this.name}" from ref`, ref);
+    if (this.#steps.length > 0) {
+      throw new Error(`image "${this.name}": from must be the first step and appear once`);
+    }
+    return this.#with({ kind: "from", ref });
+  }
+
+  /** run executes argv (no shell) in the image, optionally with cache mounts. */
+  run(argv: readonly string[], options: RunOptions = {}): Image {
+    if (!Array.isArray(argv) || argv.length === 0 || argv.some((a) => typeof a !== "string")) {
+      throw new TypeError(`image "${this.name}" run argv must be a non-empty array of strings`);
+    }
+    const step: StepManifest = { kind: "run", argv: [...argv] };
+    const mounts = options.cache ?? [];
+    if (mounts.length > 0) {
+      step.cache = mounts.map((m) => {
+        assertAbsolutePath(`image "${this.name}" cache mountPath`, m.mountPath);
+        if (m.cache?.kind !== "cache") {
+          throw new TypeError(
+            `image "${this.name}" cache mount at ${m.mountPath} needs cache(name), got ${describe(m.cache)}`,
+          );
+        }
+        return { mountPath: m.mountPath, cache: m.cache.name };
+      });
+    }
+    return this.#with(step);
+  }
+
+  /** copy copies a project file or directory to dest inside the image. */
+  copy(dest: string, src: Source): Image {
+    assertAbsolutePath(`image "${this.name}" copy dest`, dest);
+    if (src?.type !== "file" && src?.type !== "directory") {
+      throw new TypeError(`image "${this.name}" copy source must be source.file(...) or source.directory(...)`);
+    }
+    return this.#with({ kind: "copy", dest, source: sourceManifest(src) });
+  }
+
+  /** copyFrom copies src from another image's filesystem to dest. */
+  copyFrom(img: Image, src: string, dest: string): Image {
+    if (!(img instanceof Image)) {
+      throw new TypeError(`image "${this.name}" copyFrom needs an image(...), got ${describe(img)}`);
+    }
+    assertAbsolutePath(`image "${this.name}" copyFrom src`, src);
+    assertAbsolutePath(`image "${this.name}" copyFrom dest`, dest);
+    return this.#with({ kind: "copyFrom", image: img.toManifest(), src, dest });
+  }
+
+  /** workdir sets the working directory of later steps. */
+  workdir(path: string): Image {
+    assertAbsolutePath(`image "${this.name}" workdir`, path);
+    return this.#with({ kind: "workdir", path });
+  }
+
+  /** env sets an environment variable for later steps and the task. */
+  env(key: string, value: string): Image {
+    if (typeof key !== "string" || !/^[A-Za-z_][A-Za-z0-9_]*$/.test(key)) {
+      throw new TypeError(`image "${this.name}" env key must be a variable name, got ${describe(key)}`);
+    }
+    if (typeof value !== "string") {
+      throw new TypeError(`image "${this.name}" env ${key} value must be a string, got ${describe(value)}`);
+    }
+    return this.#with({ kind: "env", key, value });
+  }
+
+  /** user sets the user (name, uid or uid:gid) of later steps and the task. */
+  user(user: string): Image {
+    assertString(`image "${this.name}" user`, user);
+    return this.#with({ kind: "user", user });
+  }
+
+  /** toManifest serializes the image; it fails if the image has no from step. */
+  toManifest(): ImageManifest {
+    if (this.#steps[0]?.kind !== "from") {
+      throw new Error(`image "${this.name}" has no base: start it with .from(ref)`);
+    }
+    return { name: this.name, steps: JSON.parse(JSON.stringify(this.#steps)) as StepManifest[] };
+  }
+
+  #with(step: StepManifest): Image {
+    if (step.kind !== "from" && this.#steps.length === 0) {
+      throw new Error(`image "${this.name}": call .from(ref) before .${step.kind}(...)`);
+    }
+    return new Image(this.name, [...this.#steps, step]);
+  }
+}
+
+/** image declares a named image; chain .from(ref) and further steps. */
+export function image(name: string): Image {
+  assertName("image name", name);
+  return new Image(name, []);
+}

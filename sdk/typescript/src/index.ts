@@ -1,0 +1,22 @@
+// @helmr/sdk: declare images, sandboxes and tasks for Helmr.
+
+export { cache, type Cache } from "./cache.js";
+export { defineConfig, type Config } from "./config.js";
+export type {
+  CreateTokenOptions,
+  ForTokenOptions,
+  HumanWaitOptions,
+  JsonSchema,
+  LogAttributes,
+  Logger,
+  RunInfo,
+  TaskContext,
+  Wait,
+  WaitDuration,
+  WaitToken,
+} from "./context.js";
+export { image, Image, type CacheMount, type RunOptions } from "./image.js";
+export { sandbox, Sandbox, type MemorySize, type Resources } from "./sandbox.js";
+export type { DirectorySecret, EnvSecret, FileMode, FileSecret, SecretDeclaration } from "./secrets.js";
+export { source, type Source } from "./source.js";
+export { task, type Task, type TaskOptions, type TaskOutput, type TaskPayload, type TaskRunFunction } from "./task.js";

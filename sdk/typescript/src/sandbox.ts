@@ -1,0 +1,96 @@
+import { Image } from "./image.js";
+import type { ResourcesManifest, SandboxManifest } from "./manifest-types.js";
+import { assertAbsolutePath, assertName, describe } from "./validate.js";
+
+/** A memory size in binary units, for example "512Mi" or "4Gi". */
+export type MemorySize = `${number}${"Ki" | "Mi" | "Gi" | "Ti"}`;
+
+/** The vCPUs and memory a sandbox requests. */
+export interface Resources {
+  cpu?: number;
+  memory?: MemorySize;
+}
+
+/** Paths the runtime owns; a workspace may not be one of them or under them. */
+const reservedPaths = ["/dev", "/proc", "/sys", "/run", "/tmp", "/opt/helmr"];
+const memoryPattern = /^(?:\d+|\d*\.\d+)(?:Ki|Mi|Gi|Ti)$/;
+
+/**
+ * A sandbox declaration: the Linux runtime shape of a task (image, workspace
+ * mount, resources). Sandboxes are immutable; builder methods return a copy.
+ */
+export class Sandbox {
+  readonly name: string;
+  readonly #image: Image | undefined;
+  readonly #workspace: string | undefined;
+  readonly #resources: Readonly<Resources>;
+
+  /** @internal Use sandbox(name). */
+  constructor(name: string, img?: Image, workspace?: string, resources: Resources = {}) {
+    this.name = name;
+    this.#image = img;
+    this.#workspace = workspace;
+    this.#resources = resources;
+  }
+
+  /** image sets the sandbox's image. */
+  image(img: Image): Sandbox {
+    if (!(img instanceof Image)) {
+      throw new TypeError(`sandbox "${this.name}" image must be an image(...), got ${describe(img)}`);
+    }
+    return new Sandbox(this.name, img, this.#workspace, this.#resources);
+  }
+
+  /** workspace sets where the workspace is mounted (default /workspace). */
+  workspace(path: string): Sandbox {
+    assertAbsolutePath(`sandbox "${this.name}" workspace`, path);
+    const clean = path.length > 1 ? path.replace(/\/+$/, "") : path;
+    if (clean === "/" || clean.split("/").includes("..")) {
+      throw new TypeError(`sandbox "${this.name}" workspace ${JSON.stringify(path)} is not a usable mount path`);
+    }
+    const reserved = reservedPaths.find((r) => clean === r || clean.startsWith(`${r}/`));
+    if (reserved !== undefined) {
+      throw new TypeError(`sandbox "${this.name}" workspace ${JSON.stringify(path)} is under reserved path ${reserved}`);
+    }
+    return new Sandbox(this.name, this.#image, clean, this.#resources);
+  }
+
+  /** resources sets the requested vCPUs and memory. */
+  resources(resources: Resources): Sandbox {
+    const { cpu, memory } = resources;
+    if (cpu !== undefined && (typeof cpu !== "number" || !Number.isFinite(cpu) || cpu <= 0)) {
+      throw new TypeError(`sandbox "${this.name}" cpu must be a positive number, got ${describe(cpu)}`);
+    }
+    if (memory !== undefined && (typeof memory !== "string" || !memoryPattern.test(memory))) {
+      throw new TypeError(
+        `sandbox "${this.name}" memory must be a size such as "512Mi" or "4Gi", got ${describe(memory)}`,
+      );
+    }
+    const copy: Resources = {};
+    if (cpu !== undefined) copy.cpu = cpu;
+    if (memory !== undefined) copy.memory = memory;
+    return new Sandbox(this.name, this.#image, this.#workspace, Object.freeze(copy));
+  }
+
+  /** toManifest serializes the sandbox; it fails if no image was set. */
+  toManifest(): SandboxManifest {
+    if (this.#image === undefined) {
+      throw new Error(`sandbox "${this.name}" has no image: call .image(image(...))`);
+    }
+    const resources: ResourcesManifest = {};
+    if (this.#resources.cpu !== undefined) resources.cpu = this.#resources.cpu;
+    if (this.#resources.memory !== undefined) resources.memory = this.#resources.memory;
+    return {
+      name: this.name,
+      image: this.#image.toManifest(),
+      ...(this.#workspace !== undefined ? { workspace: this.#workspace } : {}),
+      resources,
+    } satisfies SandboxManifest;
+  }
+}
+
+/** sandbox declares a named sandbox; chain .image(...), .workspace(...), .resources(...). */
+export function sandbox(name: string): Sandbox {
+  assertName("sandbox name", name);
+  return new Sandbox(name);
+}

@@ -1,0 +1,181 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+
+import { cache, image, sandbox, source, task } from "../src/index.js";
+import { taskManifests, type TaskManifest } from "../src/manifest.js";
+
+const deps = cache("bun-install");
+const installTools = [
+  "apt-get update",
+  "apt-get install -y --no-install-recommends git ripgrep",
+  "rm -rf /var/lib/apt/lists/*",
+].join(" && ");
+
+const tools = image("tools").from("alpine:3.20").run(["apk", "add", "jq"]);
+
+const agent = image("agent")
+  .from("node:24-bookworm-slim")
+  .workdir("/workspace")
+  .run(["npm", "install", "-g", "bun@1.3.10"])
+  .run(["sh", "-ceu", installTools])
+  .copy("/workspace/package.json", source.file("package.json"))
+  .run(["bun", "install"], {
+    cache: [{ mountPath: "/root/.bun/install/cache", cache: deps }],
+  })
+  .copy("/opt/task", source.directory("./tasks"))
+  .copyFrom(tools, "/usr/bin/jq", "/usr/local/bin/jq")
+  .env("NODE_ENV", "production")
+  .user("node");
+
+const sb = sandbox("agent").image(agent).workspace("/workspace").resources({ cpu: 2, memory: "4Gi" });
+
+const wantImage = {
+  name: "agent",
+  steps: [
+    { kind: "from", ref: "node:24-bookworm-slim" },
+    { kind: "workdir", path: "/workspace" },
+    { kind: "run", argv: ["npm", "install", "-g", "bun@1.3.10"] },
+    { kind: "run", argv: ["sh", "-ceu", installTools] },
+    { kind: "copy", dest: "/workspace/package.json", source: { type: "file", path: "package.json" } },
+    { kind: "run", argv: ["bun", "install"], cache: [{ mountPath: "/root/.bun/install/cache", cache: "bun-install" }] },
+    { kind: "copy", dest: "/opt/task", source: { type: "directory", path: "./tasks" } },
+    {
+      kind: "copyFrom",
+      image: { name: "tools", steps: [{ kind: "from", ref: "alpine:3.20" }, { kind: "run", argv: ["apk", "add", "jq"] }] },
+      src: "/usr/bin/jq",
+      dest: "/usr/local/bin/jq",
+    },
+    { kind: "env", key: "NODE_ENV", value: "production" },
+    { kind: "user", user: "node" },
+  ],
+};
+
+describe("image and sandbox", () => {
+  it("serialize to the manifest JSON shape", () => {
+    assert.deepStrictEqual(sb.toManifest(), {
+      name: "agent",
+      image: wantImage,
+      workspace: "/workspace",
+      resources: { cpu: 2, memory: "4Gi" },
+    });
+  });
+
+  it("round-trips through JSON unchanged (no undefined or class fields)", () => {
+    const m = sb.toManifest();
+    assert.deepStrictEqual(JSON.parse(JSON.stringify(m)), m);
+  });
+
+  it("omits unset optional fields", () => {
+    const m = sandbox("bare").image(image("b").from("debian")).toManifest();
+    assert.deepStrictEqual(m, { name: "bare", image: { name: "b", steps: [{ kind: "from", ref: "debian" }] }, resources: {} });
+    assert.equal(JSON.stringify(m), '{"name":"bare","image":{"name":"b","steps":[{"kind":"from","ref":"debian"}]},"resources":{}}');
+  });
+
+  it("are immutable", () => {
+    const base = image("base").from("debian");
+    const a = base.run(["true"]);
+    const b = base.workdir("/srv");
+    assert.equal(base.toManifest().steps.length, 1);
+    assert.deepStrictEqual(a.toManifest().steps[1], { kind: "run", argv: ["true"] });
+    assert.deepStrictEqual(b.toManifest().steps[1], { kind: "workdir", path: "/srv" });
+    const s = sandbox("s").image(base);
+    s.resources({ cpu: 1 });
+    assert.deepStrictEqual(s.toManifest().resources, {});
+  });
+
+  const bad: Array<[string, () => unknown, RegExp]> = [
+    ["image without from", () => sandbox("s").image(image("i")).toManifest(), /has no base/],
+    ["step before from", () => image("i").run(["true"]), /call \.from\(ref\) before \.run/],
+    ["second from", () => image("i").from("a").from("b"), /first step/],
+    ["empty argv", () => image("i").from("a").run([]), /non-empty array/],
+    ["relative copy dest", () => image("i").from("a").copy("x", source.file("y")), /absolute path/],
+    ["escaping source", () => source.file("../secret"), /stay inside/],
+    ["sandbox without image", () => sandbox("s").toManifest(), /has no image/],
+    ["reserved workspace", () => sandbox("s").workspace("/opt/helmr/w"), /reserved path \/opt\/helmr/],
+    ["root workspace", () => sandbox("s").workspace("/"), /not a usable/],
+    ["bad memory", () => sandbox("s").resources({ cpu: 1, memory: "4GB" as "4Gi" }), /memory must be a size/],
+    ["bad cpu", () => sandbox("s").resources({ cpu: 0 }), /cpu must be a positive/],
+    ["bad name", () => image("has space"), /image name must be/],
+  ];
+  for (const [name, fn, want] of bad) {
+    it(`reject ${name}`, () => assert.throws(fn, want));
+  }
+});
+
+describe("task", () => {
+  const hello = task({
+    id: "hello",
+    sandbox: sandbox("hello").image(image("hello").from("helmr/bookworm-node22")).resources({ cpu: 1, memory: "512Mi" }),
+    maxDuration: 60,
+    secrets: {
+      OPENAI_API_KEY: { env: "OPENAI_API_KEY" },
+      GH_KEY: { file: "/run/secrets/gh.pem", mode: 0o400, owner: "1000:1000" },
+      KUBE: { directory: "/home/node/.kube", files: ["config"], mode: "600" },
+    },
+    run: async (payload: { name?: string }) => ({ greeting: `hello ${payload.name ?? "world"}` }),
+  });
+  const declared = task({ id: "declared-only", sandbox: sandbox("d").image(image("d").from("debian")) });
+
+  it("serializes to a TaskManifest per module export", () => {
+    const want: TaskManifest[] = [
+      {
+        id: "declared-only",
+        module: "tasks/hello.mjs",
+        export: "declared",
+        sandbox: { name: "d", image: { name: "d", steps: [{ kind: "from", ref: "debian" }] }, resources: {} },
+        hasRun: false,
+      },
+      {
+        id: "hello",
+        module: "tasks/hello.mjs",
+        export: "hello",
+        maxDuration: 60,
+        secrets: {
+          OPENAI_API_KEY: { env: "OPENAI_API_KEY" },
+          GH_KEY: { file: "/run/secrets/gh.pem", mode: "0400", owner: "1000:1000" },
+          KUBE: { directory: "/home/node/.kube", files: ["config"], mode: "0600" },
+        },
+        sandbox: {
+          name: "hello",
+          image: { name: "hello", steps: [{ kind: "from", ref: "helmr/bookworm-node22" }] },
+          resources: { cpu: 1, memory: "512Mi" },
+        },
+        hasRun: true,
+      },
+    ];
+    const got = taskManifests({ hello, declared, default: hello, notATask: { id: "x" }, n: 3 }, "tasks/hello.mjs");
+    assert.deepStrictEqual(got, want);
+  });
+
+  it("reports hasRun false for a task without run", () => {
+    assert.equal(declared.run, undefined);
+    assert.equal(taskManifests({ declared }, "m.mjs")[0]?.hasRun, false);
+  });
+
+  it("keeps run callable", async () => {
+    assert.equal(typeof hello.run, "function");
+  });
+
+  it("returns a fresh manifest copy each time", () => {
+    const [a] = taskManifests({ hello }, "m.mjs");
+    assert.ok(a);
+    a.sandbox.image.steps.length = 0;
+    assert.equal(taskManifests({ hello }, "m.mjs")[0]?.sandbox.image.steps.length, 1);
+  });
+
+  const sb1 = sandbox("s").image(image("i").from("debian"));
+  const bad: Array<[string, () => unknown, RegExp]> = [
+    ["a bad id", () => task({ id: "", sandbox: sb1 }), /task id must be/],
+    ["a missing sandbox", () => task({ id: "t", sandbox: undefined as never }), /sandbox must be a sandbox/],
+    ["a sandbox without image", () => task({ id: "t", sandbox: sandbox("s") }), /has no image/],
+    ["a fractional maxDuration", () => task({ id: "t", sandbox: sb1, maxDuration: 1.5 }), /whole number/],
+    ["two secret targets", () => task({ id: "t", sandbox: sb1, secrets: { A: { env: "A", file: "/a" } as never } }), /exactly one/],
+    ["a relative secret file", () => task({ id: "t", sandbox: sb1, secrets: { A: { file: "a" } } }), /absolute path/],
+    ["a bad mode", () => task({ id: "t", sandbox: sb1, secrets: { A: { file: "/a", mode: "rw" } } }), /mode must be/],
+    ["a directory without files", () => task({ id: "t", sandbox: sb1, secrets: { A: { directory: "/a", files: [] } } }), /files must list/],
+    ["a bad env name", () => task({ id: "t", sandbox: sb1, secrets: { A: { env: "1X" } } }), /variable name/],
+  ];
+  for (const [name, fn, want] of bad) {
+    it(`rejects ${name}`, () => assert.throws(fn, want));
+  }
+});
