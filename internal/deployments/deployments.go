@@ -43,10 +43,12 @@ type Store interface {
 	GetDeploymentFiles(ctx context.Context, id string) (map[string][]byte, error)
 	// ListDeployments returns the deployments of project/env, newest first.
 	ListDeployments(ctx context.Context, project, env string, limit int) ([]Deployment, error)
-	// CurrentTasks returns the tasks of the latest deployment of project/env.
+	// CurrentTasks returns the tasks of the latest deployment of project/env,
+	// ordered by task ID; an empty list (no error) when nothing is deployed.
 	CurrentTasks(ctx context.Context, project, env string) ([]Task, error)
-	// GetTask returns a task of the latest deployment of project/env that
-	// defines it; ErrNotFound when no deployment defines it.
+	// GetTask returns the task as the latest deployment of project/env
+	// defines it; ErrNotFound when that deployment does not define it, even
+	// if an older one did (a task dropped by a deploy can no longer run).
 	GetTask(ctx context.Context, project, env, taskID string) (Task, error)
 }
 

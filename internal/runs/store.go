@@ -21,7 +21,8 @@ type Store interface {
 	// AppendEvents appends events to the run's log with consecutive
 	// sequence numbers; ErrNotFound for an unknown run.
 	AppendEvents(ctx context.Context, id string, evs []NewEvent) ([]Event, error)
-	// ListEvents returns up to limit events with Seq > after, in order.
+	// ListEvents returns up to limit events with Seq > after, in order;
+	// ErrNotFound for an unknown run. limit <= 0 means the store's default.
 	ListEvents(ctx context.Context, id string, after int64, limit int) ([]Event, error)
 	// LeaseRun moves the oldest QUEUED run to
 	// STARTING for workerID and returns it; ErrNotFound when none is queued.

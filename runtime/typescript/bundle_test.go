@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/helmr/helmr/internal/testenv"
+
 	"github.com/evanw/esbuild/pkg/api"
 	"github.com/google/go-cmp/cmp"
 
@@ -86,9 +88,7 @@ func bundle(t *testing.T, entry, outfile string) {
 func requireNode(t *testing.T) string {
 	t.Helper()
 	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not on PATH")
-	}
+	testenv.Require(t, err == nil, "node is not on PATH")
 	return node
 }
 

@@ -1,0 +1,126 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/helmr/helmr/internal/testenv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/helmr/helmr/internal/store/storetest"
+)
+
+// countingStore lets the suite count rows in every table.
+type countingStore struct{ *Store }
+
+func (s countingStore) CountRows(ctx context.Context, table string) (n int, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT COUNT(*) FROM `+pgx.Identifier{table}.Sanitize()).Scan(&n)
+	return n, err
+}
+
+// testURL returns HELMR_TEST_DATABASE_URL or skips tb.
+func testURL(tb testing.TB) string {
+	tb.Helper()
+	u := os.Getenv("HELMR_TEST_DATABASE_URL")
+	testenv.Require(tb, u != "", "HELMR_TEST_DATABASE_URL not set (scripts/postgres-test.sh starts a local server)")
+	return u
+}
+
+// freshSchema creates a uniquely named schema, drops it when tb ends, and
+// returns a URL whose connections use it.
+func freshSchema(tb testing.TB) string {
+	tb.Helper()
+	admin := testURL(tb)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		tb.Fatalf("connect to HELMR_TEST_DATABASE_URL: %v", err)
+	}
+	defer conn.Close(ctx)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	schema := "helmr_test_" + hex.EncodeToString(b)
+	if _, err := conn.Exec(ctx, `CREATE SCHEMA `+schema); err != nil {
+		tb.Fatalf("create schema %s: %v", schema, err)
+	}
+	tb.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			tb.Errorf("connect to drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`); err != nil {
+			tb.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	u, err := url.Parse(admin)
+	if err != nil {
+		tb.Fatalf("HELMR_TEST_DATABASE_URL must be a postgres:// URL: %v", err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func openTest(tb testing.TB) storetest.Store {
+	tb.Helper()
+	u := freshSchema(tb)
+	s, err := Open(context.Background(), u, nil)
+	if err != nil {
+		tb.Fatalf("Open: %v", err)
+	}
+	tb.Cleanup(func() { s.Close() }) // registered last, so it runs before the schema is dropped
+	return countingStore{s}
+}
+
+func TestStoreSuite(t *testing.T) {
+	testURL(t)
+	storetest.RunStoreSuite(t, func(t *testing.T) storetest.Store { return openTest(t) })
+}
+
+func TestOpenTwiceAndNewerSchema(t *testing.T) {
+	ctx := t.Context()
+	u := freshSchema(t)
+	for range 2 {
+		s, err := Open(ctx, u, nil)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		s.Close()
+	}
+	s, err := Open(ctx, u, nil)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, '0999_future.sql', now())`)
+	s.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(ctx, u, nil)
+	if err == nil || !strings.Contains(err.Error(), "newer than this binary") {
+		t.Errorf("Open() with schema 999 = %v, want a newer-schema error", err)
+	}
+}
+
+func BenchmarkCreateRun(b *testing.B) { storetest.BenchmarkCreateRun(b, openTest) }
+
+func BenchmarkCreateRunParallel(b *testing.B) {
+	storetest.BenchmarkCreateRunParallel(b, openTest, 4)
+}
+
+func BenchmarkAppendEvents100(b *testing.B) {
+	storetest.BenchmarkAppendEvents(b, openTest, 100, 10, false)
+}
+
+func BenchmarkAppendEvents100Parallel(b *testing.B) {
+	storetest.BenchmarkAppendEvents(b, openTest, 100, 10, true)
+}

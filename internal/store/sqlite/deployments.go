@@ -1,0 +1,207 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/store"
+)
+
+// CreateDeployment stores d as the next version of its project/env, with its
+// files and tasks, in one transaction.
+func (s *Store) CreateDeployment(ctx context.Context, d deployments.Deployment) (deployments.Deployment, error) {
+	if d.Project == "" || d.Env == "" {
+		return deployments.Deployment{}, fmt.Errorf("create deployment: project and env are required: %w", deployments.ErrInvalid)
+	}
+	if d.ID == "" {
+		d.ID = store.NewID(store.DeploymentPrefix)
+	}
+	d.CreatedAt = store.Time(d.CreatedAt)
+	manifest, err := json.Marshal(d.Manifest)
+	if err != nil {
+		return deployments.Deployment{}, fmt.Errorf("create deployment: encode manifest: %w", err)
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) + 1 FROM deployments
+			WHERE project = ? AND env = ?`, d.Project, d.Env).Scan(&d.Version); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO deployments (id, project, env, version, manifest, created_at)
+			VALUES (?, ?, ?, ?, ?, ?)`, d.ID, d.Project, d.Env, d.Version, string(manifest), fmtTime(d.CreatedAt)); err != nil {
+			return err
+		}
+		for path, content := range d.Files {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO deployment_files (deployment_id, path, content)
+				VALUES (?, ?, ?)`, d.ID, path, nonNil(content)); err != nil {
+				return fmt.Errorf("file %s: %w", path, err)
+			}
+		}
+		for _, t := range d.Manifest.Tasks {
+			spec, err := json.Marshal(t)
+			if err != nil {
+				return fmt.Errorf("task %s: encode: %w", t.ID, err)
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO tasks (deployment_id, task_id, project, env, spec)
+				VALUES (?, ?, ?, ?, ?)`, d.ID, t.ID, d.Project, d.Env, string(spec)); err != nil {
+				return fmt.Errorf("task %s: %w", t.ID, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return deployments.Deployment{}, fmt.Errorf("create deployment of %s/%s: %w", d.Project, d.Env, err)
+	}
+	return d, nil
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+const deploymentColumns = `id, project, env, version, manifest, created_at`
+
+func scanDeployment(row scanner) (deployments.Deployment, error) {
+	var d deployments.Deployment
+	var manifest, created string
+	if err := row.Scan(&d.ID, &d.Project, &d.Env, &d.Version, &manifest, &created); err != nil {
+		return deployments.Deployment{}, err
+	}
+	if err := json.Unmarshal([]byte(manifest), &d.Manifest); err != nil {
+		return deployments.Deployment{}, fmt.Errorf("decode manifest of deployment %s: %w", d.ID, err)
+	}
+	var err error
+	d.CreatedAt, err = parseTime(created)
+	return d, err
+}
+
+// GetDeployment returns the deployment with id, without its files.
+func (s *Store) GetDeployment(ctx context.Context, id string) (deployments.Deployment, error) {
+	d, err := scanDeployment(s.r.QueryRowContext(ctx, `SELECT `+deploymentColumns+` FROM deployments WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return deployments.Deployment{}, fmt.Errorf("get deployment %s: %w", id, deployments.ErrNotFound)
+	}
+	if err != nil {
+		return deployments.Deployment{}, fmt.Errorf("get deployment %s: %w", id, err)
+	}
+	return d, nil
+}
+
+// GetDeploymentFiles returns the files of the deployment with id by path
+// (an empty map when it has none); deployments.ErrNotFound for an unknown id.
+func (s *Store) GetDeploymentFiles(ctx context.Context, id string) (map[string][]byte, error) {
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("get files of deployment %s: %w", id, err)
+	}
+	defer tx.Rollback()
+	var one int
+	err = tx.QueryRowContext(ctx, `SELECT 1 FROM deployments WHERE id = ?`, id).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("get files of deployment %s: %w", id, deployments.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get files of deployment %s: %w", id, err)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT path, content FROM deployment_files WHERE deployment_id = ?`, id)
+	if err != nil {
+		return nil, fmt.Errorf("get files of deployment %s: %w", id, err)
+	}
+	defer rows.Close()
+	files := map[string][]byte{}
+	for rows.Next() {
+		var path string
+		var content []byte
+		if err := rows.Scan(&path, &content); err != nil {
+			return nil, fmt.Errorf("get files of deployment %s: %w", id, err)
+		}
+		files[path] = nonNil(content)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("get files of deployment %s: %w", id, err)
+	}
+	return files, nil
+}
+
+// ListDeployments returns the deployments of project/env, newest first.
+func (s *Store) ListDeployments(ctx context.Context, project, env string, limit int) ([]deployments.Deployment, error) {
+	limit = store.Limit(limit, store.DefaultDeploymentsLimit, store.MaxDeploymentsLimit)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+deploymentColumns+` FROM deployments
+		WHERE project = ? AND env = ? ORDER BY version DESC LIMIT ?`, project, env, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list deployments of %s/%s: %w", project, env, err)
+	}
+	defer rows.Close()
+	out := []deployments.Deployment{}
+	for rows.Next() {
+		d, err := scanDeployment(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list deployments of %s/%s: %w", project, env, err)
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list deployments of %s/%s: %w", project, env, err)
+	}
+	return out, nil
+}
+
+// latestTaskQuery selects tasks of the latest deployment of a project/env.
+const latestTaskQuery = `SELECT d.id, d.version, t.spec FROM deployments d
+	JOIN tasks t ON t.deployment_id = d.id
+	WHERE d.id = (SELECT id FROM deployments WHERE project = ? AND env = ? ORDER BY version DESC LIMIT 1)`
+
+// CurrentTasks returns the tasks of the latest deployment of project/env,
+// by task id; none (and no error) when nothing is deployed.
+func (s *Store) CurrentTasks(ctx context.Context, project, env string) ([]deployments.Task, error) {
+	rows, err := s.r.QueryContext(ctx, latestTaskQuery+` ORDER BY t.task_id`, project, env)
+	if err != nil {
+		return nil, fmt.Errorf("current tasks of %s/%s: %w", project, env, err)
+	}
+	defer rows.Close()
+	out := []deployments.Task{}
+	for rows.Next() {
+		t, err := scanTask(rows, project, env)
+		if err != nil {
+			return nil, fmt.Errorf("current tasks of %s/%s: %w", project, env, err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("current tasks of %s/%s: %w", project, env, err)
+	}
+	return out, nil
+}
+
+// GetTask returns taskID as defined by the latest deployment of project/env.
+// A task the latest deployment dropped is deployments.ErrNotFound, even if
+// an older version defined it: only current code can be triggered.
+func (s *Store) GetTask(ctx context.Context, project, env, taskID string) (deployments.Task, error) {
+	t, err := scanTask(s.r.QueryRowContext(ctx, latestTaskQuery+` AND t.task_id = ?`, project, env, taskID), project, env)
+	if errors.Is(err, sql.ErrNoRows) {
+		return deployments.Task{}, fmt.Errorf("get task %s of %s/%s: %w", taskID, project, env, deployments.ErrNotFound)
+	}
+	if err != nil {
+		return deployments.Task{}, fmt.Errorf("get task %s of %s/%s: %w", taskID, project, env, err)
+	}
+	return t, nil
+}
+
+func scanTask(row scanner, project, env string) (deployments.Task, error) {
+	t := deployments.Task{Project: project, Env: env}
+	var spec string
+	if err := row.Scan(&t.DeploymentID, &t.DeploymentVersion, &spec); err != nil {
+		return deployments.Task{}, err
+	}
+	if err := json.Unmarshal([]byte(spec), &t.Spec); err != nil {
+		return deployments.Task{}, fmt.Errorf("decode task spec: %w", err)
+	}
+	t.ID = t.Spec.ID
+	return t, nil
+}

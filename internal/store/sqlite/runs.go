@@ -1,0 +1,237 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/store"
+)
+
+const runColumns = `id, project, env, task_id, deployment_id, deployment_version, status,
+	payload, output, error, idempotency_key, worker_id, tier, max_duration_sec,
+	created_at, started_at, finished_at, last_seq`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRun(row scanner) (runs.Run, error) {
+	var (
+		r                        runs.Run
+		payload, output, errJSON sql.NullString
+		key, started, finished   sql.NullString
+		created                  string
+	)
+	err := row.Scan(&r.ID, &r.Project, &r.Env, &r.TaskID, &r.DeploymentID, &r.DeploymentVersion, &r.Status,
+		&payload, &output, &errJSON, &key, &r.WorkerID, &r.Tier, &r.MaxDurationSec,
+		&created, &started, &finished, &r.LastSeq)
+	if err != nil {
+		return runs.Run{}, err
+	}
+	if payload.Valid {
+		r.Payload = json.RawMessage(payload.String)
+	}
+	if output.Valid {
+		r.Output = json.RawMessage(output.String)
+	}
+	if errJSON.Valid {
+		r.Error = new(runs.Error)
+		if err := json.Unmarshal([]byte(errJSON.String), r.Error); err != nil {
+			return runs.Run{}, fmt.Errorf("decode error of run %s: %w", r.ID, err)
+		}
+	}
+	r.IdempotencyKey = key.String
+	var errs [3]error
+	r.CreatedAt, errs[0] = parseTime(created)
+	r.StartedAt, errs[1] = parseTimePtr(started)
+	r.FinishedAt, errs[2] = parseTimePtr(finished)
+	return r, errors.Join(errs[:]...)
+}
+
+func errorJSON(e *runs.Error) (any, error) {
+	if e == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode run error: %w", err)
+	}
+	return string(b), nil
+}
+
+// CreateRun inserts r as QUEUED with its first status event, or returns the
+// run that already holds r's idempotency key for its project, env and task.
+func (s *Store) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, error) {
+	r, first := store.NewRun(r)
+	var existing *runs.Run
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if r.IdempotencyKey != "" {
+			row := tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs
+				WHERE project = ? AND env = ? AND task_id = ? AND idempotency_key = ?`,
+				r.Project, r.Env, r.TaskID, r.IdempotencyKey)
+			old, err := scanRun(row)
+			if err == nil {
+				existing = &old
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO runs (`+runColumns+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, '', '', ?, ?, NULL, NULL, 1)`,
+			r.ID, r.Project, r.Env, r.TaskID, r.DeploymentID, r.DeploymentVersion, r.Status,
+			nullText(r.Payload), nullText(r.IdempotencyKey), r.MaxDurationSec, fmtTime(r.CreatedAt))
+		if err != nil {
+			return err
+		}
+		return insertEvents(ctx, tx, []runs.Event{first})
+	})
+	if err != nil {
+		return runs.Run{}, false, fmt.Errorf("create run: %w", err)
+	}
+	if existing != nil {
+		return *existing, false, nil
+	}
+	return r, true, nil
+}
+
+// GetRun returns the run with id, or runs.ErrNotFound.
+func (s *Store) GetRun(ctx context.Context, id string) (runs.Run, error) {
+	r, err := scanRun(s.r.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return runs.Run{}, fmt.Errorf("get run %s: %w", id, runs.ErrNotFound)
+	}
+	if err != nil {
+		return runs.Run{}, fmt.Errorf("get run %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// ListRuns returns runs matching f, newest first, a page at a time.
+func (s *Store) ListRuns(ctx context.Context, f runs.Filter) (runs.Page, error) {
+	limit := store.Limit(f.Limit, store.DefaultRunsLimit, store.MaxRunsLimit)
+	var where []string
+	var args []any
+	for _, c := range []struct{ col, val string }{
+		{"project", f.Project}, {"env", f.Env}, {"task_id", f.TaskID}, {"status", string(f.Status)},
+	} {
+		if c.val != "" {
+			where = append(where, c.col+" = ?")
+			args = append(args, c.val)
+		}
+	}
+	if f.Cursor != "" {
+		t, id, err := store.DecodeCursor(f.Cursor)
+		if err != nil {
+			return runs.Page{}, fmt.Errorf("list runs: %w", err)
+		}
+		where = append(where, "(created_at, id) < (?, ?)")
+		args = append(args, fmtTime(t), id)
+	}
+	q := `SELECT ` + runColumns + ` FROM runs`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY created_at DESC, id DESC LIMIT ?"
+	args = append(args, limit+1)
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return runs.Page{}, fmt.Errorf("list runs: %w", err)
+	}
+	defer rows.Close()
+	page := runs.Page{Runs: []runs.Run{}}
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return runs.Page{}, fmt.Errorf("list runs: %w", err)
+		}
+		page.Runs = append(page.Runs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return runs.Page{}, fmt.Errorf("list runs: %w", err)
+	}
+	if len(page.Runs) > limit {
+		page.Runs = page.Runs[:limit]
+		last := page.Runs[limit-1]
+		page.NextCursor = store.EncodeCursor(last.CreatedAt, last.ID)
+	}
+	return page, nil
+}
+
+// Transition applies t to the run with id and appends its status event.
+func (s *Store) Transition(ctx context.Context, id string, t runs.Transition) (runs.Run, runs.Event, error) {
+	if err := store.ValidateTransition(t); err != nil {
+		return runs.Run{}, runs.Event{}, fmt.Errorf("transition run %s: %w", id, err)
+	}
+	var r runs.Run
+	var ev runs.Event
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		r, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("transition run %s: %w", id, runs.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("transition run %s: %w", id, err)
+		}
+		ev, err = applyTransition(ctx, tx, &r, t)
+		return err
+	})
+	if err != nil {
+		return runs.Run{}, runs.Event{}, err
+	}
+	return r, ev, nil
+}
+
+// applyTransition applies t to r, writes r back and appends the event.
+func applyTransition(ctx context.Context, tx *sql.Tx, r *runs.Run, t runs.Transition) (runs.Event, error) {
+	ev, err := store.ApplyTransition(r, t)
+	if err != nil {
+		return runs.Event{}, err
+	}
+	errJSON, err := errorJSON(r.Error)
+	if err != nil {
+		return runs.Event{}, err
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE runs SET status = ?, worker_id = ?, tier = ?, output = ?, error = ?,
+		started_at = ?, finished_at = ?, last_seq = ? WHERE id = ?`,
+		r.Status, r.WorkerID, r.Tier, nullText(r.Output), errJSON,
+		fmtTimePtr(r.StartedAt), fmtTimePtr(r.FinishedAt), r.LastSeq, r.ID)
+	if err != nil {
+		return runs.Event{}, fmt.Errorf("update run %s: %w", r.ID, err)
+	}
+	if err := insertEvents(ctx, tx, []runs.Event{ev}); err != nil {
+		return runs.Event{}, err
+	}
+	return ev, nil
+}
+
+// LeaseRun moves the oldest QUEUED run to STARTING for workerID. The single
+// IMMEDIATE writer makes concurrent leases exclusive.
+func (s *Store) LeaseRun(ctx context.Context, workerID string, now time.Time) (runs.Run, error) {
+	var r runs.Run
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		r, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs
+			WHERE status = 'QUEUED' ORDER BY created_at, id LIMIT 1`))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("lease run for worker %s: no queued run: %w", workerID, runs.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("lease run: %w", err)
+		}
+		_, err = applyTransition(ctx, tx, &r, runs.Transition{
+			From: []runs.Status{runs.StatusQueued}, To: runs.StatusStarting, WorkerID: workerID, Time: now,
+		})
+		return err
+	})
+	if err != nil {
+		return runs.Run{}, err
+	}
+	return r, nil
+}

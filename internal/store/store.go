@@ -1,0 +1,74 @@
+// Package store holds what the storage engines (store/sqlite and
+// store/postgres) share: ID generation, list cursors and limits, embedded
+// migration loading, and the rules for applying a run transition. The
+// engines implement runs.Store and deployments.Store over one schema;
+// store/storetest is the suite both must pass.
+package store
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/binary"
+	"time"
+)
+
+// Run and deployment ID prefixes.
+const (
+	RunPrefix        = "run_"
+	DeploymentPrefix = "dep_"
+)
+
+// idEncoding is lower-case Crockford base32: its alphabet is in ASCII order,
+// so encoded IDs sort like the bytes they encode.
+var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
+
+// NewID returns prefix followed by 26 characters encoding 16 bytes: a 48-bit
+// millisecond timestamp (big-endian) and 80 random bits. IDs made in later
+// milliseconds sort after earlier ones.
+func NewID(prefix string) string {
+	var b [16]byte
+	ms := uint64(time.Now().UnixMilli())
+	binary.BigEndian.PutUint16(b[0:2], uint16(ms>>32))
+	binary.BigEndian.PutUint32(b[2:6], uint32(ms))
+	_, _ = rand.Read(b[6:]) // crypto/rand.Read never fails
+	return prefix + idEncoding.EncodeToString(b[:])
+}
+
+// Time converts t to the precision and zone every store keeps: UTC,
+// truncated to microseconds. A zero t becomes now.
+func Time(t time.Time) time.Time {
+	if t.IsZero() {
+		t = time.Now()
+	}
+	return t.UTC().Truncate(time.Microsecond)
+}
+
+// TimePtr is Time for optional times; nil stays nil.
+func TimePtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := Time(*t)
+	return &u
+}
+
+// Limit clamps a requested page size n to 1..max, with def for n <= 0.
+func Limit(n, def, max int) int {
+	switch {
+	case n <= 0:
+		return def
+	case n > max:
+		return max
+	}
+	return n
+}
+
+// Page sizes applied by the engines.
+const (
+	DefaultRunsLimit        = 50
+	MaxRunsLimit            = 1000
+	DefaultEventsLimit      = 1000
+	MaxEventsLimit          = 10000
+	DefaultDeploymentsLimit = 50
+	MaxDeploymentsLimit     = 1000
+)

@@ -1,0 +1,88 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/helmr/helmr/internal/runs"
+)
+
+// ValidateTransition rejects a transition no run could take: an empty From
+// or an unknown To. Both are runs.ErrInvalid.
+func ValidateTransition(t runs.Transition) error {
+	if len(t.From) == 0 {
+		return fmt.Errorf("transition to %s: empty from: %w", t.To, runs.ErrInvalid)
+	}
+	if !t.To.Valid() {
+		return fmt.Errorf("transition to %q: unknown status: %w", t.To, runs.ErrInvalid)
+	}
+	return nil
+}
+
+// ApplyTransition checks that r's status is in t.From (runs.ErrConflict,
+// wrapped, if not), then sets r's status and every non-empty field of t, and
+// returns the status event with sequence number r.LastSeq+1, which it also
+// records in r.LastSeq. The caller holds r's row locked.
+func ApplyTransition(r *runs.Run, t runs.Transition) (runs.Event, error) {
+	if !slices.Contains(t.From, r.Status) {
+		return runs.Event{}, fmt.Errorf("transition run %s from %s to %s (want from %v): %w",
+			r.ID, r.Status, t.To, t.From, runs.ErrConflict)
+	}
+	data, err := json.Marshal(runs.StatusData{From: r.Status, To: t.To, Error: t.Error})
+	if err != nil {
+		return runs.Event{}, fmt.Errorf("encode status event: %w", err)
+	}
+	r.Status = t.To
+	if t.WorkerID != "" {
+		r.WorkerID = t.WorkerID
+	}
+	if t.Tier != "" {
+		r.Tier = t.Tier
+	}
+	if len(t.Output) > 0 {
+		r.Output = t.Output
+	}
+	if t.Error != nil {
+		r.Error = t.Error
+	}
+	if t.StartedAt != nil {
+		r.StartedAt = TimePtr(t.StartedAt)
+	}
+	if t.FinishedAt != nil {
+		r.FinishedAt = TimePtr(t.FinishedAt)
+	}
+	r.LastSeq++
+	return runs.Event{RunID: r.ID, Seq: r.LastSeq, Type: runs.EventStatus, Time: Time(t.Time), Data: data}, nil
+}
+
+// FirstEvent is the status event CreateRun appends with a new run.
+func FirstEvent(id string, at time.Time) runs.Event {
+	data, _ := json.Marshal(runs.StatusData{To: runs.StatusQueued})
+	return runs.Event{RunID: id, Seq: 1, Type: runs.EventStatus, Time: at, Data: data}
+}
+
+// NewRun fills the fields CreateRun assigns: ID when empty, status QUEUED,
+// CreatedAt (UTC, microseconds; now when zero), LastSeq 1 and no worker
+// state. It returns the run and its first event.
+func NewRun(r runs.Run) (runs.Run, runs.Event) {
+	if r.ID == "" {
+		r.ID = NewID(RunPrefix)
+	}
+	r.Status = runs.StatusQueued
+	r.CreatedAt = Time(r.CreatedAt)
+	r.Output, r.Error, r.WorkerID, r.Tier = nil, nil, "", ""
+	r.StartedAt, r.FinishedAt = nil, nil
+	r.LastSeq = 1
+	return r, FirstEvent(r.ID, r.CreatedAt)
+}
+
+// NewEvents gives evs the sequence numbers after lastSeq and normalized times.
+func NewEvents(id string, lastSeq int64, evs []runs.NewEvent) []runs.Event {
+	out := make([]runs.Event, len(evs))
+	for i, e := range evs {
+		out[i] = runs.Event{RunID: id, Seq: lastSeq + int64(i) + 1, Type: e.Type, Time: Time(e.Time), Data: e.Data}
+	}
+	return out
+}
