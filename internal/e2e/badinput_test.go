@@ -19,8 +19,8 @@ func TestBadInput(t *testing.T) {
 	}{
 		{"malformed config", []string{"deploy", "internal/e2e/testdata/badconfig"}, []string{"deployment_build", "helmr.config.ts"}},
 		{"module without run", []string{"deploy", "internal/e2e/testdata/norun"}, []string{"deployment_build", `task "norun"`, "run"}},
-		{"two tasks with one id", []string{"deploy", "internal/e2e/testdata/dupe"}, []string{"deployment_build", `task "same"`, "duplicate task id"}},
-		{"reserved workspace", []string{"deploy", "internal/e2e/testdata/reserved"}, []string{"deployment_build", "sandbox.workspace", "/tmp/work", "reserved"}},
+		{"two tasks with one id", []string{"deploy", "internal/e2e/testdata/dupe"}, []string{"deployment_build", `task id "same"`, "declared twice"}},
+		{"reserved workspace", []string{"deploy", "internal/e2e/testdata/reserved"}, []string{"deployment_build", `task "reserved"`, "sandbox.workspace", "/tmp/work", "reserved"}},
 		{"missing project dir", []string{"deploy", "internal/e2e/testdata/nope"}, []string{"deployment_build", "helmr.config.ts"}},
 		{"payload not JSON", []string{"run", "hello", "--project", "hello", "--payload-json", "{nope"}, []string{"--payload-json is not valid JSON"}},
 		{"unknown task", []string{"run", "nope", "--project", "hello"}, []string{"not found", `"nope"`}},

@@ -40,6 +40,13 @@ func TestRunFailures(t *testing.T) {
 			t.Fatalf("run = %s %+v, want FAILED/task_process naming exit code 3", r.Status, r.Error)
 		}
 	})
+	t.Run("image without node", func(t *testing.T) {
+		r := d.waitDone(d.trigger("failing", "nonode", "null").ID, time.Minute)
+		if r.Status != runs.StatusFailed || r.Error == nil || r.Error.Class != runs.ClassImagePreparation ||
+			!strings.Contains(r.Error.Message, "node") {
+			t.Fatalf("run = %s %+v, want FAILED/image_preparation about node", r.Status, r.Error)
+		}
+	})
 	t.Run("maxDuration", func(t *testing.T) {
 		r := d.waitDone(d.trigger("failing", "slow", "null").ID, time.Minute)
 		if r.Status != runs.StatusTimedOut || r.Error == nil || r.Error.Class != runs.ClassTimeout {

@@ -49,8 +49,8 @@ func startDev(t *testing.T) *dev {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs bytes.Buffer
-	cmd.Stderr = &syncWriter{w: &logs}
+	logs := &syncWriter{w: new(bytes.Buffer)}
+	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,16 @@ func statuses(evs []runs.Event) []runs.Status {
 
 type syncWriter struct {
 	mu sync.Mutex
-	w  *bytes.Buffer
+	w  interface {
+		Write([]byte) (int, error)
+		String() string
+	}
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.String()
 }
 
 func (s *syncWriter) Write(p []byte) (int, error) {

@@ -11,8 +11,6 @@ export interface Resources {
   memory?: MemorySize;
 }
 
-/** Paths the runtime owns; a workspace may not be one of them or under them. */
-const reservedPaths = ["/dev", "/proc", "/sys", "/run", "/tmp", "/opt/helmr"];
 const memoryPattern = /^(?:\d+|\d*\.\d+)(?:Ki|Mi|Gi|Ti)$/;
 
 /**
@@ -48,10 +46,9 @@ export class Sandbox {
     if (clean === "/" || clean.split("/").includes("..")) {
       throw new TypeError(`sandbox "${this.name}" workspace ${JSON.stringify(path)} is not a usable mount path`);
     }
-    const reserved = reservedPaths.find((r) => clean === r || clean.startsWith(`${r}/`));
-    if (reserved !== undefined) {
-      throw new TypeError(`sandbox "${this.name}" workspace ${JSON.stringify(path)} is under reserved path ${reserved}`);
-    }
+    // Reserved runtime paths (/dev, /proc, /sys, /run, /tmp, /opt/helmr) are
+    // the runtime's policy: deploy validation refuses them, naming the task
+    // and the field (sandbox.workspace).
     return new Sandbox(this.name, this.#image, clean, this.#resources);
   }
 

@@ -123,3 +123,12 @@ export const probe = task({
     };
   },
 });
+
+// An image whose PATH has no node: the run fails in image preparation.
+const noNode = sandbox("nonode").image(image("nonode").from("helmr/bookworm-node22").env("PATH", "/opt/none"));
+
+export const nonode = task({
+  id: "nonode",
+  sandbox: noNode,
+  run: async () => "unreachable",
+});

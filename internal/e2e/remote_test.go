@@ -1,0 +1,91 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/helmr/helmr/internal/client"
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/testenv"
+)
+
+// TestRemoteWorker runs the control plane (helmr server) and a worker
+// (helmr worker --control-url) as separate processes: the worker leases and
+// reports over HTTP with its token.
+func TestRemoteWorker(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.BaseRootfs(t)
+	bin := testenv.Binaries(t)
+	tmp := t.TempDir()
+	base := append(os.Environ(), "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
+		"HELMR_WORKER_TOKEN=test-worker-token", "HELMR_PROJECT=")
+	server := start(t, bin, append(base, "HELMR_DATA_DIR="+filepath.Join(tmp, "cp"), "HELMR_ADDR=127.0.0.1:0"),
+		"Helmr control plane at ", "server")
+	start(t, bin, append(base, "HELMR_DATA_DIR="+filepath.Join(tmp, "worker")),
+		"Helmr worker leasing runs from ", "worker", "--control-url", server)
+
+	d := &dev{t: t, bin: bin, env: append(base, "HELMR_URL="+server), dataDir: filepath.Join(tmp, "worker"), url: server, api: client.New(server, "")}
+	d.deploy("examples/hello")
+	r := d.waitDone(d.trigger("hello", "hello", `{"name":"remote"}`).ID, 2*time.Minute)
+	if r.Status != runs.StatusCompleted || !strings.Contains(string(r.Output), "Hello, remote!") {
+		t.Fatalf("run = %s %+v output %s, want COMPLETED with the greeting", r.Status, r.Error, r.Output)
+	}
+	if !strings.Contains(strings.Join(logLines(d.events(r.ID)), "\n"), "hello: wrote hello.txt") {
+		t.Errorf("logs sent over HTTP lack the task's lines")
+	}
+	if data, err := os.ReadFile(filepath.Join(tmp, "worker", "workspaces", r.ID, "hello.txt")); err != nil || string(data) != "Hello, remote!\n" {
+		t.Errorf("worker workspace hello.txt = %q, %v", data, err)
+	}
+	// A wrong worker token is refused.
+	bad := client.Worker{C: client.New(server, "wrong")}
+	if _, err := bad.Status(context.Background(), r.ID); err == nil || !strings.Contains(err.Error(), "worker token") {
+		t.Errorf("status with a wrong token = %v, want an auth error", err)
+	}
+}
+
+// start runs `helmr args...` until the test ends and returns what follows
+// prefix on its first matching stdout line.
+func start(t *testing.T, bin string, env []string, prefix string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(bin, "helmr"), args...)
+	cmd.Env = env
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncWriter
+	logs.w = new(strings.Builder)
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("helmr %s log:\n%s", args[0], logs.String())
+		}
+	})
+	got := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), prefix); ok {
+				got <- strings.Fields(rest)[0]
+			}
+		}
+	}()
+	select {
+	case v := <-got:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("helmr %s did not start; log:\n%s", args[0], logs.String())
+		return ""
+	}
+}

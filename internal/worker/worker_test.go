@@ -1,0 +1,174 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/images"
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/sandbox"
+)
+
+// fakeControl is a hand-written ControlPlane that records what the worker
+// reports.
+type fakeControl struct {
+	mu       sync.Mutex
+	files    map[string][]byte
+	status   runs.Status
+	started  string
+	outcome  *runs.Outcome
+	finished chan struct{}
+}
+
+func (f *fakeControl) Lease(context.Context, string, []string) (Lease, error) {
+	return Lease{}, ErrNoWork
+}
+func (f *fakeControl) Files(context.Context, string) (map[string][]byte, error) {
+	return f.files, nil
+}
+func (f *fakeControl) Started(_ context.Context, _, _, tier string, _ runs.SystemData) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.started, f.status = tier, runs.StatusRunning
+	return nil
+}
+func (f *fakeControl) Logs(context.Context, string, []runs.LogData, time.Time) error { return nil }
+func (f *fakeControl) Finish(_ context.Context, _ string, o runs.Outcome) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.outcome = &o
+	return nil
+}
+func (f *fakeControl) Status(context.Context, string) (runs.Status, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.status, nil
+}
+
+// fakeRuntime starts fakeSandboxes whose Exec behaviour the test sets.
+type fakeRuntime struct {
+	startErr error
+	exec     func(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExitStatus, error)
+	stats    sandbox.Stats
+	spec     sandbox.Spec
+}
+
+func (r *fakeRuntime) Name() string { return "fake" }
+func (r *fakeRuntime) Start(_ context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	r.spec = spec
+	if r.startErr != nil {
+		return nil, r.startErr
+	}
+	return fakeSandbox{r}, nil
+}
+
+type fakeSandbox struct{ r *fakeRuntime }
+
+func (s fakeSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExitStatus, error) {
+	return s.r.exec(ctx, req)
+}
+func (s fakeSandbox) Stats() sandbox.Stats          { return s.r.stats }
+func (s fakeSandbox) Destroy(context.Context) error { return nil }
+
+func newTestWorker(t *testing.T, rt *fakeRuntime, cp *fakeControl) *Worker {
+	t.Helper()
+	bases := t.TempDir()
+	node := filepath.Join(bases, "base", "rootfs", "usr", "local", "bin", "node")
+	if err := os.MkdirAll(filepath.Dir(node), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(node, nil, 0o755)
+	os.WriteFile(filepath.Join(bases, "base", "config.json"), []byte(`{"env":{"PATH":"/usr/local/bin:/usr/bin"}}`), 0o644)
+	w, err := New(Config{ID: "w1", DataDir: t.TempDir(), Runtime: rt, Control: cp, Adapter: []byte("//"),
+		Images: &images.Resolver{BasesDir: bases, LayersDir: t.TempDir()}, Logger: slog.Default(), CancelPoll: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func lease(maxDur int, steps ...deployments.Step) Lease {
+	return Lease{
+		Run: runs.Run{ID: "run_1", TaskID: "t", DeploymentID: "dep_1", Payload: json.RawMessage(`{"a":1}`), MaxDurationSec: maxDur},
+		Task: deployments.TaskManifest{ID: "t", Module: "bundles/t.mjs", Export: "t", HasRun: true,
+			Sandbox: &deployments.SandboxManifest{Name: "s", Resources: deployments.Resources{Memory: "256Mi"},
+				Image: &deployments.ImageManifest{Name: "i", Steps: append([]deployments.Step{{Kind: "from", Ref: "helmr/base"}}, steps...)}}},
+	}
+}
+
+func reply(msg string) func(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExitStatus, error) {
+	return func(_ context.Context, req sandbox.ExecRequest) (sandbox.ExitStatus, error) {
+		req.OnOutput("stdout", []byte("hi\n"))
+		if msg != "" {
+			req.OnMessage([]byte(msg))
+		}
+		return sandbox.ExitStatus{}, nil
+	}
+}
+
+func TestOutcomes(t *testing.T) {
+	cases := []struct {
+		name   string
+		rt     *fakeRuntime
+		lease  Lease
+		status runs.Status
+		class  runs.FailureClass
+	}{
+		{"result", &fakeRuntime{exec: reply(`{"type":"result","output":{"ok":true}}`)}, lease(60), runs.StatusCompleted, ""},
+		{"thrown", &fakeRuntime{exec: reply(`{"type":"error","message":"boom","stack":"at x"}`)}, lease(60), runs.StatusFailed, runs.ClassTaskProcess},
+		{"exit without result", &fakeRuntime{exec: reply("")}, lease(60), runs.StatusFailed, runs.ClassTaskProcess},
+		{"oom", &fakeRuntime{exec: reply(""), stats: sandbox.Stats{OOMKilled: true}}, lease(60), runs.StatusFailed, runs.ClassTaskProcess},
+		{"sandbox start", &fakeRuntime{startErr: sandbox.ErrGuestRuntime}, lease(60), runs.StatusFailed, runs.ClassGuestRuntime},
+		{"agent failure", &fakeRuntime{exec: func(context.Context, sandbox.ExecRequest) (sandbox.ExitStatus, error) {
+			return sandbox.ExitStatus{}, errors.New("agent connection lost")
+		}}, lease(60), runs.StatusFailed, runs.ClassGuestRuntime},
+		{"run step", &fakeRuntime{exec: reply("")}, lease(60, deployments.Step{Kind: "run", Argv: []string{"true"}}), runs.StatusFailed, runs.ClassImagePreparation},
+		{"timeout", &fakeRuntime{exec: func(ctx context.Context, _ sandbox.ExecRequest) (sandbox.ExitStatus, error) {
+			<-ctx.Done()
+			return sandbox.ExitStatus{Signal: "killed"}, nil
+		}}, lease(1), runs.StatusTimedOut, runs.ClassTimeout},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cp := &fakeControl{files: map[string][]byte{"bundles/t.mjs": []byte("x")}, status: runs.StatusStarting}
+			w := newTestWorker(t, c.rt, cp)
+			w.execute(context.Background(), c.lease)
+			if cp.outcome == nil {
+				t.Fatal("no outcome reported")
+			}
+			if cp.outcome.Status != c.status {
+				t.Fatalf("status = %s (%+v), want %s", cp.outcome.Status, cp.outcome.Error, c.status)
+			}
+			if c.class != "" && (cp.outcome.Error == nil || cp.outcome.Error.Class != c.class) {
+				t.Errorf("error = %+v, want class %s", cp.outcome.Error, c.class)
+			}
+		})
+	}
+}
+
+func TestCanceledRunReportsNothing(t *testing.T) {
+	cp := &fakeControl{files: map[string][]byte{"bundles/t.mjs": []byte("x")}, status: runs.StatusStarting}
+	rt := &fakeRuntime{exec: func(ctx context.Context, _ sandbox.ExecRequest) (sandbox.ExitStatus, error) {
+		cp.mu.Lock()
+		cp.status = runs.StatusCanceled
+		cp.mu.Unlock()
+		<-ctx.Done()
+		return sandbox.ExitStatus{Signal: "killed"}, nil
+	}}
+	w := newTestWorker(t, rt, cp)
+	w.execute(context.Background(), lease(60))
+	if cp.outcome != nil {
+		t.Errorf("canceled run reported %+v, want nothing (the control plane already has CANCELED)", cp.outcome)
+	}
+	if rt.spec.Workspace != "/workspace" || rt.spec.MemoryBytes != 256<<20 {
+		t.Errorf("spec = %+v, want /workspace and 256Mi", rt.spec)
+	}
+}
