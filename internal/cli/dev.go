@@ -119,7 +119,7 @@ func newRuntime(cfg config.Config, log *slog.Logger) (sandbox.Runtime, error) {
 		return nil, errors.New("the process tier needs root (it maps sandbox users to unprivileged host ids and sets cgroup limits)")
 	}
 	return process.New(process.Config{
-		AgentPath: agent, StateDir: filepath.Join(cfg.DataDir, "sandboxes"), Logger: log,
+		AgentPath: agent, StateDir: cfg.SandboxDir, Logger: log,
 	})
 }
 

@@ -23,6 +23,7 @@ type Config struct {
 	CacheDir    string // built-in base images and layers ($HELMR_CACHE_DIR)
 	WorkerToken string // shared secret of remote workers
 	AgentPath   string // static helmr-agent binary
+	SandboxDir  string // per-sandbox scratch state; every parent must be searchable by others
 	Runtime     string // isolation tier: auto or process
 	Slots       int    // runs a worker executes at once
 	Node        string // host node used by deploy
@@ -38,15 +39,16 @@ type Config struct {
 func Default() Config {
 	home, _ := os.UserHomeDir()
 	return Config{
-		Addr:     "127.0.0.1:8480",
-		DataDir:  ".helmr",
-		CacheDir: filepath.Join(home, ".cache", "helmr"),
-		Runtime:  "auto",
-		Slots:    4,
-		Node:     "node",
-		URL:      "http://127.0.0.1:8480",
-		Env:      "dev",
-		Profile:  filepath.Join(home, ".config", "helmr", "profile.json"),
+		Addr:       "127.0.0.1:8480",
+		DataDir:    ".helmr",
+		CacheDir:   filepath.Join(home, ".cache", "helmr"),
+		Runtime:    "auto",
+		SandboxDir: "/run/helmr/sandboxes",
+		Slots:      4,
+		Node:       "node",
+		URL:        "http://127.0.0.1:8480",
+		Env:        "dev",
+		Profile:    filepath.Join(home, ".config", "helmr", "profile.json"),
 	}
 }
 
@@ -54,7 +56,7 @@ func Default() Config {
 func (c Config) FromEnv(getenv func(string) string) (Config, error) {
 	str := map[string]*string{
 		"HELMR_ADDR": &c.Addr, "HELMR_DATA_DIR": &c.DataDir, "HELMR_DATABASE_URL": &c.DatabaseURL,
-		"HELMR_CACHE_DIR": &c.CacheDir, "HELMR_WORKER_TOKEN": &c.WorkerToken, "HELMR_AGENT_PATH": &c.AgentPath,
+		"HELMR_CACHE_DIR": &c.CacheDir, "HELMR_WORKER_TOKEN": &c.WorkerToken, "HELMR_AGENT_PATH": &c.AgentPath, "HELMR_SANDBOX_DIR": &c.SandboxDir,
 		"HELMR_RUNTIME": &c.Runtime, "HELMR_NODE": &c.Node, "HELMR_URL": &c.URL,
 		"HELMR_PROJECT": &c.Project, "HELMR_ENV": &c.Env, "HELMR_PROFILE": &c.Profile,
 	}

@@ -69,16 +69,25 @@ export const forkbomb = task({
   sandbox: sb,
   maxDuration: 60,
   run: async () => {
-    // A classic shell fork bomb, detached; the pids limit must stop it.
-    spawn("sh", ["-c", "b() { b | b & }; b"], { stdio: "ignore", detached: true });
-    await sleep(3000);
-    const pids = readdirSync("/proc").filter((n) => /^[0-9]+$/.test(n)).length;
+    // A shell fork bomb whose processes stay alive, detached; the pids limit
+    // must stop it, after which even the task cannot fork.
+    // Every shell blocks reading fd 3, a pipe this task holds open, so the
+    // processes stay until the sandbox goes.
+    spawn("sh", ["-c", "b() { b & b & read x <&3; }; b"], {
+      stdio: ["ignore", "ignore", "ignore", "pipe"],
+      detached: true,
+    });
+    // Once the bomb saturates the limit, even the task cannot fork.
     let forkFailed = false;
-    try {
-      execFileSync("true");
-    } catch {
-      forkFailed = true;
+    for (let i = 0; i < 60 && !forkFailed; i++) {
+      await sleep(500);
+      try {
+        execFileSync("true");
+      } catch {
+        forkFailed = true;
+      }
     }
+    const pids = readdirSync("/proc").filter((n) => /^[0-9]+$/.test(n)).length;
     return { pids, forkFailed };
   },
 });

@@ -1,0 +1,72 @@
+// Command helmr-agent is the guest agent: the first process of every
+// sandbox. It speaks the agent protocol (internal/agent) over one stream.
+//
+//	helmr-agent init [-v]          process tier: stream on fd 3; set the
+//	                               sandbox up from the init frame, then serve
+//	helmr-agent serve --fd N [-v]  serve on fd N in a guest already set up
+//
+// Build it static: CGO_ENABLED=0 go build ./cmd/helmr-agent.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+
+	"github.com/helmr/helmr/internal/agent/guest"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "helmr-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("usage: helmr-agent init | serve --fd N")
+	}
+	fs := flag.NewFlagSet("helmr-agent "+args[0], flag.ContinueOnError)
+	fd := fs.Int("fd", 3, "file descriptor of the worker stream")
+	verbose := fs.Bool("v", false, "debug logging")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	stop := guest.ShieldSignals(log)
+	defer stop()
+	conn, err := openStream(*fd)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	switch args[0] {
+	case "init":
+		return guest.RunInit(conn, log)
+	case "serve":
+		return guest.RunServe(conn, log)
+	}
+	return fmt.Errorf("unknown mode %q", args[0])
+}
+
+// openStream wraps fd as a socket if it is one (pollable, closable while
+// read), else as a plain file (a serial port).
+func openStream(fd int) (io.ReadWriteCloser, error) {
+	f := os.NewFile(uintptr(fd), "worker-stream")
+	if f == nil {
+		return nil, fmt.Errorf("fd %d is not open", fd)
+	}
+	if c, err := net.FileConn(f); err == nil {
+		_ = f.Close()
+		return c, nil
+	}
+	return f, nil
+}

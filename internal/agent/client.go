@@ -1,0 +1,171 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+
+	"github.com/helmr/helmr/internal/sandbox"
+)
+
+// errClosed ends the queues of a client closed by its owner.
+var errClosed = errors.New("agent connection closed")
+
+// Client is the worker's side of one agent connection. One goroutine, owned
+// by the client, reads frames and hands them to the Exec call they belong
+// to; Close ends it and waits for it. Every tier's Sandbox can build its
+// Exec on a Client.
+type Client struct {
+	conn io.ReadWriteCloser
+	w    *Writer
+	log  *slog.Logger
+
+	hello chan Msg      // the first ready or fatal
+	done  chan struct{} // closed when the reader has returned
+
+	mu     sync.Mutex
+	nextID uint64
+	execs  map[uint64]*Queue[Msg]
+	err    error // why the connection ended, once it has
+}
+
+// NewClient starts reading conn. The caller must Close the client.
+func NewClient(conn io.ReadWriteCloser, log *slog.Logger) *Client {
+	c := &Client{
+		conn:  conn,
+		w:     NewWriter(conn),
+		log:   log,
+		hello: make(chan Msg, 1),
+		done:  make(chan struct{}),
+		execs: make(map[uint64]*Queue[Msg]),
+	}
+	go c.readLoop()
+	return c
+}
+
+// Init sends the process tier's setup and waits for the agent's answer.
+func (c *Client) Init(ctx context.Context, init *Init) (version string, err error) {
+	if err := c.w.Send(init); err != nil {
+		return "", fmt.Errorf("send init: %w: %w", sandbox.ErrGuestRuntime, err)
+	}
+	return c.WaitReady(ctx)
+}
+
+// WaitReady waits for ready (returning the agent's version) or fatal (an
+// error wrapping sandbox.ErrGuestRuntime with the agent's message).
+func (c *Client) WaitReady(ctx context.Context) (string, error) {
+	select {
+	case m := <-c.hello:
+		switch m := m.(type) {
+		case *Ready:
+			return m.Version, nil
+		case *Fatal:
+			return "", fmt.Errorf("%w: agent setup: %s", sandbox.ErrGuestRuntime, m.Message)
+		}
+		return "", fmt.Errorf("%w: unexpected %s", sandbox.ErrGuestRuntime, m.MessageType())
+	case <-c.done:
+		return "", fmt.Errorf("%w: agent exited before ready: %w", sandbox.ErrGuestRuntime, c.Err())
+	case <-ctx.Done():
+		return "", fmt.Errorf("%w: waiting for agent: %w", sandbox.ErrGuestRuntime, ctx.Err())
+	}
+}
+
+// Err reports why the connection ended, or nil while it is up.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close closes the connection, waits for the reader and fails every Exec
+// still running with sandbox.ErrGuestRuntime.
+func (c *Client) Close() error {
+	err := c.conn.Close()
+	<-c.done
+	return err
+}
+
+func (c *Client) readLoop() {
+	defer close(c.done)
+	var err error
+	for {
+		var m Msg
+		m, err = ReadMsg(c.conn)
+		if errors.Is(err, ErrUnknownType) {
+			c.log.Warn("agent sent unknown message", "err", err)
+			continue
+		}
+		if err != nil {
+			break
+		}
+		c.dispatch(m)
+	}
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	c.mu.Lock()
+	c.err = err
+	execs := c.execs
+	c.execs = map[uint64]*Queue[Msg]{}
+	c.mu.Unlock()
+	for _, q := range execs {
+		q.Close(err)
+	}
+}
+
+func (c *Client) dispatch(m Msg) {
+	var id uint64
+	switch m := m.(type) {
+	case *Ready, *Fatal:
+		select {
+		case c.hello <- m:
+		default:
+			c.log.Warn("agent sent a second hello", "type", m.MessageType())
+		}
+		return
+	case *Started:
+		id = m.ID
+	case *Output:
+		id = m.ID
+	case *ChannelMessage:
+		id = m.ID
+	case *Exit:
+		id = m.ID
+	default:
+		c.log.Warn("agent sent unexpected message", "type", m.MessageType())
+		return
+	}
+	c.mu.Lock()
+	q := c.execs[id]
+	if _, ok := m.(*Exit); ok {
+		delete(c.execs, id)
+	}
+	c.mu.Unlock()
+	if q == nil {
+		c.log.Debug("agent message for unknown exec", "type", m.MessageType(), "exec_id", id)
+		return
+	}
+	q.Push(m)
+}
+
+// register allocates an exec id and its queue.
+func (c *Client) register() (uint64, *Queue[Msg], error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return 0, nil, fmt.Errorf("%w: %w", sandbox.ErrGuestRuntime, c.err)
+	}
+	c.nextID++
+	q := NewQueue[Msg]()
+	c.execs[c.nextID] = q
+	return c.nextID, q, nil
+}
+
+func (c *Client) unregister(id uint64) {
+	c.mu.Lock()
+	delete(c.execs, id)
+	c.mu.Unlock()
+}

@@ -1,0 +1,91 @@
+package guest
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/helmr/helmr/internal/agent"
+)
+
+// RunInit is the process tier's agent: it reads the init frame from conn,
+// sets the sandbox up (Setup, Harden), answers ready (or fatal, then returns
+// the error) and serves until the worker closes conn.
+func RunInit(conn io.ReadWriteCloser, log *slog.Logger) error {
+	reaper := NewReaper(log)
+	defer reaper.Stop()
+	srv := NewServer(conn, reaper, log)
+	m, err := agent.ReadMsg(conn)
+	if err != nil {
+		return fmt.Errorf("read init: %w", err)
+	}
+	cfg, ok := m.(*agent.Init)
+	if !ok {
+		err = fmt.Errorf("first message is %s, want init", m.MessageType())
+	}
+	if err == nil {
+		err = Setup(cfg, log)
+	}
+	if err == nil {
+		err = Harden()
+	}
+	if err != nil {
+		if serr := srv.Writer().Send(&agent.Fatal{Message: err.Error()}); serr != nil {
+			log.Error("send fatal", "err", serr)
+		}
+		return err
+	}
+	return serve(srv)
+}
+
+// RunServe serves conn in a guest its runtime has already set up (gVisor, a
+// VM's init): it answers ready at once.
+func RunServe(conn io.ReadWriteCloser, log *slog.Logger) error {
+	reaper := NewReaper(log)
+	defer reaper.Stop()
+	return serve(NewServer(conn, reaper, log))
+}
+
+func serve(srv *Server) error {
+	if err := srv.Writer().Send(&agent.Ready{Version: agent.Version}); err != nil {
+		return fmt.Errorf("send ready: %w", err)
+	}
+	return srv.Serve()
+}
+
+// shieldedSignals would end a Go program by default. As PID 1 of a pid
+// namespace the agent is sent them only by sandbox processes that share its
+// uid, and must survive them; handled (rather than ignored) signals are
+// reset to their defaults in the processes it starts.
+var shieldedSignals = []os.Signal{
+	unix.SIGHUP, unix.SIGINT, unix.SIGTERM, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2,
+	unix.SIGALRM, unix.SIGVTALRM, unix.SIGXCPU, unix.SIGXFSZ, unix.SIGPWR, unix.SIGSTKFLT,
+	unix.SIGABRT, unix.SIGTRAP,
+}
+
+// ShieldSignals logs and drops shieldedSignals until stop is called.
+func ShieldSignals(log *slog.Logger) (stop func()) {
+	ch := make(chan os.Signal, 8)
+	signal.Notify(ch, shieldedSignals...)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case sig := <-ch:
+				log.Warn("ignoring signal", "signal", sig.String())
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(ch)
+		close(quit)
+		<-done
+	}
+}

@@ -1,0 +1,231 @@
+package guest
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/helmr/helmr/internal/agent"
+)
+
+// DefaultHostname is the sandbox's hostname when Init names none.
+const DefaultHostname = "helmr-sandbox"
+
+// mountpoints are created in the runtime layer so that the read-only root
+// has a directory to mount each on, whatever the image holds.
+var mountpoints = []string{"opt/helmr", "proc", "dev", "sys", "tmp", "run"}
+
+// Setup builds the sandbox's root in the agent's fresh namespaces and pivots
+// into it: a read-only overlay of a tmpfs runtime layer (hostname, hosts,
+// resolv.conf, mountpoints) over the image layers, the workspace bound
+// read-write, /opt/helmr read-only, fresh proc, dev, devpts, shm, tmp and
+// run, sysfs read-only where the kernel allows it. It then sets the hostname,
+// brings up loopback and closes cfg.CloseFDs. It must run before Harden.
+func Setup(cfg *agent.Init, log *slog.Logger) error {
+	if cfg.Hostname == "" {
+		cfg.Hostname = DefaultHostname
+	}
+	if !filepath.IsAbs(cfg.Workspace) || len(cfg.RootLayers) == 0 {
+		return fmt.Errorf("setup: need an absolute workspace and at least one root layer")
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	if err := unix.Chdir(cfg.StateDir); err != nil {
+		return fmt.Errorf("enter state dir: %w", err)
+	}
+	if err := mkdirMount("tmpfs", "scratch", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+		return err
+	}
+	if err := unix.Chdir("scratch"); err != nil {
+		return fmt.Errorf("enter scratch: %w", err)
+	}
+	if err := writeRuntimeLayer("runtime", cfg); err != nil {
+		return err
+	}
+	if err := mountRoot("root", cfg); err != nil {
+		return err
+	}
+	if err := mountSystem("root", log); err != nil {
+		return err
+	}
+	if err := pivot("root"); err != nil {
+		return err
+	}
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return fmt.Errorf("set hostname: %w", err)
+	}
+	if err := loopbackUp(); err != nil {
+		return err
+	}
+	for _, fd := range cfg.CloseFDs {
+		_ = unix.Close(fd)
+	}
+	return nil
+}
+
+// writeRuntimeLayer fills the top layer: the files Helmr owns in /etc and
+// an empty directory for every mountpoint.
+func writeRuntimeLayer(dir string, cfg *agent.Init) error {
+	for _, d := range append([]string{"etc", cfg.Workspace[1:]}, mountpoints...) {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return fmt.Errorf("runtime layer: %w", err)
+		}
+	}
+	var resolv strings.Builder
+	for _, ns := range cfg.DNS {
+		fmt.Fprintf(&resolv, "nameserver %s\n", ns)
+	}
+	files := map[string]string{
+		"etc/hostname": cfg.Hostname + "\n",
+		"etc/hosts": "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
+			"127.0.1.1\t" + cfg.Hostname + "\n",
+		"etc/resolv.conf": resolv.String(),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return fmt.Errorf("runtime layer: %w", err)
+		}
+	}
+	return nil
+}
+
+// mountRoot mounts the read-only overlay at root and binds the workspace
+// and /opt/helmr into it.
+func mountRoot(root string, cfg *agent.Init) error {
+	lowers := []string{"/proc/self/cwd/runtime"}
+	for i := len(cfg.RootLayers) - 1; i >= 0; i-- {
+		layer := cfg.RootLayers[i]
+		if strings.HasPrefix(layer, "fd:") {
+			// Attach the detached mount under the scratch dir: overlayfs
+			// takes layers from its own mount namespace only.
+			dir := "layers/" + strconv.Itoa(i)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("root layer %d: %w", i, err)
+			}
+			if err := attach(layer, dir); err != nil {
+				return fmt.Errorf("root layer %d: %w", i, err)
+			}
+			layer = "/proc/self/cwd/" + dir
+		}
+		lowers = append(lowers, layer)
+	}
+	for i, l := range lowers {
+		lowers[i] = escapeOverlayPath(l)
+	}
+	opts := "lowerdir=" + strings.Join(lowers, ":")
+	if err := mkdirMount("overlay", root, "overlay", unix.MS_RDONLY, opts); err != nil {
+		return err
+	}
+	if err := bind(cfg.WorkspaceSource, filepath.Join(root, cfg.Workspace), false); err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	if cfg.HelmrSource != "" {
+		if err := bind(cfg.HelmrSource, filepath.Join(root, "opt/helmr"), true); err != nil {
+			return fmt.Errorf("/opt/helmr: %w", err)
+		}
+	}
+	return nil
+}
+
+// escapeOverlayPath escapes the characters overlayfs splits options on.
+func escapeOverlayPath(p string) string {
+	r := strings.NewReplacer(`\`, `\\`, `:`, `\:`, `,`, `\,`)
+	return r.Replace(p)
+}
+
+// mountSystem mounts proc, dev, tmp, run and sys under root.
+func mountSystem(root string, log *slog.Logger) error {
+	const nsd = unix.MS_NOSUID | unix.MS_NODEV
+	if err := unix.Mount("proc", root+"/proc", "proc", nsd|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount proc: %w", err)
+	}
+	if err := setupDev(root + "/dev"); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", root+"/tmp", "tmpfs", nsd, "mode=1777"); err != nil {
+		return fmt.Errorf("mount /tmp: %w", err)
+	}
+	if err := unix.Mount("tmpfs", root+"/run", "tmpfs", nsd, "mode=0755"); err != nil {
+		return fmt.Errorf("mount /run: %w", err)
+	}
+	// sysfs is mountable in a user namespace only together with a network
+	// namespace it owns and while the host's /sys is fully visible; where
+	// the kernel refuses, the sandbox has an empty /sys instead.
+	err := unix.Mount("sysfs", root+"/sys", "sysfs", nsd|unix.MS_NOEXEC|unix.MS_RDONLY, "")
+	if err != nil {
+		log.Warn("sysfs not mounted", "err", err)
+	}
+	return nil
+}
+
+// pivot makes root the root of the mount namespace and detaches the old one.
+func pivot(root string) error {
+	if err := unix.Chdir(root); err != nil {
+		return fmt.Errorf("enter new root: %w", err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fmt.Errorf("enter /: %w", err)
+	}
+	return nil
+}
+
+func mkdirMount(source, target, fstype string, flags uintptr, data string) error {
+	if err := os.Mkdir(target, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("mount %s: %w", target, err)
+	}
+	if err := unix.Mount(source, target, fstype, flags, data); err != nil {
+		return fmt.Errorf("mount %s on %s: %w", fstype, target, err)
+	}
+	return nil
+}
+
+// bind mounts source on target, read-only if asked. source is a path to
+// bind or "fd:N", a detached mount (open_tree) to attach. A read-only
+// remount must keep the flags the kernel locked on the source mount.
+func bind(source, target string, readOnly bool) error {
+	if strings.HasPrefix(source, "fd:") {
+		if err := attach(source, target); err != nil {
+			return err
+		}
+	} else if err := unix.Mount(source, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", target, err)
+	}
+	if !readOnly {
+		return nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(target, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", target, err)
+	}
+	const keep = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_NOATIME | unix.MS_NODIRATIME | unix.MS_RELATIME
+	flags := uintptr(st.Flags)&keep | unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
+	if err := unix.Mount("", target, "", flags, ""); err != nil {
+		return fmt.Errorf("remount %s read-only: %w", target, err)
+	}
+	return nil
+}
+
+// attach mounts the detached mount "fd:N" on target.
+func attach(source, target string) error {
+	n, err := strconv.Atoi(strings.TrimPrefix(source, "fd:"))
+	if err != nil {
+		return fmt.Errorf("attach %s: bad source %q", target, source)
+	}
+	if err := unix.MoveMount(n, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach %s: %w", target, err)
+	}
+	return nil
+}

@@ -1,0 +1,177 @@
+// Package agent is the protocol between a worker and the guest agent
+// (cmd/helmr-agent) that runs as the first process of every sandbox, and the
+// worker-side Client that speaks it. The guest side lives in agent/guest.
+//
+// The protocol is a sequence of frames over one byte stream (a unix socket
+// for the process tier; virtio-serial or vsock for VMs). A frame is a 4-byte
+// big-endian length followed by a JSON object whose "type" field names the
+// message. Frames larger than MaxFrameSize are rejected.
+//
+// Messages, by direction:
+//
+//	worker → agent: init, exec, stdin, message, signal
+//	agent → worker: ready, fatal, started, output, message, exit
+//
+// A session starts with init → ready|fatal (process tier) or with ready alone
+// (tiers whose runtime set the guest up). Each exec carries a worker-chosen
+// id; every later frame about that process carries the same id, and exit is
+// the last of them.
+package agent
+
+// Version is the agent's protocol version, sent in ready.
+const Version = "helmr-agent/1"
+
+// Message type names (the "type" field of a frame).
+const (
+	TypeInit    = "init"
+	TypeReady   = "ready"
+	TypeFatal   = "fatal"
+	TypeExec    = "exec"
+	TypeStarted = "started"
+	TypeOutput  = "output"
+	TypeMessage = "message"
+	TypeStdin   = "stdin"
+	TypeSignal  = "signal"
+	TypeExit    = "exit"
+)
+
+// Output stream names.
+const (
+	Stdout = "stdout"
+	Stderr = "stderr"
+)
+
+// MaxMessageLine bounds one channel message (a line on the process's fd 3);
+// longer lines are dropped by the agent and refused by Sender.Send, so that a
+// message always fits a frame after base64.
+const MaxMessageLine = 8 << 20
+
+// Msg is one protocol message.
+type Msg interface {
+	// MessageType is the frame's "type".
+	MessageType() string
+}
+
+// Init is the setup a process-tier agent performs before it serves. Paths
+// are as the agent sees them before it pivots (in a copy of the host's mount
+// namespace). Root layers and the workspace and helmr sources are each a
+// path or "fd:N", an inherited detached mount (open_tree) that the agent
+// attaches: overlayfs layers and bind sources must lie in the agent's own
+// mount namespace, which a descriptor opened by the worker does not.
+type Init struct {
+	// StateDir is a directory the agent owns and can reach by path; it
+	// mounts its scratch tmpfs (the runtime layer and the new root) in it.
+	StateDir string `json:"state_dir"`
+	// RootLayers are the read-only root filesystem layers, lowest first.
+	RootLayers []string `json:"root_layers"`
+	// Workspace is the in-guest workspace path; WorkspaceSource (a path or
+	// "fd:N") is mounted read-write there.
+	Workspace       string `json:"workspace"`
+	WorkspaceSource string `json:"workspace_source"`
+	// HelmrSource, if set, is bound read-only at /opt/helmr.
+	HelmrSource string   `json:"helmr_source,omitempty"`
+	Hostname    string   `json:"hostname"`
+	DNS         []string `json:"dns,omitempty"`
+	// CloseFDs are inherited descriptors (the ones the paths above refer
+	// to) that the agent closes once set up, before it runs anything.
+	CloseFDs []int `json:"close_fds,omitempty"`
+}
+
+// Ready says the guest is set up and the agent serves.
+type Ready struct {
+	Version string `json:"version"`
+}
+
+// Fatal says setup failed; the agent exits after sending it.
+type Fatal struct {
+	Message string `json:"message"`
+}
+
+// Exec starts one process. Uid and Gid are in-guest ids. If Channel is set the
+// process gets a socket on fd 3 carrying newline-delimited messages; if Stdin
+// is set its stdin is a pipe fed by stdin frames, otherwise /dev/null.
+type Exec struct {
+	ID      uint64   `json:"id"`
+	Argv    []string `json:"argv"`
+	Env     []string `json:"env,omitempty"`
+	Cwd     string   `json:"cwd,omitempty"`
+	UID     uint32   `json:"uid"`
+	GID     uint32   `json:"gid"`
+	Channel bool     `json:"channel,omitempty"`
+	Stdin   bool     `json:"stdin,omitempty"`
+}
+
+// Started says the process of exec ID runs.
+type Started struct {
+	ID  uint64 `json:"id"`
+	PID int    `json:"pid"`
+}
+
+// Output is a chunk of a process's stdout or stderr, sent as it arrives.
+type Output struct {
+	ID     uint64 `json:"id"`
+	Stream string `json:"stream"`
+	Data   []byte `json:"data"`
+}
+
+// ChannelMessage is one line of a process's fd-3 channel, without its
+// newline, in either direction. Data is usually JSON but is carried as bytes
+// (base64) so that a malformed line cannot break the stream.
+type ChannelMessage struct {
+	ID   uint64 `json:"id"`
+	Data []byte `json:"data"`
+}
+
+// Stdin is a chunk of a process's stdin; EOF closes it.
+type Stdin struct {
+	ID   uint64 `json:"id"`
+	Data []byte `json:"data,omitempty"`
+	EOF  bool   `json:"eof,omitempty"`
+}
+
+// Signal sends a signal ("SIGTERM", "SIGKILL", ...) to the process group of
+// exec ID.
+type Signal struct {
+	ID     uint64 `json:"id"`
+	Signal string `json:"signal"`
+}
+
+// Exit is the last frame about exec ID. Error is set when the process could
+// not be started (Code is then 127 or 126); Signal names a fatal signal
+// ("killed").
+type Exit struct {
+	ID     uint64 `json:"id"`
+	Code   int    `json:"code"`
+	Signal string `json:"signal,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// MessageType implements Msg.
+func (*Init) MessageType() string { return TypeInit }
+
+// MessageType implements Msg.
+func (*Ready) MessageType() string { return TypeReady }
+
+// MessageType implements Msg.
+func (*Fatal) MessageType() string { return TypeFatal }
+
+// MessageType implements Msg.
+func (*Exec) MessageType() string { return TypeExec }
+
+// MessageType implements Msg.
+func (*Started) MessageType() string { return TypeStarted }
+
+// MessageType implements Msg.
+func (*Output) MessageType() string { return TypeOutput }
+
+// MessageType implements Msg.
+func (*ChannelMessage) MessageType() string { return TypeMessage }
+
+// MessageType implements Msg.
+func (*Stdin) MessageType() string { return TypeStdin }
+
+// MessageType implements Msg.
+func (*Signal) MessageType() string { return TypeSignal }
+
+// MessageType implements Msg.
+func (*Exit) MessageType() string { return TypeExit }

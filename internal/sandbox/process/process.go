@@ -1,0 +1,212 @@
+// Package process is the "process" isolation tier: the guest agent runs as
+// PID 1 of fresh user, pid, mount, network, UTS and IPC namespaces, inside
+// cgroups that enforce the sandbox's memory, pids and CPU limits, on a
+// read-only overlay root with the workspace bound read-write. The agent
+// drops every capability for the processes it starts and installs a seccomp
+// filter. The kernel is shared with the host: this tier is for development
+// and trusted code.
+//
+// Ids: in-sandbox uid/gid N is host uid/gid UIDBase+N (N < UIDCount), so the
+// sandbox's root is not the host's. Image layers owned by host root appear
+// owned by the overflow id (nobody) inside: readable and executable, not
+// writable. Start chowns the workspace tree to host UIDBase+spec.UID and
+// UIDBase+spec.GID (entries that already belong to them are left alone, and
+// symlinks are never followed), so the task can write it. Layers and
+// HelmrHost must be world-readable (o+rX); their parent directories need not
+// be, nor those of AgentPath: the worker hands them to the agent as open
+// descriptors. StateDir and its parents must be searchable by others (o+x).
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/helmr/helmr/internal/sandbox"
+)
+
+// Config configures the process tier.
+type Config struct {
+	// AgentPath is the host path of the static helmr-agent binary.
+	AgentPath string
+	// StateDir holds one scratch directory per sandbox.
+	StateDir string
+	// CgroupRoot is where the cgroup hierarchies are mounted (v1: one
+	// directory per controller; v2: the unified hierarchy with memory,
+	// pids and cpu available). Default /sys/fs/cgroup.
+	CgroupRoot string
+	// UIDBase is the host uid (and gid) that the sandbox's uid 0 maps to;
+	// UIDCount ids are mapped. Defaults 100000 and 65536.
+	UIDBase, UIDCount uint32
+	// DefaultPids is the pids limit of a spec that sets none. Default 1024.
+	DefaultPids int64
+	// Logger receives the tier's and the agents' logs. Default: discarded.
+	Logger *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultCgroupRoot = "/sys/fs/cgroup"
+	DefaultUIDBase    = 100000
+	DefaultUIDCount   = 65536
+	DefaultPidsLimit  = 1024
+	defaultWorkspace  = "/workspace"
+	defaultHostname   = "helmr-sandbox"
+	cgroupParent      = "helmr"
+)
+
+func (c *Config) setDefaults() {
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = DefaultCgroupRoot
+	}
+	if c.UIDBase == 0 {
+		c.UIDBase = DefaultUIDBase
+	}
+	if c.UIDCount == 0 {
+		c.UIDCount = DefaultUIDCount
+	}
+	if c.DefaultPids == 0 {
+		c.DefaultPids = DefaultPidsLimit
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// Validate reports whether c is usable.
+func (c *Config) Validate() error {
+	if c.AgentPath == "" || !filepath.IsAbs(c.AgentPath) {
+		return errors.New("process tier: AgentPath must be an absolute path")
+	}
+	if fi, err := os.Stat(c.AgentPath); err != nil {
+		return fmt.Errorf("process tier: agent: %w", err)
+	} else if fi.Mode().Perm()&0o001 == 0 {
+		return fmt.Errorf("process tier: agent %s must be executable by others (the sandbox's host uid)", c.AgentPath)
+	}
+	if c.StateDir == "" || !filepath.IsAbs(c.StateDir) {
+		return errors.New("process tier: StateDir must be an absolute path")
+	}
+	if uint64(c.UIDBase)+uint64(c.UIDCount) > 1<<32-1 || c.UIDCount == 0 {
+		return errors.New("process tier: UIDBase+UIDCount overflows")
+	}
+	return nil
+}
+
+// Runtime starts process-tier sandboxes.
+type Runtime struct {
+	cfg Config
+	log *slog.Logger
+}
+
+var _ sandbox.Runtime = (*Runtime)(nil)
+
+// New returns a Runtime; it creates StateDir.
+func New(cfg Config) (*Runtime, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
+		return nil, fmt.Errorf("process tier: state dir: %w", err)
+	}
+	if err := checkSearchable(cfg.StateDir); err != nil {
+		return nil, fmt.Errorf("process tier: state dir: %w", err)
+	}
+	return &Runtime{cfg: cfg, log: cfg.Logger}, nil
+}
+
+// checkSearchable reports an error unless dir and each of its parents can
+// be searched by any uid (o+x): the agent reaches its state dir by path,
+// as the sandbox's unprivileged host uid.
+func checkSearchable(dir string) error {
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s is not searchable by others (chmod o+x) and the sandbox's host uid must reach %s", d, dir)
+		}
+		if d == "/" {
+			return nil
+		}
+	}
+}
+
+// Name implements sandbox.Runtime.
+func (r *Runtime) Name() string { return "process" }
+
+// Start implements sandbox.Runtime.
+func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	if err := r.normalize(&spec); err != nil {
+		return nil, fmt.Errorf("start sandbox %q: %w: %w", spec.ID, sandbox.ErrInvalidSpec, err)
+	}
+	sb := &Sandbox{
+		rt:       r,
+		spec:     spec,
+		log:      r.log.With("sandbox_id", spec.ID),
+		stateDir: filepath.Join(r.cfg.StateDir, spec.ID),
+		exited:   make(chan struct{}),
+	}
+	if err := sb.start(ctx); err != nil {
+		if derr := sb.Destroy(context.Background()); derr != nil {
+			sb.log.Warn("clean up failed start", "err", derr)
+		}
+		if errors.Is(err, sandbox.ErrGuestRuntime) || errors.Is(err, sandbox.ErrInvalidSpec) {
+			return nil, fmt.Errorf("start sandbox %s: %w", spec.ID, err)
+		}
+		return nil, fmt.Errorf("start sandbox %s: %w: %w", spec.ID, sandbox.ErrGuestRuntime, err)
+	}
+	return sb, nil
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// normalize fills spec's defaults and checks it.
+func (r *Runtime) normalize(spec *sandbox.Spec) error {
+	if !idPattern.MatchString(spec.ID) {
+		return fmt.Errorf("id %q must match %s", spec.ID, idPattern)
+	}
+	if spec.Workspace == "" {
+		spec.Workspace = defaultWorkspace
+	}
+	if !filepath.IsAbs(spec.Workspace) || filepath.Clean(spec.Workspace) != spec.Workspace || sandbox.IsReserved(spec.Workspace) {
+		return fmt.Errorf("workspace %q must be a clean absolute path outside %v", spec.Workspace, sandbox.ReservedPaths)
+	}
+	if spec.Hostname == "" {
+		spec.Hostname = defaultHostname
+	}
+	for _, ns := range spec.DNS {
+		if net.ParseIP(ns) == nil {
+			return fmt.Errorf("dns server %q is not an IP address", ns)
+		}
+	}
+	if len(spec.RootLayers) == 0 {
+		return errors.New("no root layers")
+	}
+	dirs := append([]string{spec.WorkspaceHost}, spec.RootLayers...)
+	if spec.HelmrHost != "" {
+		dirs = append(dirs, spec.HelmrHost)
+	}
+	for _, d := range dirs {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() || !filepath.IsAbs(d) {
+			return fmt.Errorf("%q is not an absolute path to a directory", d)
+		}
+	}
+	if spec.UID >= r.cfg.UIDCount || spec.GID >= r.cfg.UIDCount {
+		return fmt.Errorf("uid/gid %d/%d outside the mapped range 0..%d", spec.UID, spec.GID, r.cfg.UIDCount-1)
+	}
+	if spec.CPU < 0 || spec.MemoryBytes < 0 || spec.PidsLimit < 0 {
+		return errors.New("negative resource limit")
+	}
+	if spec.PidsLimit == 0 {
+		spec.PidsLimit = r.cfg.DefaultPids
+	}
+	return nil
+}

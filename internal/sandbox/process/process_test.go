@@ -1,0 +1,163 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/helmr/helmr/internal/testenv"
+
+	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/sandboxtest"
+)
+
+// agentPath is the helmr-agent built once for this package (TestMain).
+var agentPath string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		return m.Run() // tests skip: requiresRoot
+	}
+	dir, err := os.MkdirTemp("", "helmr-agent-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if agentPath, err = sandboxtest.BuildAgent(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// requiresProcessTier skips where the tier cannot run: not root, or no
+// cgroup controllers for memory and pids.
+func requiresProcessTier(t *testing.T) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	_, err := newCgroup(DefaultCgroupRoot, "probe", false)
+	testenv.Require(t, err == nil, fmt.Sprintf("process tier tests need cgroups: %v", err))
+}
+
+func newRuntime(t *testing.T) *Runtime {
+	t.Helper()
+	state := t.TempDir() // and its parent: 0700
+	for _, d := range []string{state, filepath.Dir(state)} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt, err := New(Config{
+		AgentPath: agentPath,
+		StateDir:  state,
+		Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	return rt
+}
+
+func TestConformance(t *testing.T) {
+	requiresProcessTier(t)
+	rootfs := sandboxtest.BaseRootFS(t)
+	sandboxtest.Run(t, func(t *testing.T) sandbox.Runtime { return newRuntime(t) }, rootfs)
+}
+
+func TestReservedWorkspace(t *testing.T) {
+	requiresProcessTier(t)
+	rt := newRuntime(t)
+	layer := t.TempDir()
+	for _, ws := range []string{"/tmp", "/proc/x", "/", "/opt/helmr/app", "relative", "/a/../tmp"} {
+		_, err := rt.Start(context.Background(), sandbox.Spec{
+			ID: "reserved", RootLayers: []string{layer}, WorkspaceHost: t.TempDir(), Workspace: ws,
+		})
+		if !errors.Is(err, sandbox.ErrInvalidSpec) {
+			t.Errorf("Start(Workspace %q) = %v, want ErrInvalidSpec", ws, err)
+		}
+	}
+}
+
+func TestHostSide(t *testing.T) {
+	requiresProcessTier(t)
+	rootfs := sandboxtest.BaseRootFS(t)
+	rt := newRuntime(t)
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "existing"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{ID: "host-side", RootLayers: []string{rootfs}, WorkspaceHost: ws, UID: 1000, GID: 1001}
+	sb, err := rt.Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	defer sb.Destroy(context.Background())
+	cg := sb.(*Sandbox).cg
+	for _, p := range []string{ws, filepath.Join(ws, "existing")} {
+		uid, gid := owner(t, p)
+		if uid != DefaultUIDBase+1000 || gid != DefaultUIDBase+1001 {
+			t.Errorf("owner of %s = %d:%d, want %d:%d", p, uid, gid, DefaultUIDBase+1000, DefaultUIDBase+1001)
+		}
+	}
+	for _, d := range cg.dirs() {
+		if _, err := os.Stat(filepath.Join(d, "cgroup.procs")); err != nil {
+			t.Errorf("cgroup %s missing while running: %v", d, err)
+		}
+	}
+	if err := sb.Destroy(context.Background()); err != nil {
+		t.Fatalf("Destroy() = %v", err)
+	}
+	for _, d := range append(cg.dirs(), sb.(*Sandbox).stateDir) {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("after Destroy, stat %s = %v, want not exist", d, err)
+		}
+	}
+}
+
+func owner(t *testing.T, p string) (uint32, uint32) {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	return st.Uid, st.Gid
+}
+
+// TestGuestHardening checks what this tier adds beyond the contract: the
+// seccomp filter, a read-only sysfs showing only the sandbox's loopback, and
+// ids mapped into UIDBase.
+func TestGuestHardening(t *testing.T) {
+	requiresProcessTier(t)
+	rootfs := sandboxtest.BaseRootFS(t)
+	rt := newRuntime(t)
+	spec := sandbox.Spec{ID: "hardening", RootLayers: []string{rootfs}, WorkspaceHost: t.TempDir()}
+	sb, err := rt.Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	defer sb.Destroy(context.Background())
+	var out strings.Builder
+	st, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		Argv: []string{"/bin/sh", "-c", `grep -E '^Seccomp:' /proc/self/status; cat /proc/self/uid_map
+ls /sys/class/net; grep -E ' /sys ' /proc/self/mounts | cut -d' ' -f4 | cut -d, -f1`},
+		OnOutput: func(_ string, b []byte) { out.Write(b) },
+	})
+	got := strings.Fields(out.String())
+	want := []string{"Seccomp:", "2", "0", strconv.Itoa(DefaultUIDBase), strconv.Itoa(DefaultUIDCount), "lo", "ro"}
+	if err != nil || st.Code != 0 || strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("hardening probe = %q, %+v, %v; want %q", got, st, err, want)
+	}
+}

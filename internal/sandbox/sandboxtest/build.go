@@ -1,0 +1,39 @@
+package sandboxtest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/helmr/helmr/internal/testenv"
+)
+
+// AgentPackage is the import path of the guest agent's main package.
+const AgentPackage = "github.com/helmr/helmr/cmd/helmr-agent"
+
+// BuildAgent builds a static helmr-agent (CGO_ENABLED=0) into dir, makes
+// dir world-searchable and the binary world-executable, and returns its
+// path. Call it once per test binary (TestMain).
+func BuildAgent(dir string) (string, error) {
+	out := filepath.Join(dir, "helmr-agent")
+	cmd := exec.Command("go", "build", "-o", out, AgentPackage)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build helmr-agent: %w\n%s", err, b)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return "", err
+	}
+	return out, os.Chmod(out, 0o755)
+}
+
+// BaseRootFS returns the base root filesystem (HELMR_BASE_ROOTFS, else
+// bases/bookworm-node22/rootfs under HELMR_CACHE_DIR or ~/.cache/helmr, as
+// scripts/build-base-rootfs.sh lays it out) or skips the test if it has
+// not been built.
+func BaseRootFS(t *testing.T) string {
+	t.Helper()
+	return testenv.BaseRootfs(t)
+}
