@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"time"
 
@@ -32,7 +33,9 @@ func runDeploy(ctx context.Context, a *App, args []string) error {
 	if err != nil {
 		return err
 	}
-	if a.cfg.Project != "" && a.cfg.Project != res.Manifest.Project && a.Getenv("HELMR_PROJECT") == "" && fs.Lookup("project").Value.String() != "" {
+	explicit := false
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "project" })
+	if explicit && a.cfg.Project != res.Manifest.Project {
 		return fmt.Errorf("--project %q does not match the project's config (%q)", a.cfg.Project, res.Manifest.Project)
 	}
 	progress(fmt.Sprintf("uploading %d file(s)", len(res.Files)))
