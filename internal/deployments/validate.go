@@ -216,6 +216,9 @@ func validateCopy(task, f string, s Step, files map[string][]byte, add addFunc) 
 	}
 }
 
+// ValidName reports whether s is a valid project, environment or task name.
+func ValidName(s string) bool { return idPattern.MatchString(s) }
+
 // ContextPath is where a project file copied by an image step is stored in a
 // deployment's files.
 func ContextPath(p string) string { return "context/" + path.Clean(p) }

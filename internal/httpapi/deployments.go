@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -25,6 +26,9 @@ func (s *Server) createDeployment(w http.ResponseWriter, r *http.Request) error 
 	}
 	if req.Env == "" {
 		req.Env = "dev"
+	}
+	if !deployments.ValidName(req.Env) {
+		return badRequest(fmt.Sprintf("env %q is not a valid name (1-128 letters, digits, '.', '_' or '-')", req.Env))
 	}
 	if err := req.Manifest.Validate(req.Files); err != nil {
 		return err
@@ -93,14 +97,18 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, t)
 }
 
+// intParam reads an optional integer query parameter in 0..maxListLimit.
 func intParam(r *http.Request, name string, def int) (int, error) {
 	v := r.URL.Query().Get(name)
 	if v == "" {
 		return def, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		return 0, badRequest(name + " must be a non-negative integer")
+	if err != nil || n < 0 || n > maxListLimit {
+		return 0, badRequest(fmt.Sprintf("%s must be an integer from 0 to %d", name, maxListLimit))
 	}
 	return n, nil
 }
+
+// maxListLimit caps every page size.
+const maxListLimit = 1000

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"crypto/subtle"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -110,15 +111,22 @@ func (s *Server) worker(h handlerFunc) handlerFunc {
 	}
 }
 
-// scope reads the project environment a request addresses.
+// scope reads the project environment a request addresses: project is
+// required, env defaults to "dev".
 func scope(r *http.Request) (project, env string, err error) {
 	q := r.URL.Query()
 	project, env = q.Get("project"), q.Get("env")
-	if env == "" {
+	if !q.Has("env") {
 		env = "dev"
 	}
 	if project == "" {
 		return "", "", badRequest("the project query parameter is required")
+	}
+	if !deployments.ValidName(project) {
+		return "", "", badRequest(fmt.Sprintf("project %q is not a valid name (1-128 letters, digits, '.', '_' or '-')", project))
+	}
+	if !deployments.ValidName(env) {
+		return "", "", badRequest(fmt.Sprintf("env %q is not a valid name (1-128 letters, digits, '.', '_' or '-')", env))
 	}
 	return project, env, nil
 }
