@@ -41,6 +41,7 @@ func run(args []string) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	guest.ReserveThreads(guest.ReservedThreads)
 	stop := guest.ShieldSignals(log)
 	defer stop()
 	conn, err := openStream(*fd)
@@ -50,7 +51,7 @@ func run(args []string) error {
 	defer conn.Close()
 	switch args[0] {
 	case "init":
-		return guest.RunInit(conn, log)
+		return guest.RunInit(conn, guest.Prepare, log)
 	case "serve":
 		return guest.RunServe(conn, log)
 	}

@@ -46,12 +46,14 @@ func NewClient(conn io.ReadWriteCloser, log *slog.Logger) *Client {
 	return c
 }
 
-// Init sends the process tier's setup and waits for the agent's answer.
-func (c *Client) Init(ctx context.Context, init *Init) (version string, err error) {
-	if err := c.w.Send(init); err != nil {
-		return "", fmt.Errorf("send init: %w: %w", sandbox.ErrGuestRuntime, err)
+// SendInit sends the process tier's setup with the descriptors its "fd:N"
+// references name (fds[N]); WaitReady then waits for the agent's answer.
+// The caller closes its copies of fds once SendInit returns.
+func (c *Client) SendInit(init *Init, fds []int) error {
+	if err := c.w.SendFDs(init, fds); err != nil {
+		return fmt.Errorf("send init: %w: %w", sandbox.ErrGuestRuntime, err)
 	}
-	return c.WaitReady(ctx)
+	return nil
 }
 
 // WaitReady waits for ready (returning the agent's version) or fatal (an

@@ -32,6 +32,11 @@ func ReadFrame(r io.Reader) ([]byte, error) {
 		}
 		return nil, err
 	}
+	return readBody(r, hdr)
+}
+
+// readBody reads the payload of the frame whose header is hdr.
+func readBody(r io.Reader, hdr [4]byte) ([]byte, error) {
 	n := binary.BigEndian.Uint32(hdr[:])
 	if n > MaxFrameSize {
 		return nil, fmt.Errorf("read frame of %d bytes: %w", n, ErrFrameTooLarge)

@@ -55,9 +55,11 @@ type Msg interface {
 // Init is the setup a process-tier agent performs before it serves. Paths
 // are as the agent sees them before it pivots (in a copy of the host's mount
 // namespace). Root layers and the workspace and helmr sources are each a
-// path or "fd:N", an inherited detached mount (open_tree) that the agent
-// attaches: overlayfs layers and bind sources must lie in the agent's own
-// mount namespace, which a descriptor opened by the worker does not.
+// path or "fd:N", the N-th (from 0) descriptor sent with the init frame
+// (SCM_RIGHTS, see Writer.SendFDs): a detached mount (open_tree) that the
+// agent attaches. Overlayfs layers and bind sources must lie in the agent's
+// own mount namespace, which a descriptor opened by the worker does not.
+// The agent closes every descriptor it received once set up.
 type Init struct {
 	// StateDir is a directory the agent owns and can reach by path; it
 	// mounts its scratch tmpfs (the runtime layer and the new root) in it.
@@ -72,8 +74,9 @@ type Init struct {
 	HelmrSource string   `json:"helmr_source,omitempty"`
 	Hostname    string   `json:"hostname"`
 	DNS         []string `json:"dns,omitempty"`
-	// CloseFDs are inherited descriptors (the ones the paths above refer
-	// to) that the agent closes once set up, before it runs anything.
+	// CloseFDs are descriptors the agent inherited when it was started
+	// (not those sent with init) that it closes once set up, before it
+	// runs anything.
 	CloseFDs []int `json:"close_fds,omitempty"`
 }
 

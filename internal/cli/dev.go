@@ -118,9 +118,9 @@ func newRuntime(cfg config.Config, log *slog.Logger) (sandbox.Runtime, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the process tier needs root (it maps sandbox users to unprivileged host ids and sets cgroup limits)")
 	}
-	return process.New(process.Config{
-		AgentPath: agent, StateDir: cfg.SandboxDir, Logger: log,
-	})
+	pc := process.DefaultConfig()
+	pc.AgentPath, pc.StateDir, pc.Logger = agent, cfg.SandboxDir, log
+	return process.New(pc)
 }
 
 // findAgent locates the static helmr-agent binary.

@@ -178,6 +178,9 @@ type Outcome struct {
 	Status Status          `json:"status"`
 	Output json.RawMessage `json:"output,omitempty"`
 	Error  *Error          `json:"error,omitempty"`
+	// Notes are recorded as system events before the final status (for
+	// example: the sandbox hit its process limit).
+	Notes []SystemData `json:"notes,omitempty"`
 }
 
 // Finish moves a started run to its terminal status. A run cancelled
@@ -187,6 +190,16 @@ func (s *Service) Finish(ctx context.Context, id string, o Outcome) (Run, error)
 		return Run{}, fmt.Errorf("finish with non-terminal status %q: %w", o.Status, ErrInvalid)
 	}
 	now := s.now()
+	if len(o.Notes) > 0 {
+		evs := make([]NewEvent, len(o.Notes))
+		for i, n := range o.Notes {
+			data, _ := json.Marshal(n)
+			evs[i] = NewEvent{Type: EventSystem, Time: now, Data: data}
+		}
+		if _, err := s.store.AppendEvents(ctx, id, evs); err != nil {
+			return Run{}, fmt.Errorf("record notes: %w", err)
+		}
+	}
 	r, _, err := s.store.Transition(ctx, id, Transition{
 		From: []Status{StatusStarting, StatusRunning, StatusWaiting}, To: o.Status,
 		Output: o.Output, Error: o.Error, FinishedAt: &now, Time: now,

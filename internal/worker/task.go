@@ -62,7 +62,12 @@ func (w *Worker) runTask(ctx context.Context, l Lease, box sandbox.Sandbox, p pr
 	if err != nil {
 		return failed(runs.ClassGuestRuntime, "guest agent: %v", err)
 	}
-	return w.outcome(l, box, exit, result, logs.Tail())
+	o := w.outcome(l, box, exit, result, logs.Tail())
+	if box.Stats().PidsLimitHit {
+		o.Notes = append(o.Notes, runs.SystemData{Message: "the sandbox hit its process limit: forks were refused",
+			Attrs: map[string]string{"limit": "pids"}})
+	}
+	return o
 }
 
 func (w *Worker) outcome(l Lease, box sandbox.Sandbox, exit sandbox.ExitStatus, result *adapterMessage, tail []string) *runs.Outcome {

@@ -90,11 +90,27 @@ func (w *Worker) WorkspaceDir(runID string) string {
 	return filepath.Join(w.cfg.DataDir, "workspaces", runID)
 }
 
+// closer is the optional capability of runtimes that hold resources
+// between sandboxes (the process tier's warm pool).
+type closer interface {
+	Close(ctx context.Context) error
+}
+
 // Run leases and executes runs until ctx ends, then waits for the runs in
-// flight to finish (their sandboxes are destroyed when ctx ends).
+// flight to finish (their sandboxes are destroyed when ctx ends) and closes
+// the runtime.
 func (w *Worker) Run(ctx context.Context) error {
 	slots := make(chan struct{}, w.cfg.Slots)
-	defer w.wg.Wait()
+	defer func() {
+		w.wg.Wait()
+		if c, ok := w.cfg.Runtime.(closer); ok {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if err := c.Close(cctx); err != nil {
+				w.log.Warn("close runtime", "err", err)
+			}
+		}
+	}()
 	tiers := []string{w.cfg.Runtime.Name()}
 	for {
 		select {

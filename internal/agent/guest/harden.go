@@ -16,18 +16,19 @@ import (
 // children get none (see Harden).
 var agentCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL}
 
-// Harden locks the agent down after Setup, on every thread (capabilities,
-// the bounding set and no_new_privs are per thread):
+// LimitExec is the first half of the lockdown, on every thread of the
+// agent (the bounding set, no_new_privs and the ambient set are per thread;
+// threads created later copy them):
 //
 //   - no_new_privs, so no exec can gain privileges;
-//   - an empty bounding set and empty inheritable and ambient sets, so that
-//     every process the agent starts ends with no capabilities, even as uid
-//     0 of the sandbox's user namespace;
-//   - the agent's own effective and permitted sets cut to agentCaps;
-//   - the seccomp filter, which children inherit.
+//   - an empty bounding set and an empty ambient set, so that every process
+//     the agent starts ends with no capabilities, even as uid 0 of the
+//     sandbox's user namespace.
 //
-// It needs a binary built without cgo (syscall.AllThreadsSyscall).
-func Harden() error {
+// None of it limits the agent's own effective capabilities, so it runs
+// before Setup, ahead of init (see Prepare). It needs a binary built without
+// cgo (syscall.AllThreadsSyscall).
+func LimitExec() error {
 	if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
@@ -43,6 +44,18 @@ func Harden() error {
 	_, _, errno := syscall.AllThreadsSyscall6(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0, 0)
 	if errno != 0 {
 		return fmt.Errorf("clear ambient capabilities: %w", errno)
+	}
+	return nil
+}
+
+// Harden completes the lockdown after LimitExec and Setup, on every thread:
+// the agent's effective and permitted sets are cut to agentCaps and its
+// inheritable set emptied, and the seccomp filter, which children inherit,
+// is installed. It checks that LimitExec ran (no_new_privs is set).
+func Harden() error {
+	nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+	if err != nil || nnp != 1 {
+		return fmt.Errorf("harden: no_new_privs is not set (LimitExec must run first): %v", err)
 	}
 	if err := capset(agentCaps); err != nil {
 		return err

@@ -12,23 +12,37 @@ import (
 	"github.com/helmr/helmr/internal/agent"
 )
 
-// RunInit is the process tier's agent: it reads the init frame from conn,
-// sets the sandbox up (Setup, Harden), answers ready (or fatal, then returns
-// the error) and serves until the worker closes conn.
-func RunInit(conn io.ReadWriteCloser, log *slog.Logger) error {
+// RunInit is the process tier's agent. It runs prepare (Prepare; nil to
+// skip) while it waits for init, reads the init frame and the descriptors
+// sent with it from conn, sets the sandbox up (Setup, Harden), closes the
+// descriptors, answers ready (or fatal, then returns the error) and serves
+// until the worker closes conn. A failed prepare is reported once init has
+// come.
+func RunInit(conn io.ReadWriteCloser, prepare func() error, log *slog.Logger) error {
 	reaper := NewReaper(log)
 	defer reaper.Stop()
 	srv := NewServer(conn, reaper, log)
-	m, err := agent.ReadMsg(conn)
+	var prepErr error
+	if prepare != nil {
+		prepErr = prepare()
+	}
+	m, fds, err := agent.ReadMsgFDs(conn)
 	if err != nil {
 		return fmt.Errorf("read init: %w", err)
 	}
+	err = prepErr
 	cfg, ok := m.(*agent.Init)
-	if !ok {
+	if err == nil && !ok {
 		err = fmt.Errorf("first message is %s, want init", m.MessageType())
 	}
 	if err == nil {
+		err = resolveFDs(cfg, fds)
+	}
+	if err == nil {
 		err = Setup(cfg, log)
+	}
+	for _, fd := range fds {
+		_ = unix.Close(fd)
 	}
 	if err == nil {
 		err = Harden()

@@ -151,7 +151,7 @@ func TestInitRejectsNonInit(t *testing.T) {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	done := make(chan error, 1)
-	go func() { done <- RunInit(b, log) }()
+	go func() { done <- RunInit(b, nil, log) }()
 	// A worker that sends exec before init gets fatal, as a guest
 	// runtime error carrying the agent's message.
 	if err := agent.NewWriter(a).Send(&agent.Exec{ID: 1, Argv: []string{"true"}}); err != nil {
@@ -169,4 +169,21 @@ func TestInitRejectsNonInit(t *testing.T) {
 		t.Errorf("RunInit() = nil, want an error")
 	}
 	b.Close()
+}
+
+func TestResolveFDs(t *testing.T) {
+	cfg := &agent.Init{WorkspaceSource: "fd:0", HelmrSource: "/opt", RootLayers: []string{"fd:2", "/layer", "fd:1"}}
+	if err := resolveFDs(cfg, []int{10, 11, 12}); err != nil {
+		t.Fatalf("resolveFDs() = %v", err)
+	}
+	got := append([]string{cfg.WorkspaceSource, cfg.HelmrSource}, cfg.RootLayers...)
+	want := []string{"fd:10", "/opt", "fd:12", "/layer", "fd:11"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("resolveFDs() refs = %q, want %q", got, want)
+	}
+	for _, ref := range []string{"fd:3", "fd:-1", "fd:x"} {
+		if err := resolveFDs(&agent.Init{WorkspaceSource: ref}, []int{10, 11, 12}); err == nil {
+			t.Errorf("resolveFDs(%q with 3 fds) = nil, want an error", ref)
+		}
+	}
 }

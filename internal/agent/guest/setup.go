@@ -21,21 +21,30 @@ const DefaultHostname = "helmr-sandbox"
 // has a directory to mount each on, whatever the image holds.
 var mountpoints = []string{"opt/helmr", "proc", "dev", "sys", "tmp", "run"}
 
+// Prepare is the part of the setup that does not depend on init, done in
+// the agent's fresh namespaces while it waits for init: it makes every
+// mount private, so nothing done later propagates to the host, and limits
+// what the processes it will start can gain (LimitExec).
+func Prepare() error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	return LimitExec()
+}
+
 // Setup builds the sandbox's root in the agent's fresh namespaces and pivots
 // into it: a read-only overlay of a tmpfs runtime layer (hostname, hosts,
 // resolv.conf, mountpoints) over the image layers, the workspace bound
 // read-write, /opt/helmr read-only, fresh proc, dev, devpts, shm, tmp and
 // run, sysfs read-only where the kernel allows it. It then sets the hostname,
-// brings up loopback and closes cfg.CloseFDs. It must run before Harden.
+// brings up loopback and closes cfg.CloseFDs. It must run after Prepare and
+// before Harden.
 func Setup(cfg *agent.Init, log *slog.Logger) error {
 	if cfg.Hostname == "" {
 		cfg.Hostname = DefaultHostname
 	}
 	if !filepath.IsAbs(cfg.Workspace) || len(cfg.RootLayers) == 0 {
 		return fmt.Errorf("setup: need an absolute workspace and at least one root layer")
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make mounts private: %w", err)
 	}
 	if err := unix.Chdir(cfg.StateDir); err != nil {
 		return fmt.Errorf("enter state dir: %w", err)
@@ -226,6 +235,27 @@ func attach(source, target string) error {
 	}
 	if err := unix.MoveMount(n, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("attach %s: %w", target, err)
+	}
+	return nil
+}
+
+// resolveFDs rewrites cfg's "fd:N" references, indexes into the descriptors
+// received with init, as the agent's descriptor numbers ("fd:<fd>").
+func resolveFDs(cfg *agent.Init, fds []int) error {
+	refs := append([]*string{&cfg.WorkspaceSource, &cfg.HelmrSource}, make([]*string, len(cfg.RootLayers))...)
+	for i := range cfg.RootLayers {
+		refs[2+i] = &cfg.RootLayers[i]
+	}
+	for _, ref := range refs {
+		s, ok := strings.CutPrefix(*ref, "fd:")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n >= len(fds) {
+			return fmt.Errorf("init names %q but %d descriptors came with it", *ref, len(fds))
+		}
+		*ref = "fd:" + strconv.Itoa(fds[n])
 	}
 	return nil
 }

@@ -23,24 +23,27 @@ const (
 	minQuota  = 1000
 )
 
-// cgroup is one sandbox's cgroup: on v1 a directory per controller
-// (<root>/<controller>/helmr/<id>), on v2 one directory (<root>/helmr/<id>).
+// cgroup is one agent's cgroup: on v1 a directory per controller
+// (<root>/<controller>/helmr/<name>), on v2 one directory
+// (<root>/helmr/<name>). The name is the sandbox id for an agent started
+// for its sandbox, or pool-<random hex> for a warm pool agent, which keeps
+// it once claimed (see the package doc).
 type cgroup struct {
 	v2      bool
 	memory  string
 	pids    string
-	cpu     string // empty on v1 when the sandbox has no CPU limit
+	cpu     string // empty on v1 when the cpu controller is not mounted
 	created []string
 }
 
 // newCgroup picks the hierarchy: v2 when the unified root offers memory,
-// pids and cpu, else v1 with memory and pids (and cpu if needCPU) mounted
-// under root.
-func newCgroup(root, id string, needCPU bool) (*cgroup, error) {
+// pids and cpu, else v1 with memory and pids (and cpu where mounted) under
+// root.
+func newCgroup(root, name string) (*cgroup, error) {
 	if b, err := os.ReadFile(filepath.Join(root, "cgroup.controllers")); err == nil {
 		have := strings.Fields(string(b))
 		if contains(have, "memory") && contains(have, "pids") && contains(have, "cpu") {
-			dir := filepath.Join(root, cgroupParent, id)
+			dir := filepath.Join(root, cgroupParent, name)
 			return &cgroup{v2: true, memory: dir, pids: dir, cpu: dir}, nil
 		}
 	}
@@ -49,7 +52,7 @@ func newCgroup(root, id string, needCPU bool) (*cgroup, error) {
 		name     string
 		dir      *string
 		required bool
-	}{{"memory", &cg.memory, true}, {"pids", &cg.pids, true}, {"cpu", &cg.cpu, needCPU}} {
+	}{{"memory", &cg.memory, true}, {"pids", &cg.pids, true}, {"cpu", &cg.cpu, false}} {
 		base := filepath.Join(root, c.name)
 		if _, err := os.Stat(filepath.Join(base, "cgroup.procs")); err != nil {
 			if c.required {
@@ -57,7 +60,7 @@ func newCgroup(root, id string, needCPU bool) (*cgroup, error) {
 			}
 			continue
 		}
-		*c.dir = filepath.Join(base, cgroupParent, id)
+		*c.dir = filepath.Join(base, cgroupParent, name)
 	}
 	return cg, nil
 }
@@ -83,8 +86,8 @@ func (cg *cgroup) dirs() []string {
 	return out
 }
 
-// create makes the directories and writes spec's limits.
-func (cg *cgroup) create(spec sandbox.Spec) error {
+// create makes the directories, without limits (writeLimits).
+func (cg *cgroup) create() error {
 	if cg.v2 {
 		if err := enableV2Controllers(filepath.Dir(filepath.Dir(cg.memory))); err != nil {
 			return err
@@ -104,7 +107,7 @@ func (cg *cgroup) create(spec sandbox.Spec) error {
 		}
 		cg.created = append(cg.created, d)
 	}
-	return cg.writeLimits(spec)
+	return nil
 }
 
 func enableV2Controllers(dir string) error {
@@ -115,7 +118,12 @@ func enableV2Controllers(dir string) error {
 	return nil
 }
 
+// writeLimits writes spec's limits; a cgroup that holds the agent already
+// takes them as well as an empty one.
 func (cg *cgroup) writeLimits(spec sandbox.Spec) error {
+	if spec.CPU > 0 && cg.cpu == "" {
+		return fmt.Errorf("%w: a CPU limit needs the cgroup v1 cpu controller, which is not mounted", sandbox.ErrGuestRuntime)
+	}
 	var files [][2]string // path, value
 	quota := strconv.FormatInt(max(int64(spec.CPU*cfsPeriod), minQuota), 10)
 	pids := strconv.FormatInt(spec.PidsLimit, 10)

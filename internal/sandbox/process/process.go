@@ -15,6 +15,20 @@
 // HelmrHost must be world-readable (o+rX); their parent directories need not
 // be, nor those of AgentPath: the worker hands them to the agent as open
 // descriptors. StateDir and its parents must be searchable by others (o+x).
+//
+// Start is mostly the agent's clone and its move into a cgroup (on cgroup
+// v1 the first write of a pid to cgroup.procs waits for an RCU grace
+// period). A warm pool (Config.WarmPool) does both ahead of time: its
+// agents wait in their namespaces, each in its own cgroup, for a sandbox;
+// Start claims one, writes the spec's limits to its cgroup and sends init,
+// the mounts passed with it over the agent's socket. The pool refills in
+// the background; Close destroys the idle agents.
+//
+// Cgroups: each agent has one per controller, <CgroupRoot>/<controller>/
+// helmr/<name> on v1 and <CgroupRoot>/helmr/<name> on v2, where name is
+// pool-<16 hex digits> for an agent from the pool (it keeps that name as a
+// sandbox) and the sandbox id for an agent started for its sandbox. The
+// state dir is always <StateDir>/<sandbox id>. Destroy removes both.
 package process
 
 import (
@@ -48,6 +62,18 @@ type Config struct {
 	DefaultPids int64
 	// Logger receives the tier's and the agents' logs. Default: discarded.
 	Logger *slog.Logger
+	// WarmPool is how many started agents wait for a sandbox (see the
+	// package doc); 0 starts each agent in Start. DefaultConfig sets
+	// DefaultWarmPool.
+	WarmPool int
+}
+
+// DefaultConfig returns a Config with every default set, WarmPool
+// included; AgentPath and StateDir remain to be set.
+func DefaultConfig() Config {
+	c := Config{WarmPool: DefaultWarmPool}
+	c.setDefaults()
+	return c
 }
 
 // Defaults.
@@ -56,6 +82,7 @@ const (
 	DefaultUIDBase    = 100000
 	DefaultUIDCount   = 65536
 	DefaultPidsLimit  = 1024
+	DefaultWarmPool   = 1
 	defaultWorkspace  = "/workspace"
 	defaultHostname   = "helmr-sandbox"
 	cgroupParent      = "helmr"
@@ -95,18 +122,23 @@ func (c *Config) Validate() error {
 	if uint64(c.UIDBase)+uint64(c.UIDCount) > 1<<32-1 || c.UIDCount == 0 {
 		return errors.New("process tier: UIDBase+UIDCount overflows")
 	}
+	if c.WarmPool < 0 {
+		return errors.New("process tier: WarmPool must not be negative")
+	}
 	return nil
 }
 
-// Runtime starts process-tier sandboxes.
+// Runtime starts process-tier sandboxes. Close it to destroy the warm pool.
 type Runtime struct {
-	cfg Config
-	log *slog.Logger
+	cfg  Config
+	log  *slog.Logger
+	pool *pool // nil without a warm pool
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
 
-// New returns a Runtime; it creates StateDir.
+// New returns a Runtime; it creates StateDir, removes the empty warm-agent
+// cgroups a crashed worker left and starts filling the warm pool.
 func New(cfg Config) (*Runtime, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -118,7 +150,22 @@ func New(cfg Config) (*Runtime, error) {
 	if err := checkSearchable(cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("process tier: state dir: %w", err)
 	}
-	return &Runtime{cfg: cfg, log: cfg.Logger}, nil
+	r := &Runtime{cfg: cfg, log: cfg.Logger}
+	sweepPoolCgroups(cfg.CgroupRoot, r.log)
+	if cfg.WarmPool > 0 {
+		r.pool = newPool(r, cfg.WarmPool)
+	}
+	return r, nil
+}
+
+// Close stops refilling the warm pool and destroys its idle agents.
+// Sandboxes already started are not affected, and Start keeps working,
+// starting each agent itself.
+func (r *Runtime) Close(ctx context.Context) error {
+	if err := r.pool.close(ctx); err != nil {
+		return fmt.Errorf("close process tier: %w", err)
+	}
+	return nil
 }
 
 // checkSearchable reports an error unless dir and each of its parents can
@@ -152,7 +199,6 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 		spec:     spec,
 		log:      r.log.With("sandbox_id", spec.ID),
 		stateDir: filepath.Join(r.cfg.StateDir, spec.ID),
-		exited:   make(chan struct{}),
 	}
 	if err := sb.start(ctx); err != nil {
 		if derr := sb.Destroy(context.Background()); derr != nil {

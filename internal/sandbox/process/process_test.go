@@ -47,11 +47,16 @@ func testMain(m *testing.M) int {
 func requiresProcessTier(t *testing.T) {
 	t.Helper()
 	testenv.RequireRoot(t)
-	_, err := newCgroup(DefaultCgroupRoot, "probe", false)
+	_, err := newCgroup(DefaultCgroupRoot, "probe")
 	testenv.Require(t, err == nil, fmt.Sprintf("process tier tests need cgroups: %v", err))
 }
 
-func newRuntime(t *testing.T) *Runtime {
+// newRuntime returns a Runtime without a warm pool.
+func newRuntime(t *testing.T) *Runtime { return newWarmRuntime(t, 0) }
+
+// newWarmRuntime returns a Runtime with a warm pool of warm agents, full,
+// closed when the test ends.
+func newWarmRuntime(t testing.TB, warm int) *Runtime {
 	t.Helper()
 	state := t.TempDir() // and its parent: 0700
 	for _, d := range []string{state, filepath.Dir(state)} {
@@ -63,9 +68,18 @@ func newRuntime(t *testing.T) *Runtime {
 		AgentPath: agentPath,
 		StateDir:  state,
 		Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		WarmPool:  warm,
 	})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
+	}
+	t.Cleanup(func() {
+		if err := rt.Close(context.Background()); err != nil {
+			t.Errorf("Close() = %v", err)
+		}
+	})
+	if warm > 0 {
+		waitIdle(t, rt, warm)
 	}
 	return rt
 }
@@ -73,7 +87,11 @@ func newRuntime(t *testing.T) *Runtime {
 func TestConformance(t *testing.T) {
 	requiresProcessTier(t)
 	rootfs := sandboxtest.BaseRootFS(t)
-	sandboxtest.Run(t, func(t *testing.T) sandbox.Runtime { return newRuntime(t) }, rootfs)
+	for _, warm := range []int{0, 1} {
+		t.Run(fmt.Sprintf("WarmPool=%d", warm), func(t *testing.T) {
+			sandboxtest.Run(t, func(t *testing.T) sandbox.Runtime { return newWarmRuntime(t, warm) }, rootfs)
+		})
+	}
 }
 
 func TestReservedWorkspace(t *testing.T) {

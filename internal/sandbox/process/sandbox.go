@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
-	"os/exec"
+	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/helmr/helmr/internal/agent"
 	"github.com/helmr/helmr/internal/sandbox"
@@ -31,10 +29,9 @@ type Sandbox struct {
 	log      *slog.Logger
 	stateDir string
 
-	cg     *cgroup
-	cmd    *exec.Cmd
+	proc   *agentProc
+	cg     *cgroup // proc's
 	client *agent.Client
-	exited chan struct{} // closed once the agent has been waited for
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -42,10 +39,46 @@ type Sandbox struct {
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
 
-// start brings the sandbox up: state dir, workspace ownership, cgroups, the
-// agent in its namespaces (moved into the cgroups before it reads init),
-// then init → ready.
+// start brings the sandbox up: state dir and workspace ownership, an agent
+// (a warm one from the pool, else one started now) with spec's limits
+// written to its cgroup, then init with the mounts → ready. A warm agent
+// that cannot take the sandbox (it died, say) is destroyed and a fresh one
+// started instead.
 func (s *Sandbox) start(ctx context.Context) error {
+	if err := s.prepareHost(); err != nil {
+		return err
+	}
+	init, m, err := initFor(s.spec, s.stateDir)
+	if err != nil {
+		return err
+	}
+	defer m.close()
+	if p := s.rt.pool.take(); p != nil {
+		err := s.adopt(p, init, m.fds)
+		if err == nil {
+			m.close()
+			return s.waitReady(ctx, true)
+		}
+		s.log.Warn("warm agent unusable, starting a fresh one", "err", err)
+		if derr := s.dropAgent(ctx); derr != nil {
+			s.log.Warn("destroy unusable warm agent", "err", derr)
+		}
+		s.proc, s.client = nil, nil
+	}
+	p, err := s.rt.spawn(s.spec.ID, s.log)
+	if err != nil {
+		return err
+	}
+	if err := s.adopt(p, init, m.fds); err != nil {
+		return err
+	}
+	m.close()
+	return s.waitReady(ctx, false)
+}
+
+// prepareHost makes the state dir and gives the workspace to the
+// sandbox's user.
+func (s *Sandbox) prepareHost() error {
 	cfg := s.rt.cfg
 	if err := os.Mkdir(s.stateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
@@ -56,75 +89,45 @@ func (s *Sandbox) start(ctx context.Context) error {
 	if err := chownTree(s.spec.WorkspaceHost, int(cfg.UIDBase+s.spec.UID), int(cfg.UIDBase+s.spec.GID)); err != nil {
 		return fmt.Errorf("workspace ownership: %w", err)
 	}
-	cg, err := newCgroup(cfg.CgroupRoot, s.spec.ID, s.spec.CPU > 0)
-	if err != nil {
-		return err
-	}
-	s.cg = cg
-	if err := cg.create(s.spec); err != nil {
-		return err
-	}
-	launch, err := s.prepareLaunch()
-	if err != nil {
-		return err
-	}
-	defer launch.closeChildFiles()
-	if err := s.launch(launch); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
-	defer cancel()
-	version, err := s.client.Init(ctx, launch.init)
-	if err != nil {
-		return err
-	}
-	s.log.Debug("sandbox ready", "agent_version", version)
 	return nil
 }
 
-// launch starts the agent, moves it into the cgroups and starts the
-// client and the goroutine that waits for the agent.
-func (s *Sandbox) launch(l *launch) error {
-	cfg := s.rt.cfg
-	idMap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(cfg.UIDBase), Size: int(cfg.UIDCount)}}
-	lw := &logWriter{log: s.log}
-	s.cmd = &exec.Cmd{
-		Path:       l.agentPath,
-		Args:       []string{"helmr-agent", "init"},
-		Env:        []string{},
-		ExtraFiles: l.childFiles,
-		Stdout:     lw,
-		Stderr:     lw,
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNS |
-				unix.CLONE_NEWNET | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC,
-			UidMappings:                idMap,
-			GidMappings:                idMap,
-			GidMappingsEnableSetgroups: true,
-			// The clone keeps the host's uid 0, which is unmapped in the
-			// new namespace; become the namespace's root (host UIDBase).
-			Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
-			// Pdeathsig fires when the OS thread that started the agent
-			// exits; the Go runtime keeps threads unless a goroutine
-			// that locked one returns without unlocking it.
-			Pdeathsig: syscall.SIGKILL,
-		},
-	}
-	if err := s.cmd.Start(); err != nil {
-		_ = l.conn.Close()
-		s.cmd = nil
-		return fmt.Errorf("start agent: %w", err)
-	}
-	go func() {
-		err := s.cmd.Wait()
-		s.log.Debug("agent exited", "err", err)
-		close(s.exited)
-	}()
-	s.client = agent.NewClient(l.conn, s.log)
-	if err := s.cg.addProc(s.cmd.Process.Pid); err != nil {
+// adopt makes p the sandbox's agent: its logs are the sandbox's, its cgroup
+// gets spec's limits, and it is sent init with the mounts' descriptors.
+func (s *Sandbox) adopt(p *agentProc, init *agent.Init, fds []int) error {
+	s.proc, s.cg = p, p.cg
+	p.lw.setLogger(s.log)
+	if err := p.cg.writeLimits(s.spec); err != nil {
 		return err
 	}
+	s.client = agent.NewClient(p.conn, s.log)
+	return s.client.SendInit(init, fds)
+}
+
+// waitReady waits for the agent's answer to init; warm says whether the
+// agent came from the pool.
+func (s *Sandbox) waitReady(ctx context.Context, warm bool) error {
+	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
+	defer cancel()
+	version, err := s.client.WaitReady(ctx)
+	if err != nil {
+		return err
+	}
+	s.log.Debug("sandbox ready", "agent_version", version, "warm", warm, "cgroup", filepath.Base(s.cg.memory))
 	return nil
+}
+
+// dropAgent destroys the sandbox's agent, its client and its cgroup. The
+// fields stay set: Exec and Stats may still run, and fail or read nothing.
+func (s *Sandbox) dropAgent(ctx context.Context) error {
+	if s.proc == nil {
+		return nil
+	}
+	var c io.Closer
+	if s.client != nil {
+		c = s.client
+	}
+	return s.proc.destroy(ctx, c)
 }
 
 // Exec implements sandbox.Sandbox. The process runs as the spec's uid and
@@ -155,21 +158,8 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, destroyTimeout)
 	defer cancel()
 	var errs []error
-	if s.cmd != nil {
-		_ = s.cmd.Process.Kill()
-		if s.client != nil {
-			_ = s.client.Close()
-		}
-		select {
-		case <-s.exited:
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("wait for agent: %w", ctx.Err()))
-		}
-	}
-	if s.cg != nil {
-		if err := s.cg.remove(ctx); err != nil {
-			errs = append(errs, err)
-		}
+	if err := s.dropAgent(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(s.stateDir); err != nil {
 		errs = append(errs, fmt.Errorf("remove state dir: %w", err))
@@ -182,9 +172,23 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 
 // logWriter turns the agent's stderr into log records, one per line.
 type logWriter struct {
-	log  *slog.Logger
 	mu   sync.Mutex
+	log  *slog.Logger
 	line []byte
+}
+
+// setLogger sends later lines to log (a warm agent's, once claimed, to its
+// sandbox's logger).
+func (w *logWriter) setLogger(log *slog.Logger) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.log = log
+}
+
+func (w *logWriter) logger() *slog.Logger {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.log
 }
 
 func (w *logWriter) Write(p []byte) (int, error) {

@@ -1,4 +1,4 @@
-import { spawn, execFileSync } from "node:child_process";
+import { spawn } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
 import { image, sandbox, task } from "@helmr/sdk";
@@ -77,18 +77,10 @@ export const forkbomb = task({
       stdio: ["ignore", "ignore", "ignore", "pipe"],
       detached: true,
     });
-    // Once the bomb saturates the limit, even the task cannot fork.
-    let forkFailed = false;
-    for (let i = 0; i < 60 && !forkFailed; i++) {
-      await sleep(500);
-      try {
-        execFileSync("true");
-      } catch {
-        forkFailed = true;
-      }
-    }
+    // Let the bomb run into the limit; the worker reports the refused forks.
+    await sleep(3000);
     const pids = readdirSync("/proc").filter((n) => /^[0-9]+$/.test(n)).length;
-    return { pids, forkFailed };
+    return { pids };
   },
 });
 
