@@ -26,6 +26,7 @@ type Config struct {
 	SandboxDir  string // per-sandbox scratch state; every parent must be searchable by others
 	Runtime     string // isolation tier: auto or process
 	Slots       int    // runs a worker executes at once
+	Warm        int    // sandboxes kept booted ahead of runs (per image and resources)
 	Node        string // host node used by deploy
 
 	// CLI.
@@ -65,12 +66,14 @@ func (c Config) FromEnv(getenv func(string) string) (Config, error) {
 			*p = v
 		}
 	}
-	if v := getenv("HELMR_SLOTS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return c, fmt.Errorf("HELMR_SLOTS=%q: not a number", v)
+	for name, p := range map[string]*int{"HELMR_SLOTS": &c.Slots, "HELMR_WARM": &c.Warm} {
+		if v := getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return c, fmt.Errorf("%s=%q: not a number", name, v)
+			}
+			*p = n
 		}
-		c.Slots = n
 	}
 	return c, nil
 }
@@ -83,6 +86,9 @@ func (c Config) Validate() error {
 	}
 	if c.Slots < 1 || c.Slots > 1024 {
 		errs = append(errs, fmt.Errorf("slots must be 1..1024, got %d", c.Slots))
+	}
+	if c.Warm < 0 || c.Warm > 64 {
+		errs = append(errs, fmt.Errorf("warm sandboxes must be 0..64, got %d", c.Warm))
 	}
 	switch c.Runtime {
 	case "auto", "process":

@@ -76,20 +76,24 @@ func TestRunFailures(t *testing.T) {
 		if !hasSystemEvent(d.events(r.ID), "process limit") {
 			t.Errorf("no event says the sandbox hit its process limit")
 		}
-		assertNoSandboxProcesses(t, r.ID, 5*time.Second)
+		assertNoSandboxProcesses(t, d.sandboxID(r.ID), 5*time.Second)
 	})
 	t.Run("cancel", func(t *testing.T) {
 		r := d.trigger("failing", "sleeper", "null")
 		waitFor(t, 30*time.Second, func() bool {
 			return len(logLines(d.events(r.ID))) > 2
 		})
+		sbx := d.sandboxID(r.ID)
+		if procs := sandboxProcesses(sbx); len(procs) < 2 {
+			t.Fatalf("sandbox %s processes before cancel = %v, want the task and its sleep", sbx, procs)
+		}
 		d.mustHelmr("cancel", r.ID)
 		canceledAt := time.Now()
 		got := d.waitDone(r.ID, 5*time.Second)
 		if got.Status != runs.StatusCanceled {
 			t.Fatalf("run = %s, want CANCELED", got.Status)
 		}
-		assertNoSandboxProcesses(t, r.ID, time.Second-time.Since(canceledAt))
+		assertNoSandboxProcesses(t, sbx, time.Second-time.Since(canceledAt))
 		if _, _, code := d.helmr("cancel", r.ID); code != 0 {
 			t.Errorf("cancelling a canceled run again exited %d, want 0", code)
 		}
@@ -161,29 +165,48 @@ func TestSandboxIsolation(t *testing.T) {
 	}
 }
 
+// sandboxID reads which sandbox ran the run from its "sandbox started" event.
+func (d *dev) sandboxID(runID string) string {
+	d.t.Helper()
+	for _, ev := range d.events(runID) {
+		var s runs.SystemData
+		if ev.Type == runs.EventSystem && json.Unmarshal(ev.Data, &s) == nil && s.Attrs["sandbox"] != "" {
+			return s.Attrs["sandbox"]
+		}
+	}
+	d.t.Fatalf("run %s has no event naming its sandbox", runID)
+	return ""
+}
+
 // assertNoSandboxProcesses checks, within d, that no host process carries
-// the run's id in its environment (every sandbox process does).
-func assertNoSandboxProcesses(t *testing.T, runID string, within time.Duration) {
+// the sandbox's id in its environment (every sandbox process does).
+func assertNoSandboxProcesses(t *testing.T, sandboxID string, within time.Duration) {
 	t.Helper()
-	marker := []byte("HELMR_RUN_ID=" + runID + "\x00")
 	deadline := time.Now().Add(within)
 	for {
-		var alive []string
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-			if err == nil && bytes.Contains(env, marker) {
-				alive = append(alive, e.Name())
-			}
-		}
+		alive := sandboxProcesses(sandboxID)
 		if len(alive) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sandbox processes of run %s still alive: %v", runID, alive)
+			t.Fatalf("processes of sandbox %s still alive: %v", sandboxID, alive)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// sandboxProcesses lists the host pids whose environment names the sandbox.
+func sandboxProcesses(sandboxID string) []string {
+	marker := []byte("HELMR_SANDBOX_ID=" + sandboxID + "\x00")
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err == nil && bytes.Contains(env, marker) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }
 
 func hasSystemEvent(evs []runs.Event, substr string) bool {

@@ -25,9 +25,7 @@ var errTimedOut = errors.New("maxDuration exceeded")
 // execute runs one leased run to its end and reports the outcome.
 func (w *Worker) execute(ctx context.Context, l Lease) {
 	log := w.log.With("run_id", l.Run.ID, "task_id", l.Run.TaskID)
-	runDir := filepath.Join(w.cfg.DataDir, "runs", l.Run.ID)
-	defer os.RemoveAll(runDir)
-	o := w.attempt(ctx, l, runDir)
+	o := w.attempt(ctx, l)
 	if o == nil {
 		return // canceled: the control plane already has the final state
 	}
@@ -45,37 +43,46 @@ func failed(class runs.FailureClass, format string, args ...any) *runs.Outcome {
 	return &runs.Outcome{Status: runs.StatusFailed, Error: &runs.Error{Class: class, Message: fmt.Sprintf(format, args...)}}
 }
 
-// attempt prepares, starts and runs the task; nil means canceled.
-func (w *Worker) attempt(ctx context.Context, l Lease, runDir string) *runs.Outcome {
+// attempt prepares the run, claims a booted sandbox for it (or boots one),
+// and runs the task; nil means canceled.
+func (w *Worker) attempt(ctx context.Context, l Lease) *runs.Outcome {
 	files, err := w.cfg.Control.Files(ctx, l.Run.DeploymentID)
 	if err != nil {
 		return failed(runs.ClassImagePreparation, "fetch deployment %s: %v", l.Run.DeploymentID, err)
 	}
-	sb := l.Task.Sandbox
-	if sb == nil {
+	if l.Task.Sandbox == nil {
 		return failed(runs.ClassImagePreparation, "task %s declares no sandbox", l.Task.ID)
 	}
-	img, err := w.cfg.Images.Prepare(ctx, sb.Image, files)
+	img, err := w.cfg.Images.Prepare(ctx, l.Task.Sandbox.Image, files)
 	if err != nil {
 		return failed(runs.ClassImagePreparation, "%v", err)
 	}
-	prep, err := w.prepare(l, img, files, runDir)
+	p, err := w.prepare(l, img, files)
 	if err != nil {
 		return failed(runs.ClassImagePreparation, "%v", err)
 	}
-	box, err := w.cfg.Runtime.Start(ctx, prep.spec)
-	if err != nil {
-		return failed(runs.ClassGuestRuntime, "start %s sandbox: %v", w.cfg.Runtime.Name(), err)
+	key := bootKey(w.cfg.Runtime.Name(), p)
+	b, warm := w.warm.claim(ctx, key), true
+	if b == nil {
+		warm = false
+		if b, err = w.boot(ctx, key, p); err != nil {
+			return failed(runs.ClassGuestRuntime, "start %s sandbox: %v", w.cfg.Runtime.Name(), err)
+		}
 	}
+	w.refill(w.runCtx, key, p)
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := box.Destroy(dctx); err != nil {
+		if err := b.destroy(dctx); err != nil {
 			w.log.Error("destroy sandbox failed", "run_id", l.Run.ID, "err", err)
 		}
 	}()
+	if err := w.claim(l, b, files); err != nil {
+		return failed(runs.ClassImagePreparation, "%v", err)
+	}
 	note := runs.SystemData{Message: "sandbox started", Attrs: map[string]string{
-		"tier": w.cfg.Runtime.Name(), "worker": w.cfg.ID, "image": img.Digest,
+		"tier": w.cfg.Runtime.Name(), "worker": w.cfg.ID, "image": img.Digest, "sandbox": b.id,
+		"warm": fmt.Sprint(warm),
 	}}
 	if w.cfg.Runtime.Name() == "process" {
 		note.Message = "sandbox started on the process tier: weak isolation (shared kernel), for development and trusted code"
@@ -87,18 +94,35 @@ func (w *Worker) attempt(ctx context.Context, l Lease, runDir string) *runs.Outc
 		}
 		return failed(runs.ClassGuestRuntime, "report start: %v", err)
 	}
-	return w.runTask(ctx, l, box, prep)
+	return w.runTask(ctx, l, b, p)
+}
+
+// claim gives a booted sandbox to a run: its workspace becomes the run's
+// workspace and the deployment's bundles appear under /opt/helmr/task.
+func (w *Worker) claim(l Lease, b *booted, files map[string][]byte) error {
+	for p, data := range files {
+		if strings.HasPrefix(p, "bundles/") {
+			if err := writeFile(filepath.Join(b.helmrDir, "task", filepath.FromSlash(p)), data); err != nil {
+				return fmt.Errorf("write task files: %w", err)
+			}
+		}
+	}
+	if err := os.Rename(b.wsDir, w.WorkspaceDir(l.Run.ID)); err != nil {
+		return fmt.Errorf("assign workspace: %w", err)
+	}
+	b.wsDir = w.WorkspaceDir(l.Run.ID)
+	return nil
 }
 
 type prepared struct {
-	spec sandbox.Spec
+	spec sandbox.Spec // without ID and host dirs, which booting fills in
 	env  []string
 	node string
 }
 
-// prepare lays out the run's workspace and /opt/helmr, and checks the image
-// can run the task.
-func (w *Worker) prepare(l Lease, img images.Image, files map[string][]byte, runDir string) (prepared, error) {
+// prepare checks the image can run the task and derives the sandbox spec
+// and environment shared by every run of this image and sandbox.
+func (w *Worker) prepare(l Lease, img images.Image, files map[string][]byte) (prepared, error) {
 	node, err := img.FindNode()
 	if err != nil {
 		return prepared{}, err
@@ -110,34 +134,18 @@ func (w *Worker) prepare(l Lease, img images.Image, files map[string][]byte, run
 	if err != nil {
 		return prepared{}, err
 	}
-	helmrDir := filepath.Join(runDir, "helmr")
-	if err := writeFile(filepath.Join(helmrDir, "runtime", "adapter.mjs"), w.cfg.Adapter); err != nil {
-		return prepared{}, err
-	}
-	for p, data := range files {
-		if strings.HasPrefix(p, "bundles/") {
-			if err := writeFile(filepath.Join(helmrDir, "task", filepath.FromSlash(p)), data); err != nil {
-				return prepared{}, err
-			}
-		}
-	}
-	ws := w.WorkspaceDir(l.Run.ID)
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		return prepared{}, fmt.Errorf("create workspace: %w", err)
-	}
 	wsPath := l.Task.Sandbox.Workspace
 	if wsPath == "" {
 		wsPath = "/workspace"
 	}
 	mem, _ := deployments.ParseMemory(l.Task.Sandbox.Resources.Memory)
 	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home,
-		"HOSTNAME=helmr-sandbox", "HELMR_RUN_ID=" + l.Run.ID, "HELMR_TASK_ID=" + l.Run.TaskID}, img.Env...)
+		"HOSTNAME=helmr-sandbox"}, img.Env...)
 	return prepared{
 		node: node,
 		env:  dedupeEnv(env),
 		spec: sandbox.Spec{
-			ID: l.Run.ID, RootLayers: img.Layers, WorkspaceHost: ws, Workspace: wsPath,
-			HelmrHost: helmrDir, Hostname: "helmr-sandbox", UID: uid, GID: gid,
+			RootLayers: img.Layers, Workspace: wsPath, Hostname: "helmr-sandbox", UID: uid, GID: gid,
 			CPU: l.Task.Sandbox.Resources.CPU, MemoryBytes: mem,
 		},
 	}, nil
@@ -168,11 +176,12 @@ func dedupeEnv(env []string) []string {
 
 // startMessage is the adapter's first channel message.
 type startMessage struct {
-	Type    string          `json:"type"`
-	Module  string          `json:"module"`
-	Export  string          `json:"export"`
-	Payload json.RawMessage `json:"payload"`
-	Run     map[string]any  `json:"run"`
+	Type    string            `json:"type"`
+	Module  string            `json:"module"`
+	Export  string            `json:"export"`
+	Payload json.RawMessage   `json:"payload"`
+	Run     map[string]any    `json:"run"`
+	Env     map[string]string `json:"env"`
 }
 
 // adapterMessage is a message from the adapter.

@@ -6,15 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox"
 )
 
-// runTask runs the adapter in the started sandbox under the run's
-// maxDuration, watching for cancellation; nil means canceled.
-func (w *Worker) runTask(ctx context.Context, l Lease, box sandbox.Sandbox, p prepared) *runs.Outcome {
+// runTask starts the task in the booted sandbox's adapter and waits for it
+// under the run's maxDuration, watching for cancellation; nil means
+// canceled.
+func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared) *runs.Outcome {
 	maxDur := time.Duration(l.Run.MaxDurationSec) * time.Second
 	if maxDur <= 0 {
 		maxDur = runs.DefaultMaxDuration * time.Second
@@ -27,27 +29,30 @@ func (w *Worker) runTask(ctx context.Context, l Lease, box sandbox.Sandbox, p pr
 
 	logs := newLogSink(w.cfg.Control, l.Run.ID, w.log)
 	defer logs.Close()
+	var mu sync.Mutex
+	var result *adapterMessage
+	b.attach(logs.Write, func(msg []byte) {
+		var m adapterMessage
+		mu.Lock()
+		defer mu.Unlock()
+		if json.Unmarshal(msg, &m) == nil && (m.Type == "result" || m.Type == "error") && result == nil {
+			result = &m
+		}
+	})
 	start, _ := json.Marshal(startMessage{
 		Type: "start", Module: "/opt/helmr/task/" + l.Task.Module, Export: l.Task.Export,
 		Payload: l.Run.Payload, Run: map[string]any{"id": l.Run.ID, "taskId": l.Run.TaskID},
+		Env: map[string]string{"HELMR_RUN_ID": l.Run.ID, "HELMR_TASK_ID": l.Run.TaskID},
 	})
-	var result *adapterMessage
-	exit, err := box.Exec(ctx, sandbox.ExecRequest{
-		Argv: []string{p.node, "/opt/helmr/runtime/adapter.mjs"}, Env: p.env, Cwd: p.spec.Workspace,
-		Channel:  true,
-		OnOutput: logs.Write,
-		OnMessage: func(msg []byte) {
-			var m adapterMessage
-			if json.Unmarshal(msg, &m) == nil && (m.Type == "result" || m.Type == "error") && result == nil {
-				result = &m
-			}
-		},
-		Started: func(s sandbox.Sender) {
-			if err := s.Send(start); err != nil {
-				w.log.Warn("send start message failed", "run_id", l.Run.ID, "err", err)
-			}
-		},
-	})
+	if err := b.sender.Send(start); err != nil {
+		return failed(runs.ClassGuestRuntime, "send the start message to the adapter: %v", err)
+	}
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		b.cancel(context.Cause(ctx))
+		<-b.done
+	}
 	logs.Close()
 	cause := context.Cause(ctx)
 	switch {
@@ -59,11 +64,14 @@ func (w *Worker) runTask(ctx context.Context, l Lease, box sandbox.Sandbox, p pr
 	case ctx.Err() != nil:
 		return failed(runs.ClassGuestRuntime, "the worker shut down while the run was in progress")
 	}
-	if err != nil {
-		return failed(runs.ClassGuestRuntime, "guest agent: %v", err)
+	if b.xerr != nil {
+		return failed(runs.ClassGuestRuntime, "guest agent: %v", b.xerr)
 	}
-	o := w.outcome(l, box, exit, result, logs.Tail())
-	if box.Stats().PidsLimitHit {
+	mu.Lock()
+	res := result
+	mu.Unlock()
+	o := w.outcome(l, b.box, b.exit, res, logs.Tail())
+	if b.box.Stats().PidsLimitHit {
 		o.Notes = append(o.Notes, runs.SystemData{Message: "the sandbox hit its process limit: forks were refused",
 			Attrs: map[string]string{"limit": "pids"}})
 	}

@@ -54,13 +54,19 @@ type Config struct {
 	Adapter []byte
 	// CancelPoll is how often a running run's status is checked.
 	CancelPoll time.Duration
+	// Warm is how many sandboxes (per image and resources, most recently
+	// used first) are kept booted ahead of runs, adapter started; 0 boots
+	// every sandbox on demand.
+	Warm int
 }
 
 // Worker executes runs.
 type Worker struct {
-	cfg Config
-	log *slog.Logger
-	wg  sync.WaitGroup
+	cfg    Config
+	log    *slog.Logger
+	wg     sync.WaitGroup
+	warm   *warmPool
+	runCtx context.Context // Run's context: owns background boots
 }
 
 // New validates cfg and returns a worker.
@@ -77,12 +83,15 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	for _, d := range []string{"workspaces", "runs"} {
+	if cfg.Warm < 0 {
+		return nil, errors.New("worker: Warm must not be negative")
+	}
+	for _, d := range []string{"workspaces", "booted"} {
 		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("worker data dir: %w", err)
 		}
 	}
-	return &Worker{cfg: cfg, log: cfg.Logger.With("worker_id", cfg.ID)}, nil
+	return &Worker{cfg: cfg, log: cfg.Logger.With("worker_id", cfg.ID), warm: newWarmPool(cfg.Warm), runCtx: context.Background()}, nil
 }
 
 // WorkspaceDir is where a run's workspace lives on this worker.
@@ -101,7 +110,11 @@ type closer interface {
 // the runtime.
 func (w *Worker) Run(ctx context.Context) error {
 	slots := make(chan struct{}, w.cfg.Slots)
+	w.runCtx = ctx
 	defer func() {
+		for _, e := range w.warm.close() {
+			w.destroyWhenBooted(e)
+		}
 		w.wg.Wait()
 		if c, ok := w.cfg.Runtime.(closer); ok {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

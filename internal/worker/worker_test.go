@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 // fakeControl is a hand-written ControlPlane that records what the worker
 // reports.
 type fakeControl struct {
+	notes    []runs.SystemData
 	mu       sync.Mutex
 	files    map[string][]byte
 	status   runs.Status
@@ -34,10 +36,11 @@ func (f *fakeControl) Lease(context.Context, string, []string) (Lease, error) {
 func (f *fakeControl) Files(context.Context, string) (map[string][]byte, error) {
 	return f.files, nil
 }
-func (f *fakeControl) Started(_ context.Context, _, _, tier string, _ runs.SystemData) error {
+func (f *fakeControl) Started(_ context.Context, _, _, tier string, note runs.SystemData) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.started, f.status = tier, runs.StatusRunning
+	f.notes = append(f.notes, note)
 	return nil
 }
 func (f *fakeControl) Logs(context.Context, string, []runs.LogData, time.Time) error { return nil }
@@ -55,6 +58,9 @@ func (f *fakeControl) Status(context.Context, string) (runs.Status, error) {
 
 // fakeRuntime starts fakeSandboxes whose Exec behaviour the test sets.
 type fakeRuntime struct {
+	mu       sync.Mutex
+	starts   int
+	destroys int
 	startErr error
 	exec     func(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExitStatus, error)
 	stats    sandbox.Stats
@@ -63,6 +69,9 @@ type fakeRuntime struct {
 
 func (r *fakeRuntime) Name() string { return "fake" }
 func (r *fakeRuntime) Start(_ context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.starts++
 	r.spec = spec
 	if r.startErr != nil {
 		return nil, r.startErr
@@ -72,11 +81,36 @@ func (r *fakeRuntime) Start(_ context.Context, spec sandbox.Spec) (sandbox.Sandb
 
 type fakeSandbox struct{ r *fakeRuntime }
 
+// Exec plays the adapter: it reports itself started, waits for the start
+// message, then behaves as the test's exec func says.
 func (s fakeSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExitStatus, error) {
+	started := make(chan []byte, 1)
+	req.Started(fakeSender(started))
+	select {
+	case msg := <-started:
+		var m startMessage
+		if err := json.Unmarshal(msg, &m); err != nil || m.Type != "start" || m.Env["HELMR_RUN_ID"] != "run_1" {
+			return sandbox.ExitStatus{}, fmt.Errorf("bad start message %s", msg)
+		}
+	case <-ctx.Done():
+		return sandbox.ExitStatus{Signal: "killed"}, ctx.Err()
+	}
 	return s.r.exec(ctx, req)
 }
-func (s fakeSandbox) Stats() sandbox.Stats          { return s.r.stats }
-func (s fakeSandbox) Destroy(context.Context) error { return nil }
+
+type fakeSender chan []byte
+
+func (f fakeSender) Send(msg []byte) error {
+	f <- msg
+	return nil
+}
+func (s fakeSandbox) Stats() sandbox.Stats { return s.r.stats }
+func (s fakeSandbox) Destroy(context.Context) error {
+	s.r.mu.Lock()
+	defer s.r.mu.Unlock()
+	s.r.destroys++
+	return nil
+}
 
 func newTestWorker(t *testing.T, rt *fakeRuntime, cp *fakeControl) *Worker {
 	t.Helper()
@@ -170,5 +204,38 @@ func TestCanceledRunReportsNothing(t *testing.T) {
 	}
 	if rt.spec.Workspace != "/workspace" || rt.spec.MemoryBytes != 256<<20 {
 		t.Errorf("spec = %+v, want /workspace and 256Mi", rt.spec)
+	}
+}
+
+func TestWarmSandboxes(t *testing.T) {
+	rt := &fakeRuntime{exec: reply(`{"type":"result","output":1}`)}
+	cp := &fakeControl{files: map[string][]byte{"bundles/t.mjs": []byte("x")}, status: runs.StatusStarting}
+	w := newTestWorker(t, rt, cp)
+	w.warm = newWarmPool(1)
+	for i := 0; i < 3; i++ {
+		cp.status = runs.StatusStarting
+		os.RemoveAll(w.WorkspaceDir("run_1")) // the fake reuses one run id
+		w.execute(context.Background(), lease(60))
+		if cp.outcome == nil || cp.outcome.Status != runs.StatusCompleted {
+			t.Fatalf("run %d outcome = %+v", i, cp.outcome)
+		}
+	}
+	wantWarm := []string{"false", "true", "true"}
+	for i, n := range cp.notes {
+		if n.Attrs["warm"] != wantWarm[i] {
+			t.Errorf("run %d warm = %q, want %q", i, n.Attrs["warm"], wantWarm[i])
+		}
+	}
+	for _, e := range w.warm.close() {
+		w.destroyWhenBooted(e)
+	}
+	w.wg.Wait()
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.starts != 4 || rt.destroys != 4 {
+		t.Errorf("sandboxes started %d, destroyed %d; want 4 and 4 (3 runs + 1 warm)", rt.starts, rt.destroys)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(w.cfg.DataDir, "booted")); len(ents) != 0 {
+		t.Errorf("booted dirs left behind: %v", ents)
 	}
 }

@@ -57,6 +57,7 @@ async function main(): Promise<void> {
     const e = err instanceof AdapterError ? err : new AdapterError(err instanceof Error ? err.message : String(err));
     return finish(channel, JSON.stringify(errorMessage(e)));
   }
+  Object.assign(process.env, start.env ?? {});
   return finish(channel, await runTask(start));
 }
 

@@ -27,6 +27,11 @@ export interface StartMessage {
   /** The run's payload; absent means undefined. */
   payload?: unknown;
   run: RunInfo;
+  /**
+   * Variables the run adds to process.env before the task loads (the
+   * adapter may have started before its run was known).
+   */
+  env?: Record<string, string>;
 }
 
 /** The run's outcome: run's return value (null for undefined). */
@@ -76,5 +81,12 @@ export function parseStart(value: unknown): StartMessage {
   }
   const info: RunInfo = { id: run.id, taskId: run.taskId };
   if (typeof run.attempt === "number") info.attempt = run.attempt;
-  return { type: "start", module: m.module, export: m.export, payload: m.payload, run: info };
+  const start: StartMessage = { type: "start", module: m.module, export: m.export, payload: m.payload, run: info };
+  if (m.env !== undefined) {
+    if (m.env === null || typeof m.env !== "object" || Object.values(m.env).some((v) => typeof v !== "string")) {
+      throw new Error("start message: env must map names to strings");
+    }
+    start.env = { ...m.env };
+  }
+  return start;
 }

@@ -27,6 +27,19 @@ describe("adapter", () => {
     assert.equal((got.messages[0] as { type: string }).type, "result");
   });
 
+  it("adds the start message's env to process.env before the task loads", async () => {
+    const line = JSON.stringify({ ...JSON.parse(startLine("env")), env: { HELMR_RUN_ID: "run_env" } });
+    const got = await runAdapter(line);
+    assert.deepStrictEqual(got.messages, [{ type: "result", output: { runId: "run_env" } }]);
+  });
+
+  it("rejects an env that is not a map of strings", async () => {
+    const line = JSON.stringify({ ...JSON.parse(startLine("env")), env: { N: 1 } });
+    const got = await runAdapter(line);
+    assert.equal(got.code, 1);
+    assert.match(String((got.messages[0] as { message: string }).message), /env must map names to strings/);
+  });
+
   it("reports null for an undefined return value", async () => {
     const got = await runAdapter(startLine("nothing"));
     assert.deepStrictEqual(got.messages, [{ type: "result", output: null }]);

@@ -19,6 +19,7 @@ describe("index runner", () => {
       [
         ["tasks.js", "bigint", "bigint", true],
         ["tasks.js", "declaredOnly", "declared-only", false],
+        ["tasks.js", "env", "env", true],
         ["tasks.js", "fails", "fails", true],
         ["tasks.js", "fn", "fn", true],
         ["tasks.js", "greet", "greet", true],
@@ -31,7 +32,7 @@ describe("index runner", () => {
         ["noisy.js", "noisy", "noisy", true],
       ],
     );
-    assert.deepStrictEqual(tasks[4], {
+    assert.deepStrictEqual(tasks[5], {
       id: "greet",
       module: "tasks.js",
       export: "greet",
@@ -40,7 +41,7 @@ describe("index runner", () => {
       sandbox: sandboxManifest,
       hasRun: true,
     });
-    assert.deepStrictEqual(tasks[11]?.sandbox, {
+    assert.deepStrictEqual(tasks[12]?.sandbox, {
       name: "noisy",
       image: { name: "noisy", steps: [{ kind: "from", ref: "debian" }] },
       workspace: "/work",

@@ -1,0 +1,184 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/helmr/helmr/internal/sandbox"
+)
+
+// A booted sandbox is a started sandbox whose guest adapter (node) is
+// already running and waiting for its start message: everything of a run
+// that does not depend on the run itself. A run either claims one booted
+// ahead of time for the same image and resources (warm), or boots one on
+// demand (cold); both paths then run the same code. A booted sandbox serves
+// exactly one run and is destroyed after it.
+type booted struct {
+	id       string
+	key      string
+	box      sandbox.Sandbox
+	dir      string // host dir holding workspace/ and helmr/
+	wsDir    string // host workspace, mounted at the sandbox's workspace path
+	helmrDir string // host dir mounted read-only at /opt/helmr
+
+	ready  chan struct{} // closed once the adapter runs (sender set) or boot failed
+	sender sandbox.Sender
+	err    error // boot failure, set before ready closes
+
+	cancel context.CancelCauseFunc // ends the adapter's Exec
+	done   chan struct{}           // closed when the adapter's Exec returned
+	exit   sandbox.ExitStatus
+	xerr   error
+
+	mu      sync.Mutex
+	onOut   func(stream string, data []byte)
+	onMsg   func(msg []byte)
+	early   []earlyOutput // output before a run claimed the sandbox
+	earlyMs [][]byte
+}
+
+type earlyOutput struct {
+	stream string
+	data   []byte
+}
+
+// bootKey identifies the sandboxes that can serve a run interchangeably:
+// same tier, image layers, user, workspace path, resources, environment
+// and node.
+func bootKey(tier string, p prepared) string {
+	h := sha256.New()
+	s := p.spec
+	data, _ := json.Marshal([]any{tier, s.RootLayers, s.UID, s.GID, s.Workspace, s.CPU, s.MemoryBytes, s.PidsLimit, s.DNS, p.env, p.node})
+	h.Write(data)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func newSandboxID() string {
+	b := make([]byte, 10)
+	_, _ = rand.Read(b)
+	return "sbx_" + hex.EncodeToString(b)
+}
+
+// boot starts a sandbox for p and the adapter in it, and returns once the
+// adapter runs (or booting failed, with an error wrapping
+// sandbox.ErrGuestRuntime or the runtime's error). The sandbox's life is
+// not tied to ctx.
+func (w *Worker) boot(ctx context.Context, key string, p prepared) (*booted, error) {
+	b := &booted{id: newSandboxID(), key: key, ready: make(chan struct{}), done: make(chan struct{})}
+	b.dir = filepath.Join(w.cfg.DataDir, "booted", b.id)
+	b.wsDir, b.helmrDir = filepath.Join(b.dir, "workspace"), filepath.Join(b.dir, "helmr")
+	if err := os.MkdirAll(b.wsDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create workspace: %w", err)
+	}
+	if err := writeFile(filepath.Join(b.helmrDir, "runtime", "adapter.mjs"), w.cfg.Adapter); err != nil {
+		os.RemoveAll(b.dir)
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(b.helmrDir, "task"), 0o755); err != nil {
+		os.RemoveAll(b.dir)
+		return nil, err
+	}
+	spec := p.spec
+	spec.ID, spec.WorkspaceHost, spec.HelmrHost = b.id, b.wsDir, b.helmrDir
+	box, err := w.cfg.Runtime.Start(ctx, spec)
+	if err != nil {
+		os.RemoveAll(b.dir)
+		return nil, err
+	}
+	b.box = box
+	execCtx, cancel := context.WithCancelCause(context.Background())
+	b.cancel = cancel
+	env := append(append([]string(nil), p.env...), "HELMR_SANDBOX_ID="+b.id)
+	go func() {
+		defer close(b.done)
+		b.exit, b.xerr = box.Exec(execCtx, sandbox.ExecRequest{
+			Argv: []string{p.node, "/opt/helmr/runtime/adapter.mjs"}, Env: env, Cwd: spec.Workspace,
+			Channel: true, OnOutput: b.output, OnMessage: b.message,
+			Started: func(s sandbox.Sender) {
+				b.sender = s
+				close(b.ready)
+			},
+		})
+	}()
+	select {
+	case <-b.ready:
+		return b, nil
+	case <-b.done:
+		err := b.xerr
+		if err == nil {
+			err = fmt.Errorf("%w: the adapter exited (%+v) before it started", sandbox.ErrGuestRuntime, b.exit)
+		}
+		b.destroy(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("start the adapter: %w", err)
+	case <-ctx.Done():
+		b.destroy(context.WithoutCancel(ctx))
+		return nil, ctx.Err()
+	}
+}
+
+func (b *booted) output(stream string, data []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.onOut != nil {
+		b.onOut(stream, data)
+		return
+	}
+	b.early = append(b.early, earlyOutput{stream, append([]byte(nil), data...)})
+}
+
+func (b *booted) message(msg []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.onMsg != nil {
+		b.onMsg(msg)
+		return
+	}
+	b.earlyMs = append(b.earlyMs, append([]byte(nil), msg...))
+}
+
+// attach routes the adapter's output and messages to a run, delivering
+// what arrived before.
+func (b *booted) attach(onOut func(string, []byte), onMsg func([]byte)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.early {
+		onOut(e.stream, e.data)
+	}
+	for _, m := range b.earlyMs {
+		onMsg(m)
+	}
+	b.early, b.earlyMs = nil, nil
+	b.onOut, b.onMsg = onOut, onMsg
+}
+
+// alive reports whether the adapter still runs.
+func (b *booted) alive() bool {
+	select {
+	case <-b.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// destroy ends the adapter and the sandbox and removes the host dirs (a
+// claimed workspace has been moved out by then).
+func (b *booted) destroy(ctx context.Context) error {
+	if b.cancel != nil {
+		b.cancel(errors.New("sandbox destroyed"))
+	}
+	var err error
+	if b.box != nil {
+		err = b.box.Destroy(ctx)
+	}
+	os.RemoveAll(b.dir)
+	return err
+}

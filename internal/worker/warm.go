@@ -1,0 +1,150 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// warmPool keeps sandboxes booted ahead of time, one per key, for at most
+// max keys (the most recently used). A run claims the one for its key; the
+// worker then boots the next in the background.
+type warmPool struct {
+	mu      sync.Mutex
+	max     int
+	entries map[string]*warmEntry
+	order   []string // keys, least recently used first
+	closed  bool
+}
+
+type warmEntry struct {
+	ready   chan struct{} // closed when booting ended
+	b       *booted       // nil if booting failed
+	claimed bool
+	evicted bool
+}
+
+func newWarmPool(max int) *warmPool {
+	return &warmPool{max: max, entries: map[string]*warmEntry{}}
+}
+
+// claim takes the entry for key, waiting for it if it is still booting;
+// nil when there is none or it failed or died.
+func (p *warmPool) claim(ctx context.Context, key string) *booted {
+	p.mu.Lock()
+	e := p.entries[key]
+	if e != nil {
+		delete(p.entries, key)
+		e.claimed = true
+	}
+	p.mu.Unlock()
+	if e == nil {
+		return nil
+	}
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+		return nil
+	}
+	if e.b == nil || !e.b.alive() {
+		if e.b != nil {
+			_ = e.b.destroy(context.Background())
+		}
+		return nil
+	}
+	return e.b
+}
+
+// reserve registers a booting entry for key unless one exists or the pool
+// is off or closed; it returns the entry and the entries evicted to make
+// room.
+func (p *warmPool) reserve(key string) (*warmEntry, []*warmEntry) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.max <= 0 || p.closed || p.entries[key] != nil {
+		return nil, nil
+	}
+	e := &warmEntry{ready: make(chan struct{})}
+	p.entries[key] = e
+	p.touchLocked(key)
+	var evicted []*warmEntry
+	for len(p.order) > p.max {
+		old := p.order[0]
+		p.order = p.order[1:]
+		if oe := p.entries[old]; oe != nil {
+			delete(p.entries, old)
+			oe.evicted = true
+			evicted = append(evicted, oe)
+		}
+	}
+	return e, evicted
+}
+
+func (p *warmPool) touchLocked(key string) {
+	for i, k := range p.order {
+		if k == key {
+			p.order = append(p.order[:i], p.order[i+1:]...)
+			break
+		}
+	}
+	p.order = append(p.order, key)
+}
+
+// booted records the outcome of booting e; it returns false when e was
+// evicted or the pool closed meanwhile (the caller destroys b).
+func (p *warmPool) booted(e *warmEntry, b *booted) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e.b = b
+	close(e.ready)
+	return !e.evicted && !p.closed || e.claimed
+}
+
+// close stops the pool and returns the entries to destroy.
+func (p *warmPool) close() []*warmEntry {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	var out []*warmEntry
+	for k, e := range p.entries {
+		out = append(out, e)
+		delete(p.entries, k)
+	}
+	return out
+}
+
+// refill boots a sandbox for key in the background, owned by the worker.
+func (w *Worker) refill(ctx context.Context, key string, p prepared) {
+	e, evicted := w.warm.reserve(key)
+	for _, oe := range evicted {
+		w.destroyWhenBooted(oe)
+	}
+	if e == nil {
+		return
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		bctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		b, err := w.boot(bctx, key, p)
+		if err != nil {
+			w.log.Warn("boot warm sandbox failed", "err", err)
+		}
+		if !w.warm.booted(e, b) && b != nil {
+			_ = b.destroy(context.WithoutCancel(ctx))
+		}
+	}()
+}
+
+// destroyWhenBooted destroys an evicted or unclaimed entry once its boot ends.
+func (w *Worker) destroyWhenBooted(e *warmEntry) {
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		<-e.ready
+		if e.b != nil {
+			_ = e.b.destroy(context.Background())
+		}
+	}()
+}
