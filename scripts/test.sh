@@ -17,3 +17,6 @@ go test -count=1 -timeout 30m ./...
 
 echo "test: TypeScript"
 scripts/ts-check.sh
+
+echo "test: API fuzzing against proto/openapi.yaml"
+scripts/api-fuzz.sh

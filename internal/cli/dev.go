@@ -36,6 +36,11 @@ func runDev(ctx context.Context, a *App, args []string) error {
 	if err != nil {
 		return err
 	}
+	if n, err := cp.runs.FailOrphans(ctx, "helmr dev stopped while the run was in progress"); err != nil {
+		log.Warn("fail orphaned runs", "err", err)
+	} else if n > 0 {
+		log.Info("failed runs left unfinished by the previous helmr dev", "runs", n)
+	}
 	wctx, stopWorker := context.WithCancel(ctx)
 	w, err := newWorker(a.cfg, log, &worker.Local{Runs: cp.runs, Deployments: cp.store})
 	if err != nil {

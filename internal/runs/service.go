@@ -3,6 +3,7 @@ package runs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -206,4 +207,31 @@ func (s *Service) Finish(ctx context.Context, id string, o Outcome) (Run, error)
 	})
 	s.broker.Publish(id)
 	return r, err
+}
+
+// FailOrphans ends, as FAILED/guest_runtime with message, every run that a
+// worker had started (STARTING or RUNNING) and that no worker runs any
+// more. helmr dev calls it at start-up: its only worker is in-process, so a
+// run it left unfinished was cut off by the previous process's end.
+func (s *Service) FailOrphans(ctx context.Context, message string) (int, error) {
+	n := 0
+	for _, st := range []Status{StatusStarting, StatusRunning} {
+		for {
+			page, err := s.store.ListRuns(ctx, Filter{Status: st, Limit: 500})
+			if err != nil {
+				return n, err
+			}
+			for _, r := range page.Runs {
+				_, err := s.Finish(ctx, r.ID, Outcome{Status: StatusFailed, Error: &Error{Class: ClassGuestRuntime, Message: message}})
+				if err != nil && !errors.Is(err, ErrConflict) {
+					return n, err
+				}
+				n++
+			}
+			if page.NextCursor == "" || len(page.Runs) == 0 {
+				break
+			}
+		}
+	}
+	return n, nil
 }
