@@ -89,6 +89,7 @@ func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, 
 				return Image{}, fmt.Errorf("%w: step %d (copy to %s): %w", ErrPreparation, i+1, s.Dest, err)
 			}
 			out.Layers = append(out.Layers, layer)
+			key = filepath.Base(layer) // the layer's content key: later steps and the digest follow the bytes
 		case deployments.StepWorkdir:
 			out.Workdir = s.Path
 		case deployments.StepEnv:

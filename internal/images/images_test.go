@@ -1,0 +1,119 @@
+package images
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/helmr/helmr/internal/deployments"
+)
+
+func testResolver(t *testing.T) *Resolver {
+	t.Helper()
+	bases := t.TempDir()
+	root := filepath.Join(bases, "tiny", "rootfs")
+	for _, d := range []string{"usr/bin", "etc"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(root, "usr/bin/node"), nil, 0o755)
+	os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1001::/home/node:/bin/sh\n"), 0o644)
+	os.WriteFile(filepath.Join(bases, "tiny", "config.json"), []byte(`{"env":{"PATH":"/usr/bin:/bin"},"user":"root"}`), 0o644)
+	return &Resolver{BasesDir: bases, LayersDir: filepath.Join(t.TempDir(), "layers")}
+}
+
+func img(steps ...deployments.Step) *deployments.ImageManifest {
+	return &deployments.ImageManifest{Name: "i", Steps: append([]deployments.Step{{Kind: "from", Ref: "helmr/tiny"}}, steps...)}
+}
+
+func TestPrepareCopyEnvUser(t *testing.T) {
+	r := testResolver(t)
+	files := map[string][]byte{
+		"context/package.json":   []byte(`{"name":"x"}`),
+		"context/src/a.ts":       []byte("a"),
+		"context/src/lib/b.ts":   []byte("b"),
+		"context/srcx/other.txt": []byte("not under src"),
+	}
+	m := img(
+		deployments.Step{Kind: "copy", Dest: "/app/package.json", Source: &deployments.Source{Type: "file", Path: "package.json"}},
+		deployments.Step{Kind: "copy", Dest: "/app/src", Source: &deployments.Source{Type: "directory", Path: "src"}},
+		deployments.Step{Kind: "env", Key: "MODE", Value: "test"},
+		deployments.Step{Kind: "workdir", Path: "/app"},
+		deployments.Step{Kind: "user", User: "node"},
+	)
+	got, err := r.Prepare(context.Background(), m, files)
+	if err != nil {
+		t.Fatalf("Prepare() = %v", err)
+	}
+	if len(got.Layers) != 3 {
+		t.Fatalf("layers = %v, want the base and two copy layers", got.Layers)
+	}
+	for p, want := range map[string]string{"/app/package.json": `{"name":"x"}`, "/app/src/a.ts": "a", "/app/src/lib/b.ts": "b"} {
+		host, ok := got.Lookup(p)
+		data, _ := os.ReadFile(host)
+		if !ok || string(data) != want {
+			t.Errorf("Lookup(%q) = %q (%v), want %q", p, data, ok, want)
+		}
+	}
+	if _, ok := got.Lookup("/app/src/other.txt"); ok {
+		t.Errorf("a file of srcx/ was copied as part of src/")
+	}
+	if diff := cmp.Diff([]string{"PATH=/usr/bin:/bin", "MODE=test"}, got.Env); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+	uid, gid, home, err := got.ResolveUser()
+	if err != nil || uid != 1000 || gid != 1001 || home != "/home/node" || got.Workdir != "/app" {
+		t.Errorf("user = %d:%d %q %v, workdir %q", uid, gid, home, err, got.Workdir)
+	}
+	if node, err := got.FindNode(); err != nil || node != "/usr/bin/node" {
+		t.Errorf("FindNode() = %q, %v", node, err)
+	}
+	// The same steps again reuse the cached layers and give the same digest.
+	again, err := r.Prepare(context.Background(), m, files)
+	if err != nil || again.Digest != got.Digest || !cmp.Equal(again.Layers, got.Layers) {
+		t.Errorf("second Prepare = %+v, %v; want the same layers and digest", again, err)
+	}
+	files["context/src/a.ts"] = []byte("changed")
+	changed, _ := r.Prepare(context.Background(), m, files)
+	if changed.Digest == got.Digest || changed.Layers[2] == got.Layers[2] || changed.Layers[1] != got.Layers[1] {
+		t.Errorf("changing a copied file: digest %s→%s, layers %v→%v; want only the second copy layer rebuilt", got.Digest, changed.Digest, got.Layers, changed.Layers)
+	}
+}
+
+func TestPrepareErrors(t *testing.T) {
+	r := testResolver(t)
+	cases := []struct {
+		name string
+		m    *deployments.ImageManifest
+		want string
+	}{
+		{"unknown base", &deployments.ImageManifest{Steps: []deployments.Step{{Kind: "from", Ref: "node:24"}}}, "helmr/tiny"},
+		{"base not built", &deployments.ImageManifest{Steps: []deployments.Step{{Kind: "from", Ref: "helmr/absent"}}}, "build-base-rootfs.sh"},
+		{"escaping base name", &deployments.ImageManifest{Steps: []deployments.Step{{Kind: "from", Ref: "helmr/../x"}}}, "not available"},
+		{"run step", img(deployments.Step{Kind: "run", Argv: []string{"true"}}), `"run" steps need image builds`},
+		{"missing copy source", img(deployments.Step{Kind: "copy", Dest: "/x", Source: &deployments.Source{Type: "file", Path: "nope"}}), "no files"},
+		{"unknown user", img(deployments.Step{Kind: "user", User: "ghost"}), ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := r.Prepare(context.Background(), c.m, map[string][]byte{})
+			if c.name == "unknown user" {
+				_, _, _, err = got.ResolveUser()
+			}
+			if !errors.Is(err, ErrPreparation) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error = %v, want an image preparation error containing %q", err, c.want)
+			}
+		})
+	}
+	noNode := img(deployments.Step{Kind: "env", Key: "PATH", Value: "/nowhere"})
+	got, _ := r.Prepare(context.Background(), noNode, nil)
+	if _, err := got.FindNode(); !errors.Is(err, ErrPreparation) || !strings.Contains(err.Error(), "node") {
+		t.Errorf("FindNode() without node on PATH = %v", err)
+	}
+}
