@@ -9,7 +9,10 @@ cd "$(dirname "$0")/.."
 
 venv=${HELMR_CACHE_DIR:-$HOME/.cache/helmr}/venv-schemathesis
 if [ ! -x "$venv/bin/schemathesis" ]; then
-  python3 -m venv "$venv"
+  python3 -m venv "$venv" 2>/dev/null || {
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    python3 -m venv "$venv"
+  }
   "$venv/bin/pip" install -q 'schemathesis>=4.3,<5'
 fi
 
