@@ -25,14 +25,7 @@ import (
 func runDev(ctx context.Context, a *App, args []string) error {
 	fs := a.serverFlags("dev")
 	fs.IntVar(&a.cfg.Slots, "slots", a.cfg.Slots, "runs executed at once ($HELMR_SLOTS)")
-	if _, err := parse(fs.FlagSet, args); err != nil {
-		return err
-	}
-	if err := a.cfg.Validate(); err != nil {
-		return err
-	}
-	log := a.logger()
-	cp, err := startControlPlane(ctx, a.cfg, log)
+	cp, log, err := a.bootControlPlane(ctx, fs, args)
 	if err != nil {
 		return err
 	}

@@ -91,16 +91,22 @@ func (a *App) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(a.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-func runServer(ctx context.Context, a *App, args []string) error {
-	fs := a.serverFlags("server")
+// bootControlPlane parses a server command's flags, validates the
+// settings and starts the control plane.
+func (a *App) bootControlPlane(ctx context.Context, fs *flagSet, args []string) (*controlPlane, *slog.Logger, error) {
 	if _, err := parse(fs.FlagSet, args); err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := a.cfg.Validate(); err != nil {
-		return err
+		return nil, nil, err
 	}
 	log := a.logger()
 	cp, err := startControlPlane(ctx, a.cfg, log)
+	return cp, log, err
+}
+
+func runServer(ctx context.Context, a *App, args []string) error {
+	cp, _, err := a.bootControlPlane(ctx, a.serverFlags("server"), args)
 	if err != nil {
 		return err
 	}

@@ -17,9 +17,14 @@ type warmPool struct {
 	closed  bool
 }
 
+// warmEntry is one sandbox being booted or booted. Exactly one party
+// destroys it: the run that claimed it; else, if it was evicted or the pool
+// closed while it was booting, the goroutine booting it; else whoever
+// evicted it or closed the pool.
 type warmEntry struct {
 	ready   chan struct{} // closed when booting ended
 	b       *booted       // nil if booting failed
+	booted  bool          // booting ended (guarded by the pool's mutex)
 	claimed bool
 	evicted bool
 }
@@ -73,11 +78,19 @@ func (p *warmPool) reserve(key string) (*warmEntry, []*warmEntry) {
 		p.order = p.order[1:]
 		if oe := p.entries[old]; oe != nil {
 			delete(p.entries, old)
-			oe.evicted = true
-			evicted = append(evicted, oe)
+			if p.evictLocked(oe) {
+				evicted = append(evicted, oe)
+			}
 		}
 	}
 	return e, evicted
+}
+
+// evictLocked marks e evicted and reports whether the caller must destroy
+// it now (it finished booting); otherwise its booting goroutine will.
+func (p *warmPool) evictLocked(e *warmEntry) bool {
+	e.evicted = true
+	return e.booted && e.b != nil
 }
 
 func (p *warmPool) touchLocked(key string) {
@@ -91,24 +104,28 @@ func (p *warmPool) touchLocked(key string) {
 }
 
 // booted records the outcome of booting e; it returns false when e was
-// evicted or the pool closed meanwhile (the caller destroys b).
+// evicted or the pool closed meanwhile and nobody claimed it (the caller
+// destroys b then).
 func (p *warmPool) booted(e *warmEntry, b *booted) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	e.b = b
+	e.b, e.booted = b, true
 	close(e.ready)
-	return !e.evicted && !p.closed || e.claimed
+	return e.claimed || !e.evicted && !p.closed
 }
 
-// close stops the pool and returns the entries to destroy.
+// close stops the pool and returns the booted entries to destroy; entries
+// still booting are destroyed by their booting goroutines.
 func (p *warmPool) close() []*warmEntry {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
 	var out []*warmEntry
 	for k, e := range p.entries {
-		out = append(out, e)
 		delete(p.entries, k)
+		if p.evictLocked(e) {
+			out = append(out, e)
+		}
 	}
 	return out
 }
@@ -117,7 +134,7 @@ func (p *warmPool) close() []*warmEntry {
 func (w *Worker) refill(ctx context.Context, key string, p prepared) {
 	e, evicted := w.warm.reserve(key)
 	for _, oe := range evicted {
-		w.destroyWhenBooted(oe)
+		_ = oe.b.destroy(context.WithoutCancel(ctx))
 	}
 	if e == nil {
 		return
@@ -137,14 +154,9 @@ func (w *Worker) refill(ctx context.Context, key string, p prepared) {
 	}()
 }
 
-// destroyWhenBooted destroys an evicted or unclaimed entry once its boot ends.
-func (w *Worker) destroyWhenBooted(e *warmEntry) {
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		<-e.ready
-		if e.b != nil {
-			_ = e.b.destroy(context.Background())
-		}
-	}()
+// closeWarm stops booting sandboxes ahead and destroys the idle ones.
+func (w *Worker) closeWarm(ctx context.Context) {
+	for _, e := range w.warm.close() {
+		_ = e.b.destroy(ctx)
+	}
 }

@@ -112,9 +112,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	slots := make(chan struct{}, w.cfg.Slots)
 	w.runCtx = ctx
 	defer func() {
-		for _, e := range w.warm.close() {
-			w.destroyWhenBooted(e)
-		}
+		w.closeWarm(context.WithoutCancel(ctx))
 		w.wg.Wait()
 		if c, ok := w.cfg.Runtime.(closer); ok {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

@@ -226,9 +226,7 @@ func TestWarmSandboxes(t *testing.T) {
 			t.Errorf("run %d warm = %q, want %q", i, n.Attrs["warm"], wantWarm[i])
 		}
 	}
-	for _, e := range w.warm.close() {
-		w.destroyWhenBooted(e)
-	}
+	w.closeWarm(context.Background())
 	w.wg.Wait()
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -237,5 +235,34 @@ func TestWarmSandboxes(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(w.cfg.DataDir, "booted")); len(ents) != 0 {
 		t.Errorf("booted dirs left behind: %v", ents)
+	}
+}
+
+// TestWarmEviction alternates two sandbox shapes with one warm slot: each
+// run evicts the other shape's warm sandbox, and every sandbox started is
+// destroyed exactly once.
+func TestWarmEviction(t *testing.T) {
+	rt := &fakeRuntime{exec: reply(`{"type":"result","output":1}`)}
+	cp := &fakeControl{files: map[string][]byte{"bundles/t.mjs": []byte("x")}}
+	w := newTestWorker(t, rt, cp)
+	w.warm = newWarmPool(1)
+	for i := 0; i < 6; i++ {
+		cp.status = runs.StatusStarting
+		os.RemoveAll(w.WorkspaceDir("run_1"))
+		l := lease(60)
+		if i%2 == 1 {
+			l.Task.Sandbox.Resources.Memory = "512Mi"
+		}
+		w.execute(context.Background(), l)
+		if cp.outcome == nil || cp.outcome.Status != runs.StatusCompleted {
+			t.Fatalf("run %d outcome = %+v", i, cp.outcome)
+		}
+	}
+	w.closeWarm(context.Background())
+	w.wg.Wait()
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.starts != rt.destroys || rt.starts < 6 {
+		t.Errorf("sandboxes started %d, destroyed %d; want every one destroyed once", rt.starts, rt.destroys)
 	}
 }
