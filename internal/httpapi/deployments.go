@@ -99,11 +99,11 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) error {
 
 // intParam reads an optional integer query parameter in 0..maxListLimit.
 func intParam(r *http.Request, name string, def int) (int, error) {
-	v := r.URL.Query().Get(name)
-	if v == "" {
+	q := r.URL.Query()
+	if !q.Has(name) {
 		return def, nil
 	}
-	n, err := strconv.Atoi(v)
+	n, err := strconv.Atoi(q.Get(name))
 	if err != nil || n < 0 || n > maxListLimit {
 		return 0, badRequest(fmt.Sprintf("%s must be an integer from 0 to %d", name, maxListLimit))
 	}

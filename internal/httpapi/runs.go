@@ -55,6 +55,9 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if q.Has("status") && !runs.Status(q.Get("status")).Valid() {
+		return badRequest(fmt.Sprintf("unknown status %q (one of QUEUED, STARTING, RUNNING, WAITING, COMPLETED, FAILED, TIMED_OUT, CANCELED)", q.Get("status")))
+	}
 	page, err := s.cfg.Runs.List(r.Context(), runs.Filter{
 		Project: project, Env: env, TaskID: q.Get("task"), Status: runs.Status(q.Get("status")),
 		Limit: limit, Cursor: q.Get("cursor"),
@@ -94,7 +97,7 @@ type EventPage struct {
 }
 
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) error {
-	after, err := cursorParam(r.URL.Query().Get("after"))
+	after, err := afterParam(r)
 	if err != nil {
 		return err
 	}
@@ -122,10 +125,16 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, page)
 }
 
-func cursorParam(v string) (int64, error) {
-	if v == "" {
+// afterParam reads the optional ?after= event cursor.
+func afterParam(r *http.Request) (int64, error) {
+	q := r.URL.Query()
+	if !q.Has("after") {
 		return 0, nil
 	}
+	return cursorParam(q.Get("after"))
+}
+
+func cursorParam(v string) (int64, error) {
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
 		return 0, badRequest(fmt.Sprintf("cursor %q must be a non-negative event sequence number", v))
@@ -138,11 +147,10 @@ func cursorParam(v string) (int64, error) {
 // stream ends after the run's final event.
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	cur := r.Header.Get("Last-Event-ID")
-	if cur == "" {
-		cur = r.URL.Query().Get("after")
+	after, err := afterParam(r)
+	if cur := r.Header.Get("Last-Event-ID"); cur != "" {
+		after, err = cursorParam(cur)
 	}
-	after, err := cursorParam(cur)
 	if err != nil {
 		return err
 	}
