@@ -39,6 +39,7 @@ func commands() []command {
 		{"runs", "list runs, or `runs show ID`", runRuns},
 		{"logs", "print a run's logs (-f to follow)", runLogs},
 		{"cancel", "cancel a run", runCancel},
+		{"doctor", "show which isolation tiers work on this host, and which one runs sandboxes", runDoctor},
 		{"version", "print the version", func(_ context.Context, a *App, _ []string) error {
 			fmt.Fprintln(a.Stdout, "helmr", Version)
 			return nil

@@ -106,15 +106,17 @@ func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane)
 	})
 }
 
-// newRuntime picks the isolation tier: auto is the strongest that works
-// here, and this build has the process tier.
+// newRuntime starts the isolation tier the operator's policy selects (see
+// chooseTier and helmr doctor).
 func newRuntime(cfg config.Config, log *slog.Logger) (sandbox.Runtime, error) {
-	agent, err := findAgent(cfg.AgentPath)
+	tier, err := chooseTier(cfg)
 	if err != nil {
 		return nil, err
 	}
-	if os.Geteuid() != 0 {
-		return nil, errors.New("the process tier needs root (it maps sandbox users to unprivileged host ids and sets cgroup limits)")
+	log.Info("isolation tier", "tier", tier, "policy", cfg.Runtime)
+	agent, err := findAgent(cfg.AgentPath)
+	if err != nil {
+		return nil, err
 	}
 	pc := process.DefaultConfig()
 	pc.AgentPath, pc.StateDir, pc.Logger = agent, cfg.SandboxDir, log

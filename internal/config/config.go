@@ -91,9 +91,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("warm sandboxes must be 0..64, got %d", c.Warm))
 	}
 	switch c.Runtime {
-	case "auto", "process":
+	case "auto", "gvisor", "process":
 	default:
-		errs = append(errs, fmt.Errorf("runtime %q is not available in this build (choose auto or process)", c.Runtime))
+		errs = append(errs, fmt.Errorf("unknown runtime %q (choose auto, gvisor or process)", c.Runtime))
 	}
 	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
 		errs = append(errs, fmt.Errorf("control plane URL %q must be http(s)", c.URL))

@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/helmr/helmr/internal/config"
+	"github.com/helmr/helmr/internal/sandbox/process"
+)
+
+// tierCheck is one isolation tier as this host sees it.
+type tierCheck struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+	Reason    string `json:"reason"`
+	Isolation string `json:"isolation"`
+}
+
+// tiers lists the isolation tiers, strongest first, with whether they work
+// here and why not.
+func tiers(cfg config.Config) []tierCheck {
+	micro := tierCheck{Name: "microvm", Isolation: "hardware VM",
+		Reason: "not in this build yet (QEMU microvm / Firecracker tier)"}
+	if _, err := os.Stat("/dev/kvm"); err != nil {
+		micro.Reason += "; no /dev/kvm"
+	}
+	gv := tierCheck{Name: "gvisor", Isolation: "user-space kernel (runsc)",
+		Reason: "not in this build yet (gVisor tier)"}
+	proc := tierCheck{Name: "process", Isolation: "weak: shared kernel, for development and trusted code"}
+	if err := process.Probe(""); err != nil {
+		proc.Reason = err.Error()
+	} else if _, err := findAgent(cfg.AgentPath); err != nil {
+		proc.Reason = err.Error()
+	} else {
+		proc.Available = true
+		proc.Reason = "namespaces, overlayfs, cgroups, seccomp"
+	}
+	return []tierCheck{micro, gv, proc}
+}
+
+// chooseTier applies the operator's policy: a named tier must be available;
+// auto takes the strongest available one.
+func chooseTier(cfg config.Config) (string, error) {
+	ts := tiers(cfg)
+	for _, t := range ts {
+		if cfg.Runtime == t.Name {
+			if !t.Available {
+				return "", fmt.Errorf("runtime %s is unavailable here: %s", t.Name, t.Reason)
+			}
+			return t.Name, nil
+		}
+	}
+	if cfg.Runtime != "auto" {
+		return "", fmt.Errorf("unknown runtime %q (auto, gvisor, process)", cfg.Runtime)
+	}
+	for _, t := range ts {
+		if t.Available {
+			return t.Name, nil
+		}
+	}
+	return "", errors.New("no isolation tier works on this host (see helmr doctor)")
+}
+
+func runDoctor(_ context.Context, a *App, args []string) error {
+	fs := newFlagSet(a, "doctor")
+	fs.StringVar(&a.cfg.Runtime, "runtime", a.cfg.Runtime, "isolation tier policy: auto, gvisor or process ($HELMR_RUNTIME)")
+	fs.BoolVar(&a.json, "json", false, "print JSON")
+	if _, err := parse(fs.FlagSet, args); err != nil {
+		return err
+	}
+	ts := tiers(a.cfg)
+	chosen, cerr := chooseTier(a.cfg)
+	if a.json {
+		out := map[string]any{"tiers": ts, "policy": a.cfg.Runtime, "selected": chosen}
+		if cerr != nil {
+			out["error"] = cerr.Error()
+		}
+		return a.printJSON(out)
+	}
+	tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIER\tSTATUS\tISOLATION\tDETAIL")
+	for _, t := range ts {
+		status := "unavailable"
+		if t.Available {
+			status = "available"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, status, t.Isolation, t.Reason)
+	}
+	tw.Flush()
+	if cerr != nil {
+		return cerr
+	}
+	fmt.Fprintf(a.Stdout, "runtime policy %q selects: %s\n", a.cfg.Runtime, tierLabel(chosen))
+	return nil
+}

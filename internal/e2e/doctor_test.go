@@ -1,0 +1,64 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/helmr/helmr/internal/testenv"
+)
+
+// TestDoctor checks that helmr doctor reports every tier with a reason and
+// that a policy naming an unavailable tier is a clear error.
+func TestDoctor(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.Binaries(t)
+	run := func(env []string, args ...string) (string, string, int) {
+		cmd := exec.Command(filepath.Join(bin, "helmr"), args...)
+		cmd.Env = append(os.Environ(), env...)
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		return out.String(), errb.String(), code
+	}
+	out, errOut, code := run(nil, "doctor", "--json")
+	if code != 0 {
+		t.Fatalf("helmr doctor --json exited %d: %s", code, errOut)
+	}
+	var rep struct {
+		Tiers []struct {
+			Name      string
+			Available bool
+			Reason    string
+		}
+		Selected string
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("doctor --json printed %q: %v", out, err)
+	}
+	names := []string{}
+	for _, tr := range rep.Tiers {
+		names = append(names, tr.Name)
+		if tr.Reason == "" {
+			t.Errorf("tier %s has no reason", tr.Name)
+		}
+	}
+	if strings.Join(names, ",") != "microvm,gvisor,process" || rep.Selected == "" {
+		t.Errorf("doctor = %+v, want the three tiers strongest first and a selection", rep)
+	}
+	human, _, _ := run(nil, "doctor")
+	if !strings.Contains(human, "selects: "+rep.Selected) {
+		t.Errorf("doctor output %q does not say which tier it selects", human)
+	}
+	_, errOut, code = run([]string{"HELMR_RUNTIME=microvm"}, "doctor")
+	if code == 0 || !strings.Contains(errOut, "microvm is unavailable") {
+		t.Errorf("doctor with HELMR_RUNTIME=microvm = %d %q, want an error naming the tier", code, errOut)
+	}
+}
