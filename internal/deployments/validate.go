@@ -54,6 +54,11 @@ func (m Manifest) Validate(files map[string][]byte) error {
 	if !idPattern.MatchString(m.Project) {
 		add("", "project", "must be 1-128 letters, digits, '.', '_' or '-', got %q", m.Project)
 	}
+	for p := range files {
+		if !ValidFilePath(p) {
+			add("", "files", "path %q must be a clean relative path under bundles/ or context/", p)
+		}
+	}
 	if len(m.Tasks) == 0 {
 		add("", "tasks", "the project defines no tasks (export task(...) from a module under the config's dirs)")
 	}
@@ -214,6 +219,20 @@ func validateCopy(task, f string, s Step, files map[string][]byte, add addFunc) 
 	if _, ok := files[ContextPath(s.Source.Path)]; !ok {
 		add(task, f+".source", "file %q is not part of the deployment", s.Source.Path)
 	}
+}
+
+// ValidFilePath reports whether p may name a deployment file: clean,
+// relative, slash-separated, under bundles/ or context/, no "..".
+func ValidFilePath(p string) bool {
+	if p == "" || len(p) > 1024 || path.Clean(p) != p || path.IsAbs(p) || strings.ContainsAny(p, "\\\x00") {
+		return false
+	}
+	for _, part := range strings.Split(p, "/") {
+		if part == ".." || part == "." {
+			return false
+		}
+	}
+	return strings.HasPrefix(p, "bundles/") || strings.HasPrefix(p, "context/")
 }
 
 // ValidName reports whether s is a valid project, environment or task name.

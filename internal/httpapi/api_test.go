@@ -132,6 +132,14 @@ func TestDeploymentValidationWritesNothing(t *testing.T) {
 		{"relative workspace", deployment(relative), []string{`task "relative"`, "sandbox.workspace", "absolute"}},
 		{"unknown step", deployment(badStep), []string{`task "badstep"`, "steps[1].kind", "frobnicate"}},
 		{"invalid resources", deployment(badMem), []string{"resources.cpu", "resources.memory"}},
+		{"escaping file path", map[string]any{
+			"manifest": deployments.Manifest{Project: "p", Tasks: []deployments.TaskManifest{goodTask("a")}},
+			"files": map[string][]byte{"bundles/tasks/a.mjs": []byte("x"), "bundles/../../../etc/cron.d/x": []byte("* * * * * root id")},
+		}, []string{"files", "bundles/../../../etc/cron.d/x"}},
+		{"absolute file path", map[string]any{
+			"manifest": deployments.Manifest{Project: "p", Tasks: []deployments.TaskManifest{goodTask("a")}},
+			"files": map[string][]byte{"bundles/tasks/a.mjs": []byte("x"), "/etc/passwd": []byte("x")},
+		}, []string{"files", "/etc/passwd"}},
 		{"malformed JSON", `{"manifest": `, []string{"not valid JSON"}},
 		{"unknown field", `{"manifest": {}, "files": {}, "extra": 1}`, []string{"unknown field"}},
 	}

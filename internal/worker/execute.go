@@ -102,6 +102,9 @@ func (w *Worker) attempt(ctx context.Context, l Lease) *runs.Outcome {
 func (w *Worker) claim(l Lease, b *booted, files map[string][]byte) error {
 	for p, data := range files {
 		if strings.HasPrefix(p, "bundles/") {
+			if !deployments.ValidFilePath(p) {
+				return fmt.Errorf("deployment file %q has an unsafe path", p)
+			}
 			if err := writeFile(filepath.Join(b.helmrDir, "task", filepath.FromSlash(p)), data); err != nil {
 				return fmt.Errorf("write task files: %w", err)
 			}
