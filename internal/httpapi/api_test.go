@@ -134,11 +134,11 @@ func TestDeploymentValidationWritesNothing(t *testing.T) {
 		{"invalid resources", deployment(badMem), []string{"resources.cpu", "resources.memory"}},
 		{"escaping file path", map[string]any{
 			"manifest": deployments.Manifest{Project: "p", Tasks: []deployments.TaskManifest{goodTask("a")}},
-			"files": map[string][]byte{"bundles/tasks/a.mjs": []byte("x"), "bundles/../../../etc/cron.d/x": []byte("* * * * * root id")},
+			"files":    map[string][]byte{"bundles/tasks/a.mjs": []byte("x"), "bundles/../../../etc/cron.d/x": []byte("* * * * * root id")},
 		}, []string{"files", "bundles/../../../etc/cron.d/x"}},
 		{"absolute file path", map[string]any{
 			"manifest": deployments.Manifest{Project: "p", Tasks: []deployments.TaskManifest{goodTask("a")}},
-			"files": map[string][]byte{"bundles/tasks/a.mjs": []byte("x"), "/etc/passwd": []byte("x")},
+			"files":    map[string][]byte{"bundles/tasks/a.mjs": []byte("x"), "/etc/passwd": []byte("x")},
 		}, []string{"files", "/etc/passwd"}},
 		{"malformed JSON", `{"manifest": `, []string{"not valid JSON"}},
 		{"unknown field", `{"manifest": {}, "files": {}, "extra": 1}`, []string{"unknown field"}},
