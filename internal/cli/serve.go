@@ -68,6 +68,9 @@ func startControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 		}
 	}()
 	log.Info("control plane listening", "addr", ln.Addr().String(), "store", desc)
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+		log.Warn("the API is listening beyond loopback, and this version has no API authentication: anyone who can reach it can deploy and run tasks")
+	}
 	return &controlPlane{store: st, runs: svc, api: api, url: "http://" + ln.Addr().String(), srv: srv, ln: ln}, nil
 }
 
