@@ -50,7 +50,7 @@ func run(nRuns, nEvents, batch int) error {
 		return err
 	}
 	defer st.Close()
-	svc := runs.NewService(st, st, runs.NewBroker(), log)
+	svc := runs.NewService(st, st, st, runs.NewBroker(), log)
 	if _, err := st.CreateDeployment(ctx, benchDeployment()); err != nil {
 		return err
 	}

@@ -17,12 +17,14 @@ import (
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/store/postgres"
 	"github.com/helmr/helmr/internal/store/sqlite"
+	"github.com/helmr/helmr/internal/workers"
 )
 
 // store is what the control plane needs from a storage engine.
 type store interface {
 	runs.Store
 	deployments.Store
+	workers.Store
 	Close() error
 }
 
@@ -54,7 +56,7 @@ func startControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	svc := runs.NewService(st, st, runs.NewBroker(), log)
+	svc := runs.NewService(st, st, st, runs.NewBroker(), log)
 	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, WorkerToken: cfg.WorkerToken, Logger: log})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

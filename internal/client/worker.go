@@ -8,6 +8,7 @@ import (
 
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/worker"
+	"github.com/helmr/helmr/internal/workers"
 )
 
 // Worker is the remote worker's view of the control plane: a
@@ -17,9 +18,9 @@ type Worker struct{ C *Client }
 var _ worker.ControlPlane = Worker{}
 
 // Lease implements worker.ControlPlane (long poll).
-func (w Worker) Lease(ctx context.Context, workerID string, tiers []string) (worker.Lease, error) {
+func (w Worker) Lease(ctx context.Context, workerID string, caps workers.Capabilities) (worker.Lease, error) {
 	var l worker.Lease
-	st, err := w.C.do(ctx, http.MethodPost, "/v1/worker/lease", nil, map[string]any{"workerId": workerID, "tiers": tiers}, &l)
+	st, err := w.C.do(ctx, http.MethodPost, "/v1/worker/lease", nil, map[string]any{"workerId": workerID, "capabilities": caps}, &l)
 	if err == nil && st == http.StatusNoContent {
 		return l, worker.ErrNoWork
 	}

@@ -78,6 +78,17 @@ func TestRunFailures(t *testing.T) {
 		}
 		assertNoSandboxProcesses(t, d.sandboxID(r.ID), 5*time.Second)
 	})
+	t.Run("no worker fits", func(t *testing.T) {
+		r := d.trigger("failing", "oversized", "null")
+		evs := d.events(r.ID)
+		if !hasSystemEvent(evs, "no connected worker can take this run") || !hasSystemEvent(evs, "needs 64 vCPUs") {
+			t.Errorf("events of the oversized run = %+v, want one saying no worker can take it and why", evs)
+		}
+		if got, _ := d.api.GetRun(context.Background(), r.ID); got.Status != runs.StatusQueued {
+			t.Errorf("oversized run = %s, want QUEUED", got.Status)
+		}
+		d.mustHelmr("cancel", r.ID)
+	})
 	t.Run("cancel", func(t *testing.T) {
 		r := d.trigger("failing", "sleeper", "null")
 		waitFor(t, 30*time.Second, func() bool {

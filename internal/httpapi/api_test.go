@@ -36,7 +36,7 @@ func newAPI(t *testing.T) *apiEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	svc := runs.NewService(st, st, runs.NewBroker(), slog.Default())
+	svc := runs.NewService(st, st, st, runs.NewBroker(), slog.Default())
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Logger: slog.Default(), WorkerToken: "wtok"}))
 	t.Cleanup(srv.Close)
 	return &apiEnv{t: t, srv: srv, db: db}
@@ -245,8 +245,8 @@ func TestRunsAPI(t *testing.T) {
 	}
 	_, ev := e.call("GET", "/v1/runs/"+id+"/events?after=0", nil)
 	evs := ev["events"].([]any)
-	if len(evs) != 2 || ev["done"] != true {
-		t.Fatalf("events = %v, want QUEUED and CANCELED and done", ev)
+	if len(evs) != 3 || ev["done"] != true {
+		t.Fatalf("events = %v, want QUEUED, the no-worker note, CANCELED and done", ev)
 	}
 	if st, _ := e.call("GET", "/v1/runs/"+id+"/events?after=-1", nil); st != 400 {
 		t.Errorf("negative cursor = %d, want 400", st)

@@ -7,12 +7,13 @@ import (
 
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/worker"
+	"github.com/helmr/helmr/internal/workers"
 )
 
 // LeaseRequest is the body of POST /v1/worker/lease.
 type LeaseRequest struct {
-	WorkerID string   `json:"workerId"`
-	Tiers    []string `json:"tiers,omitempty"`
+	WorkerID     string               `json:"workerId"`
+	Capabilities workers.Capabilities `json:"capabilities"`
 }
 
 func (s *Server) workerLease(w http.ResponseWriter, r *http.Request) error {
@@ -23,7 +24,7 @@ func (s *Server) workerLease(w http.ResponseWriter, r *http.Request) error {
 	if req.WorkerID == "" {
 		return badRequest("workerId is required")
 	}
-	lease, err := s.control.Lease(r.Context(), req.WorkerID, req.Tiers)
+	lease, err := s.control.Lease(r.Context(), req.WorkerID, req.Capabilities)
 	switch {
 	case errors.Is(err, worker.ErrNoWork), r.Context().Err() != nil:
 		w.WriteHeader(http.StatusNoContent)

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"time"
+
+	"github.com/helmr/helmr/internal/workers"
 )
 
 // Status is a run's lifecycle state.
@@ -79,9 +81,11 @@ type Run struct {
 	WorkerID          string          `json:"workerId,omitempty"`
 	Tier              string          `json:"tier,omitempty"`
 	MaxDurationSec    int             `json:"maxDuration"`
-	CreatedAt         time.Time       `json:"createdAt"`
-	StartedAt         *time.Time      `json:"startedAt,omitempty"`
-	FinishedAt        *time.Time      `json:"finishedAt,omitempty"`
+	// Needs is what the run's sandbox asks of a worker (from the task).
+	Needs      workers.Need `json:"needs"`
+	CreatedAt  time.Time    `json:"createdAt"`
+	StartedAt  *time.Time   `json:"startedAt,omitempty"`
+	FinishedAt *time.Time   `json:"finishedAt,omitempty"`
 	// LastSeq is the sequence number of the run's latest event.
 	LastSeq int64 `json:"lastSeq"`
 }

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/workers"
 )
 
 // MaxPayloadBytes caps a run's JSON payload.
@@ -22,18 +24,23 @@ type TaskLookup interface {
 	GetTask(ctx context.Context, project, env, taskID string) (deployments.Task, error)
 }
 
+// WorkerTTL is how long after its last request for work a worker counts
+// as connected.
+const WorkerTTL = time.Minute
+
 // Service implements the run lifecycle on top of a Store.
 type Service struct {
-	store  Store
-	tasks  TaskLookup
-	broker *Broker
-	log    *slog.Logger
-	now    func() time.Time
+	store   Store
+	tasks   TaskLookup
+	workers workers.Store
+	broker  *Broker
+	log     *slog.Logger
+	now     func() time.Time
 }
 
 // NewService wires a run service.
-func NewService(store Store, tasks TaskLookup, broker *Broker, log *slog.Logger) *Service {
-	return &Service{store: store, tasks: tasks, broker: broker, log: log, now: func() time.Time { return time.Now().UTC() }}
+func NewService(store Store, tasks TaskLookup, ws workers.Store, broker *Broker, log *slog.Logger) *Service {
+	return &Service{store: store, tasks: tasks, workers: ws, broker: broker, log: log, now: func() time.Time { return time.Now().UTC() }}
 }
 
 // Broker returns the service's change notifier.
@@ -75,16 +82,54 @@ func (s *Service) Trigger(ctx context.Context, req TriggerRequest) (Run, bool, e
 		Project: req.Project, Env: req.Env, TaskID: req.TaskID,
 		DeploymentID: task.DeploymentID, DeploymentVersion: task.DeploymentVersion,
 		Status: StatusQueued, Payload: req.Payload, IdempotencyKey: req.IdempotencyKey,
-		MaxDurationSec: maxDur, CreatedAt: s.now(),
+		MaxDurationSec: maxDur, Needs: needsOf(task), CreatedAt: s.now(),
 	})
 	if err != nil {
 		return Run{}, false, fmt.Errorf("create run: %w", err)
 	}
 	if created {
+		s.explainWait(ctx, r)
 		s.broker.Publish(r.ID)
 		s.broker.PublishQueue()
 	}
 	return r, created, nil
+}
+
+// needsOf reads what a task's sandbox asks of a worker.
+func needsOf(t deployments.Task) workers.Need {
+	var n workers.Need
+	if sb := t.Spec.Sandbox; sb != nil {
+		n.CPU = sb.Resources.CPU
+		n.MemoryBytes, _ = deployments.ParseMemory(sb.Resources.Memory)
+	}
+	return n
+}
+
+// explainWait records, as a system event, why a new run will wait when no
+// connected worker can take it. The run stays QUEUED: a worker that fits
+// may still connect.
+func (s *Service) explainWait(ctx context.Context, r Run) {
+	ws, err := s.workers.ListWorkers(ctx, s.now().Add(-WorkerTTL))
+	if err != nil {
+		s.log.Warn("list workers", "err", err)
+		return
+	}
+	var why []string
+	for _, w := range ws {
+		ok, reason := w.Capabilities.Fits(r.Needs)
+		if ok {
+			return
+		}
+		why = append(why, w.ID+": "+reason)
+	}
+	msg := "no worker is connected: the run waits for one"
+	if len(why) > 0 {
+		msg = "no connected worker can take this run (" + strings.Join(why, "; ") + "): it waits for one that can"
+	}
+	data, _ := json.Marshal(SystemData{Message: msg, Attrs: map[string]string{"reason": "no_fitting_worker"}})
+	if _, err := s.store.AppendEvents(ctx, r.ID, []NewEvent{{Type: EventSystem, Time: s.now(), Data: data}}); err != nil {
+		s.log.Warn("record why a run waits", "run_id", r.ID, "err", err)
+	}
 }
 
 // Get returns a run.
@@ -132,9 +177,14 @@ func (s *Service) Cancel(ctx context.Context, id string) (Run, error) {
 	return r, nil
 }
 
-// Lease hands the oldest queued run to a worker (STARTING).
-func (s *Service) Lease(ctx context.Context, workerID string) (Run, error) {
-	r, err := s.store.LeaseRun(ctx, workerID, s.now())
+// Lease records the worker and its capabilities, then hands it the oldest
+// queued run that fits them (STARTING).
+func (s *Service) Lease(ctx context.Context, workerID string, caps workers.Capabilities) (Run, error) {
+	now := s.now()
+	if err := s.workers.UpsertWorker(ctx, workers.Worker{ID: workerID, Capabilities: caps, LastSeen: now}); err != nil {
+		return Run{}, fmt.Errorf("record worker %s: %w", workerID, err)
+	}
+	r, err := s.store.LeaseRun(ctx, workerID, workers.Need{CPU: caps.CPUs, MemoryBytes: caps.MemoryBytes}, now)
 	if err != nil {
 		return Run{}, err
 	}

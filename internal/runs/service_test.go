@@ -4,11 +4,13 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/store/sqlite"
+	"github.com/helmr/helmr/internal/workers"
 )
 
 func goodTask(id string) deployments.TaskManifest {
@@ -27,7 +29,7 @@ func TestFailOrphans(t *testing.T) {
 	}
 	defer st.Close()
 	ctx := context.Background()
-	svc := runs.NewService(st, st, runs.NewBroker(), slog.Default())
+	svc := runs.NewService(st, st, st, runs.NewBroker(), slog.Default())
 	if _, err := st.CreateDeployment(ctx, deployments.Deployment{Project: "p", Env: "dev",
 		Manifest: deployments.Manifest{Project: "p", Tasks: []deployments.TaskManifest{goodTask("a")}},
 		Files:    map[string][]byte{"bundles/tasks/a.mjs": []byte("x")}}); err != nil {
@@ -42,8 +44,9 @@ func TestFailOrphans(t *testing.T) {
 		ids = append(ids, r.ID)
 	}
 	// One left queued, one leased (STARTING), one RUNNING.
-	leased, _ := svc.Lease(ctx, "w")
-	running, _ := svc.Lease(ctx, "w")
+	big := workers.Capabilities{CPUs: 2, MemoryBytes: 1 << 30}
+	leased, _ := svc.Lease(ctx, "w", big)
+	running, _ := svc.Lease(ctx, "w", big)
 	if _, err := svc.Started(ctx, running.ID, "w", "process", runs.SystemData{Message: "x"}); err != nil {
 		t.Fatal(err)
 	}
@@ -61,4 +64,66 @@ func TestFailOrphans(t *testing.T) {
 			t.Errorf("run %s = %s %+v, want %s", id, r.Status, r.Error, want)
 		}
 	}
+}
+
+// TestNeedsAndWaitReasons checks that a run records what its sandbox needs,
+// that a worker only leases runs that fit it, and that a run no connected
+// worker can take says why in its events while it stays QUEUED.
+func TestNeedsAndWaitReasons(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "helmr.db"), slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	svc := runs.NewService(st, st, st, runs.NewBroker(), slog.Default())
+	big := goodTask("big")
+	big.Sandbox.Resources = deployments.Resources{CPU: 64, Memory: "512Gi"}
+	small := goodTask("small")
+	small.Sandbox.Resources = deployments.Resources{CPU: 1, Memory: "256Mi"}
+	if _, err := st.CreateDeployment(ctx, deployments.Deployment{Project: "p", Env: "dev",
+		Manifest: deployments.Manifest{Project: "p", Tasks: []deployments.TaskManifest{big, small}},
+		Files:    map[string][]byte{"bundles/tasks/a.mjs": []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	caps := workers.Capabilities{Arch: "amd64", Tiers: []string{"process"}, CPUs: 2, MemoryBytes: 8 << 30, Slots: 2}
+	// No worker yet: the run says it waits for one.
+	r0, _, err := svc.Trigger(ctx, runs.TriggerRequest{Project: "p", Env: "dev", TaskID: "small", Payload: []byte("1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !waitReason(t, svc, r0.ID, "no worker is connected") {
+		t.Errorf("run without any worker has no event saying so")
+	}
+	if got, _ := svc.Lease(ctx, "w1", caps); got.ID != r0.ID || got.Needs.CPU != 1 || got.Needs.MemoryBytes != 256<<20 {
+		t.Fatalf("Lease() = %+v, want the small run with its needs", got)
+	}
+	rb, _, _ := svc.Trigger(ctx, runs.TriggerRequest{Project: "p", Env: "dev", TaskID: "big", Payload: []byte("1")})
+	rs, _, _ := svc.Trigger(ctx, runs.TriggerRequest{Project: "p", Env: "dev", TaskID: "small", Payload: []byte("1")})
+	if !waitReason(t, svc, rb.ID, "w1: needs 64 vCPUs, the worker offers 2") {
+		t.Errorf("the oversized run has no event saying why it waits")
+	}
+	if waitReason(t, svc, rs.ID, "") {
+		t.Errorf("a run that fits got a wait event")
+	}
+	if got, err := svc.Lease(ctx, "w1", caps); err != nil || got.ID != rs.ID {
+		t.Errorf("Lease() = %v, %v; want the small run, skipping the big one queued before it", got.ID, err)
+	}
+	if got, _ := svc.Get(ctx, rb.ID); got.Status != runs.StatusQueued {
+		t.Errorf("big run = %s, want QUEUED", got.Status)
+	}
+}
+
+func waitReason(t *testing.T, svc *runs.Service, id, substr string) bool {
+	t.Helper()
+	evs, err := svc.Events(context.Background(), id, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if ev.Type == runs.EventSystem && strings.Contains(string(ev.Data), "no_fitting_worker") && strings.Contains(string(ev.Data), substr) {
+			return true
+		}
+	}
+	return false
 }

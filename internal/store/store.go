@@ -1,8 +1,9 @@
 // Package store holds what the storage engines (store/sqlite and
 // store/postgres) share: ID generation, list cursors and limits, embedded
-// migration loading, and the rules for applying a run transition. The
-// engines implement runs.Store and deployments.Store over one schema;
-// store/storetest is the suite both must pass.
+// migration loading, the rules for applying a run transition, and checks and
+// encodings for run needs and workers. The engines implement runs.Store,
+// deployments.Store and workers.Store over one schema; store/storetest is
+// the suite both must pass.
 package store
 
 import (

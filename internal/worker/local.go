@@ -7,6 +7,7 @@ import (
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/workers"
 )
 
 // Local is the in-process ControlPlane used by helmr dev.
@@ -18,7 +19,7 @@ type Local struct {
 }
 
 // Lease implements ControlPlane.
-func (c *Local) Lease(ctx context.Context, workerID string, tiers []string) (Lease, error) {
+func (c *Local) Lease(ctx context.Context, workerID string, caps workers.Capabilities) (Lease, error) {
 	queued, unsubscribe := c.Runs.Broker().SubscribeQueue()
 	defer unsubscribe()
 	wait := c.Wait
@@ -28,7 +29,7 @@ func (c *Local) Lease(ctx context.Context, workerID string, tiers []string) (Lea
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
-		run, err := c.Runs.Lease(ctx, workerID)
+		run, err := c.Runs.Lease(ctx, workerID, caps)
 		if err == nil {
 			return c.leaseFor(ctx, run)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/workers"
 )
 
 // ErrNoWork is returned by ControlPlane.Lease when nothing was queued
@@ -32,8 +33,9 @@ type Lease struct {
 // ControlPlane is what a worker needs from the control plane: in-process
 // for helmr dev, over HTTP for remote workers.
 type ControlPlane interface {
-	// Lease waits a while for a queued run; ErrNoWork if none came.
-	Lease(ctx context.Context, workerID string, tiers []string) (Lease, error)
+	// Lease reports the worker's capabilities and waits a while for a
+	// queued run that fits them; ErrNoWork if none came.
+	Lease(ctx context.Context, workerID string, caps workers.Capabilities) (Lease, error)
 	Files(ctx context.Context, deploymentID string) (map[string][]byte, error)
 	Started(ctx context.Context, runID, workerID, tier string, note runs.SystemData) error
 	Logs(ctx context.Context, runID string, lines []runs.LogData, at time.Time) error
@@ -54,6 +56,10 @@ type Config struct {
 	Adapter []byte
 	// CancelPoll is how often a running run's status is checked.
 	CancelPoll time.Duration
+	// Capabilities are reported with every lease; the control plane only
+	// hands this worker runs that fit them. Zero CPUs or memory means this
+	// machine's.
+	Capabilities workers.Capabilities
 	// Warm is how many sandboxes (per image and resources, most recently
 	// used first) are kept booted ahead of runs, adapter started; 0 boots
 	// every sandbox on demand.
@@ -83,6 +89,7 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Capabilities = withHostDefaults(cfg.Capabilities, cfg.Runtime.Name(), cfg.Slots)
 	if cfg.Warm < 0 {
 		return nil, errors.New("worker: Warm must not be negative")
 	}
@@ -122,14 +129,13 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 		}
 	}()
-	tiers := []string{w.cfg.Runtime.Name()}
 	for {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			return nil
 		}
-		lease, err := w.cfg.Control.Lease(ctx, w.cfg.ID, tiers)
+		lease, err := w.cfg.Control.Lease(ctx, w.cfg.ID, w.cfg.Capabilities)
 		if err != nil {
 			<-slots
 			if ctx.Err() != nil {

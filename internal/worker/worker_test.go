@@ -16,6 +16,7 @@ import (
 	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/workers"
 )
 
 // fakeControl is a hand-written ControlPlane that records what the worker
@@ -30,7 +31,7 @@ type fakeControl struct {
 	finished chan struct{}
 }
 
-func (f *fakeControl) Lease(context.Context, string, []string) (Lease, error) {
+func (f *fakeControl) Lease(context.Context, string, workers.Capabilities) (Lease, error) {
 	return Lease{}, ErrNoWork
 }
 func (f *fakeControl) Files(context.Context, string) (map[string][]byte, error) {

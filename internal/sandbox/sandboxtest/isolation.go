@@ -1,6 +1,7 @@
 package sandboxtest
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,15 +15,20 @@ import (
 // runIsolation checks the boundary on a sandbox whose processes run as the
 // image's root: even so they hold no capability, cannot write the image,
 // see no host process or network and are not host root.
-func runIsolation(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime, rootfs string) {
+func runIsolation(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime, rootfs string, opts Options) {
 	hostnameBefore, _ := os.ReadFile(filepath.Join(rootfs, "etc/hostname"))
 	f := start(t, newRuntime(t), rootfs, func(s *sandbox.Spec) { s.UID, s.GID = 0, 0 })
 
 	t.Run("NoCapabilities", func(t *testing.T) {
 		status := f.OK(t, "cat", "/proc/self/status")
+		rootCaps := fmt.Sprintf("%016x", opts.RootCaps)
 		for _, field := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
-			if v := statusField(status, field); v != "0000000000000000" {
-				t.Errorf("%s = %q, want 0000000000000000", field, v)
+			want := "0000000000000000"
+			if field == "CapPrm" || field == "CapEff" || field == "CapBnd" {
+				want = rootCaps
+			}
+			if v := statusField(status, field); v != want {
+				t.Errorf("%s = %q, want %s", field, v, want)
 			}
 		}
 		if v := statusField(status, "NoNewPrivs"); v != "1" {
@@ -30,6 +36,10 @@ func runIsolation(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime, r
 		}
 	})
 	t.Run("NotHostRoot", func(t *testing.T) {
+		if opts.GuestKernel {
+			testNoHostProcess(t, f)
+			return
+		}
 		m := strings.Fields(f.OK(t, "cat", "/proc/self/uid_map"))
 		if len(m) < 3 || m[0] == "0" && m[1] == "0" {
 			t.Errorf("uid_map = %q; want uid 0 mapped to a host uid other than 0", m)
@@ -76,6 +86,23 @@ console.log(fs.readdirSync('/proc').filter(e => /^\d+$/.test(e)).length,
 			t.Errorf("base rootfs etc/hostname = %q, was %q", after, hostnameBefore)
 		}
 	})
+}
+
+// testNoHostProcess: a process running in the sandbox (as its uid 0) is
+// not a host process.
+func testNoHostProcess(t *testing.T, f *fixture) {
+	const arg = "876543.219"
+	f.OK(t, "sh", "-c", "sleep "+arg+" </dev/null >/dev/null 2>&1 &")
+	inside := f.Node(t, `const fs = require('fs');
+console.log(fs.readdirSync('/proc').filter(e => /^\d+$/.test(e)).some(p => {
+  try { return fs.readFileSync('/proc/' + p + '/cmdline', 'utf8').split('\0').includes('`+arg+`'); } catch { return false; }
+}))`)
+	if inside != "true\n" {
+		t.Fatalf("sleep %s running in the sandbox = %q, want true", arg, inside)
+	}
+	if pids := hostProcsWith(arg); len(pids) > 0 {
+		t.Errorf("the sandbox's sleep %s is host process %v; want none", arg, pids)
+	}
 }
 
 // writeProbeJS tries to create files and prints path:ok|denied|<code>.

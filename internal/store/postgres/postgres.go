@@ -1,5 +1,5 @@
-// Package postgres is the multi-node storage engine: runs.Store and
-// deployments.Store over PostgreSQL (pgx). Leases use
+// Package postgres is the multi-node storage engine: runs.Store,
+// deployments.Store and workers.Store over PostgreSQL (pgx). Leases use
 // SELECT … FOR UPDATE SKIP LOCKED, event sequence numbers come from an
 // atomic UPDATE … RETURNING of the run's last_seq, and deployment versions
 // are assigned under a transaction-scoped advisory lock per project/env.
@@ -28,7 +28,7 @@ const (
 	lockDeployments = 0x68656c6e
 )
 
-// Store is a PostgreSQL-backed runs.Store and deployments.Store.
+// Store is a PostgreSQL-backed runs.Store, deployments.Store and workers.Store.
 type Store struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger

@@ -11,11 +11,12 @@ import (
 
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/store"
+	"github.com/helmr/helmr/internal/workers"
 )
 
 const runColumns = `id, project, env, task_id, deployment_id, deployment_version, status,
 	payload, output, error, idempotency_key, worker_id, tier, max_duration_sec,
-	created_at, started_at, finished_at, last_seq`
+	need_cpu, need_memory, created_at, started_at, finished_at, last_seq`
 
 func scanRun(row scanner) (runs.Run, error) {
 	var (
@@ -25,7 +26,7 @@ func scanRun(row scanner) (runs.Run, error) {
 	)
 	err := row.Scan(&r.ID, &r.Project, &r.Env, &r.TaskID, &r.DeploymentID, &r.DeploymentVersion, &r.Status,
 		&payload, &output, &errJSON, &key, &r.WorkerID, &r.Tier, &r.MaxDurationSec,
-		&r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.LastSeq)
+		&r.Needs.CPU, &r.Needs.MemoryBytes, &r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.LastSeq)
 	if err != nil {
 		return runs.Run{}, err
 	}
@@ -65,14 +66,18 @@ func errorJSON(e *runs.Error) (*string, error) {
 // ON CONFLICT DO NOTHING waits for a concurrent insert of the same key, so
 // the run it then reads is committed.
 func (s *Store) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, error) {
+	if err := store.ValidateNeed(r.Needs); err != nil {
+		return runs.Run{}, false, fmt.Errorf("create run: %w", err)
+	}
 	r, first := store.NewRun(r)
 	var existing *runs.Run
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `INSERT INTO runs (`+runColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, '', '', $10, $11, NULL, NULL, 1)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, '', '', $10, $11, $12, $13, NULL, NULL, 1)
 			ON CONFLICT (project, env, task_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING`,
 			r.ID, r.Project, r.Env, r.TaskID, r.DeploymentID, r.DeploymentVersion, r.Status,
-			nullText(r.Payload), nullText(r.IdempotencyKey), r.MaxDurationSec, r.CreatedAt)
+			nullText(r.Payload), nullText(r.IdempotencyKey), r.MaxDurationSec,
+			r.Needs.CPU, r.Needs.MemoryBytes, r.CreatedAt)
 		if err != nil {
 			return err
 		}
@@ -210,16 +215,19 @@ func applyTransition(ctx context.Context, tx pgx.Tx, r *runs.Run, t runs.Transit
 	return ev, nil
 }
 
-// LeaseRun moves the oldest QUEUED run to STARTING for workerID. SKIP
-// LOCKED lets concurrent leasers pass over rows another one is taking.
-func (s *Store) LeaseRun(ctx context.Context, workerID string, now time.Time) (runs.Run, error) {
+// LeaseRun moves the oldest QUEUED run whose needs fit offer to STARTING
+// for workerID. SKIP LOCKED lets concurrent leasers pass over rows another
+// one is taking.
+func (s *Store) LeaseRun(ctx context.Context, workerID string, offer workers.Need, now time.Time) (runs.Run, error) {
 	var r runs.Run
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		r, err = scanRun(tx.QueryRow(ctx, `SELECT `+runColumns+` FROM runs
-			WHERE status = 'QUEUED' ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`))
+			WHERE status = 'QUEUED' AND need_cpu <= $1 AND need_memory <= $2
+			ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`, offer.CPU, offer.MemoryBytes))
 		if isNoRows(err) {
-			return fmt.Errorf("lease run for worker %s: no queued run: %w", workerID, runs.ErrNotFound)
+			return fmt.Errorf("lease run for worker %s: no queued run fits %g vCPUs, %d bytes: %w",
+				workerID, offer.CPU, offer.MemoryBytes, runs.ErrNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("lease run: %w", err)

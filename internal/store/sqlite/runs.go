@@ -11,11 +11,12 @@ import (
 
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/store"
+	"github.com/helmr/helmr/internal/workers"
 )
 
 const runColumns = `id, project, env, task_id, deployment_id, deployment_version, status,
 	payload, output, error, idempotency_key, worker_id, tier, max_duration_sec,
-	created_at, started_at, finished_at, last_seq`
+	need_cpu, need_memory, created_at, started_at, finished_at, last_seq`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -28,7 +29,7 @@ func scanRun(row scanner) (runs.Run, error) {
 	)
 	err := row.Scan(&r.ID, &r.Project, &r.Env, &r.TaskID, &r.DeploymentID, &r.DeploymentVersion, &r.Status,
 		&payload, &output, &errJSON, &key, &r.WorkerID, &r.Tier, &r.MaxDurationSec,
-		&created, &started, &finished, &r.LastSeq)
+		&r.Needs.CPU, &r.Needs.MemoryBytes, &created, &started, &finished, &r.LastSeq)
 	if err != nil {
 		return runs.Run{}, err
 	}
@@ -66,6 +67,9 @@ func errorJSON(e *runs.Error) (any, error) {
 // CreateRun inserts r as QUEUED with its first status event, or returns the
 // run that already holds r's idempotency key for its project, env and task.
 func (s *Store) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, error) {
+	if err := store.ValidateNeed(r.Needs); err != nil {
+		return runs.Run{}, false, fmt.Errorf("create run: %w", err)
+	}
 	r, first := store.NewRun(r)
 	var existing *runs.Run
 	err := s.write(ctx, func(tx *sql.Tx) error {
@@ -83,9 +87,10 @@ func (s *Store) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, erro
 			}
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO runs (`+runColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, '', '', ?, ?, NULL, NULL, 1)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, '', '', ?, ?, ?, ?, NULL, NULL, 1)`,
 			r.ID, r.Project, r.Env, r.TaskID, r.DeploymentID, r.DeploymentVersion, r.Status,
-			nullText(r.Payload), nullText(r.IdempotencyKey), r.MaxDurationSec, fmtTime(r.CreatedAt))
+			nullText(r.Payload), nullText(r.IdempotencyKey), r.MaxDurationSec,
+			r.Needs.CPU, r.Needs.MemoryBytes, fmtTime(r.CreatedAt))
 		if err != nil {
 			return err
 		}
@@ -211,16 +216,19 @@ func applyTransition(ctx context.Context, tx *sql.Tx, r *runs.Run, t runs.Transi
 	return ev, nil
 }
 
-// LeaseRun moves the oldest QUEUED run to STARTING for workerID. The single
-// IMMEDIATE writer makes concurrent leases exclusive.
-func (s *Store) LeaseRun(ctx context.Context, workerID string, now time.Time) (runs.Run, error) {
+// LeaseRun moves the oldest QUEUED run whose needs fit offer to STARTING
+// for workerID. The single IMMEDIATE writer makes concurrent leases
+// exclusive.
+func (s *Store) LeaseRun(ctx context.Context, workerID string, offer workers.Need, now time.Time) (runs.Run, error) {
 	var r runs.Run
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		var err error
 		r, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs
-			WHERE status = 'QUEUED' ORDER BY created_at, id LIMIT 1`))
+			WHERE status = 'QUEUED' AND need_cpu <= ? AND need_memory <= ?
+			ORDER BY created_at, id LIMIT 1`, offer.CPU, offer.MemoryBytes))
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("lease run for worker %s: no queued run: %w", workerID, runs.ErrNotFound)
+			return fmt.Errorf("lease run for worker %s: no queued run fits %g vCPUs, %d bytes: %w",
+				workerID, offer.CPU, offer.MemoryBytes, runs.ErrNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("lease run: %w", err)

@@ -1,5 +1,6 @@
-// Package sqlite is the embedded storage engine: runs.Store and
-// deployments.Store over one SQLite file (modernc.org/sqlite, no cgo).
+// Package sqlite is the embedded storage engine: runs.Store,
+// deployments.Store and workers.Store over one SQLite file
+// (modernc.org/sqlite, no cgo).
 //
 // Writes go through a pool of one connection whose transactions begin
 // IMMEDIATE, so writers queue in Go instead of failing or deadlocking on
@@ -26,7 +27,7 @@ import (
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// Store is a SQLite-backed runs.Store and deployments.Store.
+// Store is a SQLite-backed runs.Store, deployments.Store and workers.Store.
 type Store struct {
 	w   *sql.DB // one connection; every transaction is BEGIN IMMEDIATE
 	r   *sql.DB // read-only connections

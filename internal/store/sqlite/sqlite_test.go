@@ -72,6 +72,10 @@ func BenchmarkCreateRunParallel(b *testing.B) {
 	storetest.BenchmarkCreateRunParallel(b, openTest, 4)
 }
 
+func BenchmarkLeaseRun(b *testing.B) { storetest.BenchmarkLeaseRun(b, openTest, 0) }
+
+func BenchmarkLeaseRunSkip1000(b *testing.B) { storetest.BenchmarkLeaseRun(b, openTest, 1000) }
+
 func BenchmarkAppendEvents100(b *testing.B) {
 	storetest.BenchmarkAppendEvents(b, openTest, 100, 10, false)
 }

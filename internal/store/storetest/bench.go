@@ -2,8 +2,13 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/workers"
 )
 
 // BenchmarkCreateRun measures CreateRun from one goroutine and reports runs/s.
@@ -66,4 +71,42 @@ func BenchmarkAppendEvents(b *testing.B, open func(tb testing.TB) Store, batch, 
 		})
 	}
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkLeaseRun measures LeaseRun from one goroutine with skipped runs
+// too big for the offer queued ahead of the ones it leases, and reports
+// leases/s. Runs to lease are queued in batches outside the timer.
+func BenchmarkLeaseRun(b *testing.B, open func(tb testing.TB) Store, skipped int) {
+	s := open(b)
+	offer := workers.Need{CPU: 2, MemoryBytes: 4 << 30}
+	for i := range skipped {
+		r := newRun("p", "dev", "bench-big")
+		r.CreatedAt, r.Needs = at(i), workers.Need{CPU: 64, MemoryBytes: 1 << 40}
+		mustCreate(b, s, r)
+	}
+	queue := func() {
+		b.StopTimer()
+		defer b.StartTimer()
+		for range 1000 {
+			r := newRun("p", "dev", "bench")
+			r.Needs = workers.Need{CPU: 1, MemoryBytes: 1 << 30}
+			mustCreate(b, s, r)
+		}
+	}
+	queue()
+	for b.Loop() {
+		_, err := s.LeaseRun(context.Background(), "w1", offer, time.Now())
+		if errors.Is(err, runs.ErrNotFound) {
+			queue()
+			_, err = s.LeaseRun(context.Background(), "w1", offer, time.Now())
+		}
+		if err != nil {
+			b.Fatalf("LeaseRun: %v", err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "leases/s")
+	// Every queued run fits anything; the skipped ones are still queued.
+	if _, err := s.LeaseRun(context.Background(), "w2", anything, time.Now()); skipped > 0 && err != nil {
+		b.Errorf("LeaseRun(anything) after the benchmark: %v, want a skipped run", err)
+	}
 }

@@ -2,12 +2,14 @@ package storetest
 
 import (
 	"encoding/json"
+	"math"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/workers"
 )
 
 var runTests = []storeTest{
@@ -17,8 +19,8 @@ var runTests = []storeTest{
 	{"CreateRunIdempotencyConcurrent", testIdempotencyConcurrent},
 	{"Transition", testTransition},
 	{"TransitionConflictNotFound", testTransitionErrors},
-	{"LeaseRunOrder", testLeaseOrder},
-	{"LeaseRunConcurrent", testLeaseConcurrent},
+	{"RunNeeds", testNeeds},
+	{"RunNeedsInvalid", testNeedsInvalid},
 }
 
 func testCreateAndGetRun(t *testing.T, s Store) {
@@ -230,72 +232,65 @@ func testTransitionErrors(t *testing.T, s Store) {
 	wantErr(t, "Transition(empty From)", err, runs.ErrInvalid)
 }
 
-func testLeaseOrder(t *testing.T, s Store) {
+// testNeeds checks that a run's needs come back from every read.
+func testNeeds(t *testing.T, s Store) {
 	ctx := t.Context()
-	_, err := s.LeaseRun(ctx, "w1", at(0))
-	wantErr(t, "LeaseRun(empty store)", err, runs.ErrNotFound)
-	var created []runs.Run
-	for _, sec := range []int{2, 0, 1} {
-		r := newRun("p", "dev", "a")
-		r.CreatedAt = at(sec)
-		created = append(created, mustCreate(t, s, r))
+	tests := []struct {
+		name  string
+		needs workers.Need
+	}{
+		{"none", workers.Need{}},
+		{"fractional cpu", workers.Need{CPU: 0.25, MemoryBytes: 1}},
+		{"large", workers.Need{CPU: 64, MemoryBytes: 1 << 40}},
+		{"typical", workers.Need{CPU: 1.5, MemoryBytes: 3 << 30}},
 	}
-	for _, i := range []int{1, 2, 0} {
-		got, err := s.LeaseRun(ctx, "w1", at(100))
-		if err != nil {
-			t.Fatalf("LeaseRun(%q): %v", "w1", err)
-		}
-		want := created[i]
-		want.Status, want.WorkerID, want.LastSeq = runs.StatusStarting, "w1", 2
-		if d := diff(want, got); d != "" {
-			t.Errorf("LeaseRun() mismatch (-want +got):\n%s", d)
-		}
-		evs, err := s.ListEvents(ctx, got.ID, 1, 0)
-		if err != nil || len(evs) != 1 || evs[0].Seq != 2 || !evs[0].Time.Equal(at(100)) {
-			t.Fatalf("ListEvents(%q, 1, 0) = %+v, %v; want the lease's status event 2", got.ID, evs, err)
-		}
-		if d := diff(runs.StatusData{From: runs.StatusQueued, To: runs.StatusStarting}, statusData(t, evs[0])); d != "" {
-			t.Errorf("lease event data mismatch (-want +got):\n%s", d)
-		}
-	}
-	_, err = s.LeaseRun(ctx, "w1", at(0))
-	wantErr(t, "LeaseRun(none queued)", err, runs.ErrNotFound)
-}
-
-func testLeaseConcurrent(t *testing.T, s Store) {
-	const n, workers = 120, 8
-	for i := range n {
-		r := newRun("p", "dev", "a")
-		r.CreatedAt = at(i)
-		mustCreate(t, s, r)
-	}
-	var mu sync.Mutex
-	leased := map[string]string{}
-	var wg sync.WaitGroup
-	for w := range workers {
-		worker := name("w", w)
-		wg.Go(func() {
-			for {
-				r, err := s.LeaseRun(t.Context(), worker, time.Now())
-				if err != nil {
-					wantErr(t, "LeaseRun", err, runs.ErrNotFound)
-					return
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := newRun("p", "dev", name("needs-", i))
+			in.Needs = tt.needs
+			created := mustCreate(t, s, in)
+			got := map[string]workers.Need{"CreateRun": created.Needs}
+			if r, err := s.GetRun(ctx, created.ID); err != nil {
+				t.Errorf("GetRun(%q): %v", created.ID, err)
+			} else {
+				got["GetRun"] = r.Needs
+			}
+			page, err := s.ListRuns(ctx, runs.Filter{TaskID: in.TaskID})
+			if err != nil || len(page.Runs) != 1 {
+				t.Errorf("ListRuns(task %q) = %d runs, %v; want 1", in.TaskID, len(page.Runs), err)
+			} else {
+				got["ListRuns"] = page.Runs[0].Needs
+			}
+			r, _, err := s.Transition(ctx, created.ID, runs.Transition{
+				From: []runs.Status{runs.StatusQueued}, To: runs.StatusCanceled, Time: at(1)})
+			if err != nil {
+				t.Errorf("Transition(%q, QUEUED→CANCELED): %v", created.ID, err)
+			} else {
+				got["Transition"] = r.Needs
+			}
+			for call, n := range got {
+				if n != tt.needs {
+					t.Errorf("%s().Needs = %+v, want %+v", call, n, tt.needs)
 				}
-				mu.Lock()
-				if prev, dup := leased[r.ID]; dup {
-					t.Errorf("LeaseRun(%q) = %s, already leased by %s", worker, r.ID, prev)
-				}
-				leased[r.ID] = worker
-				mu.Unlock()
 			}
 		})
 	}
-	wg.Wait()
-	if len(leased) != n {
-		t.Errorf("concurrent LeaseRun leased %d runs, want %d", len(leased), n)
+}
+
+func testNeedsInvalid(t *testing.T, s Store) {
+	before := countRows(t, s)
+	for _, n := range []workers.Need{
+		{CPU: -1},
+		{MemoryBytes: -1},
+		{CPU: math.NaN()},
+		{CPU: math.Inf(1)},
+	} {
+		r := newRun("p", "dev", "a")
+		r.Needs = n
+		_, _, err := s.CreateRun(t.Context(), r)
+		wantErr(t, name("CreateRun(needs ", n, ")"), err, runs.ErrInvalid)
 	}
-	page, err := s.ListRuns(t.Context(), runs.Filter{Status: runs.StatusQueued})
-	if err != nil || len(page.Runs) != 0 {
-		t.Errorf("ListRuns(QUEUED) after leasing = %d runs, %v; want 0", len(page.Runs), err)
+	if d := diff(before, countRows(t, s)); d != "" {
+		t.Errorf("row counts after rejected CreateRun mismatch (-before +after):\n%s", d)
 	}
 }

@@ -1,8 +1,9 @@
 // Package storetest is the suite every storage engine must pass: one set of
-// tests of runs.Store and deployments.Store semantics (idempotency,
-// compare-and-set transitions, event sequence numbers, leases, pagination,
-// atomic deployments), run against SQLite and PostgreSQL alike, plus
-// benchmarks the engines report with.
+// tests of runs.Store, deployments.Store and workers.Store semantics
+// (idempotency, compare-and-set transitions, event sequence numbers, leases
+// that fit a worker's offer, pagination, atomic deployments, worker
+// upserts), run against SQLite and PostgreSQL alike, plus benchmarks the
+// engines report with.
 package storetest
 
 import (
@@ -17,12 +18,14 @@ import (
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/workers"
 )
 
 // Store is what an engine implements.
 type Store interface {
 	runs.Store
 	deployments.Store
+	workers.Store
 }
 
 // RowCounter is optionally implemented by the store an engine's test passes
@@ -32,7 +35,7 @@ type RowCounter interface {
 }
 
 // Tables lists every table of the schema that holds domain rows.
-var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events"}
+var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers"}
 
 type storeTest struct {
 	name string
@@ -45,8 +48,10 @@ type storeTest struct {
 func RunStoreSuite(t *testing.T, open func(t *testing.T) Store) {
 	var tests []storeTest
 	tests = append(tests, runTests...)
+	tests = append(tests, leaseTests...)
 	tests = append(tests, eventTests...)
 	tests = append(tests, deploymentTests...)
+	tests = append(tests, workerTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -133,3 +133,12 @@ export const nonode = task({
   sandbox: noNode,
   run: async () => "unreachable",
 });
+
+// More than any worker here offers: the run waits, saying why.
+const huge = sandbox("huge").image(img).resources({ cpu: 64, memory: "512Gi" });
+
+export const oversized = task({
+  id: "oversized",
+  sandbox: huge,
+  run: async () => "unreachable",
+});

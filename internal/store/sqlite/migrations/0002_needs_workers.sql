@@ -1,0 +1,20 @@
+-- 0002: what a run's sandbox needs of a worker, and the workers themselves.
+-- LeaseRun takes the oldest QUEUED run whose needs fit a worker's offer, so
+-- the queued index carries the needs: the fit test is checked on index
+-- entries, in lease order, before any table row is read.
+-- Keep in step with postgres/migrations/0002_needs_workers.sql.
+
+ALTER TABLE runs ADD COLUMN need_cpu REAL NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN need_memory INTEGER NOT NULL DEFAULT 0;
+
+DROP INDEX runs_queued;
+CREATE INDEX runs_queued ON runs (created_at, id, need_cpu, need_memory) WHERE status = 'QUEUED';
+
+-- capabilities is workers.Capabilities as JSON, verbatim.
+CREATE TABLE workers (
+    id           TEXT PRIMARY KEY,
+    capabilities TEXT NOT NULL,
+    last_seen    TEXT NOT NULL
+);
+
+CREATE INDEX workers_last_seen ON workers (last_seen);

@@ -1,0 +1,152 @@
+package storetest
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/workers"
+)
+
+var leaseTests = []storeTest{
+	{"LeaseRunOrder", testLeaseOrder},
+	{"LeaseRunFit", testLeaseFit},
+	{"LeaseRunConcurrent", testLeaseConcurrent},
+}
+
+// anything is an offer every run fits.
+var anything = workers.Need{CPU: 1e9, MemoryBytes: 1 << 62}
+
+const gib = 1 << 30
+
+func testLeaseOrder(t *testing.T, s Store) {
+	ctx := t.Context()
+	_, err := s.LeaseRun(ctx, "w1", anything, at(0))
+	wantErr(t, "LeaseRun(empty store)", err, runs.ErrNotFound)
+	var created []runs.Run
+	for _, sec := range []int{2, 0, 1} {
+		r := newRun("p", "dev", "a")
+		r.CreatedAt = at(sec)
+		created = append(created, mustCreate(t, s, r))
+	}
+	for _, i := range []int{1, 2, 0} {
+		got, err := s.LeaseRun(ctx, "w1", anything, at(100))
+		if err != nil {
+			t.Fatalf("LeaseRun(%q): %v", "w1", err)
+		}
+		want := created[i]
+		want.Status, want.WorkerID, want.LastSeq = runs.StatusStarting, "w1", 2
+		if d := diff(want, got); d != "" {
+			t.Errorf("LeaseRun() mismatch (-want +got):\n%s", d)
+		}
+		evs, err := s.ListEvents(ctx, got.ID, 1, 0)
+		if err != nil || len(evs) != 1 || evs[0].Seq != 2 || !evs[0].Time.Equal(at(100)) {
+			t.Fatalf("ListEvents(%q, 1, 0) = %+v, %v; want the lease's status event 2", got.ID, evs, err)
+		}
+		if d := diff(runs.StatusData{From: runs.StatusQueued, To: runs.StatusStarting}, statusData(t, evs[0])); d != "" {
+			t.Errorf("lease event data mismatch (-want +got):\n%s", d)
+		}
+	}
+	_, err = s.LeaseRun(ctx, "w1", anything, at(0))
+	wantErr(t, "LeaseRun(none queued)", err, runs.ErrNotFound)
+}
+
+// testLeaseFit checks that a lease passes over older runs that need more
+// than the offer, on either dimension, and that a fit is inclusive.
+func testLeaseFit(t *testing.T, s Store) {
+	ctx := t.Context()
+	needs := map[string]workers.Need{
+		"big":   {CPU: 4, MemoryBytes: 8 * gib},
+		"small": {CPU: 1, MemoryBytes: 1 * gib},
+		"exact": {CPU: 2, MemoryBytes: 2 * gib},
+		"none":  {},
+	}
+	created := map[string]runs.Run{}
+	for i, n := range []string{"big", "small", "exact", "none"} { // oldest first
+		r := newRun("p", "dev", n)
+		r.CreatedAt, r.Needs = at(i), needs[n]
+		created[n] = mustCreate(t, s, r)
+	}
+	steps := []struct {
+		offer workers.Need
+		want  string // "" for runs.ErrNotFound
+	}{
+		{workers.Need{}, "none"},
+		{workers.Need{CPU: 1, MemoryBytes: 1 * gib}, "small"},
+		{workers.Need{CPU: 1, MemoryBytes: 1 * gib}, ""},
+		{workers.Need{CPU: 8, MemoryBytes: 1 * gib}, ""},  // enough CPU, too little memory
+		{workers.Need{CPU: 1, MemoryBytes: 16 * gib}, ""}, // enough memory, too little CPU
+		{workers.Need{CPU: 2, MemoryBytes: 2 * gib}, "exact"},
+		{workers.Need{CPU: 4, MemoryBytes: 8 * gib}, "big"},
+		{anything, ""},
+	}
+	for i, st := range steps {
+		got, err := s.LeaseRun(ctx, "w1", st.offer, at(100+i))
+		if st.want == "" {
+			wantErr(t, name("step ", i, ": LeaseRun(offer ", st.offer, ")"), err, runs.ErrNotFound)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("step %d: LeaseRun(offer %+v) = %v, want run %q", i, st.offer, err, st.want)
+		}
+		want := created[st.want]
+		want.Status, want.WorkerID, want.LastSeq = runs.StatusStarting, "w1", 2
+		if d := diff(want, got); d != "" {
+			t.Errorf("step %d: LeaseRun(offer %+v) mismatch (-want %s +got):\n%s", i, st.offer, st.want, d)
+		}
+	}
+}
+
+// testLeaseConcurrent leases runs of two sizes with workers of two sizes
+// at once: no run is leased twice, none goes to a worker it does not fit,
+// and every run is leased.
+func testLeaseConcurrent(t *testing.T, s Store) {
+	const n, nworkers = 120, 8
+	small := workers.Need{CPU: 0.5, MemoryBytes: gib / 2}
+	big := workers.Need{CPU: 4, MemoryBytes: 8 * gib}
+	for i := range n {
+		r := newRun("p", "dev", "a")
+		r.CreatedAt, r.Needs = at(i), small
+		if i%3 == 0 {
+			r.Needs = big
+		}
+		mustCreate(t, s, r)
+	}
+	var mu sync.Mutex
+	leased := map[string]string{}
+	var wg sync.WaitGroup
+	for w := range nworkers {
+		worker := name("w", w)
+		offer := workers.Need{CPU: 1, MemoryBytes: gib} // fits small runs only
+		if w%2 == 0 {
+			offer = workers.Need{CPU: 8, MemoryBytes: 16 * gib}
+		}
+		wg.Go(func() {
+			for {
+				r, err := s.LeaseRun(t.Context(), worker, offer, time.Now())
+				if err != nil {
+					wantErr(t, "LeaseRun", err, runs.ErrNotFound)
+					return
+				}
+				if r.Needs.CPU > offer.CPU || r.Needs.MemoryBytes > offer.MemoryBytes {
+					t.Errorf("LeaseRun(%q, offer %+v) = %s needing %+v, which does not fit", worker, offer, r.ID, r.Needs)
+				}
+				mu.Lock()
+				if prev, dup := leased[r.ID]; dup {
+					t.Errorf("LeaseRun(%q) = %s, already leased by %s", worker, r.ID, prev)
+				}
+				leased[r.ID] = worker
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(leased) != n {
+		t.Errorf("concurrent LeaseRun leased %d runs, want %d", len(leased), n)
+	}
+	page, err := s.ListRuns(t.Context(), runs.Filter{Status: runs.StatusQueued})
+	if err != nil || len(page.Runs) != 0 {
+		t.Errorf("ListRuns(QUEUED) after leasing = %d runs, %v; want 0", len(page.Runs), err)
+	}
+}

@@ -1,0 +1,61 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/workers"
+)
+
+// ValidateNeed rejects needs no worker could meet or compare against: a
+// negative, NaN or infinite CPU, or negative memory (runs.ErrInvalid).
+func ValidateNeed(n workers.Need) error {
+	if n.CPU < 0 || math.IsNaN(n.CPU) || math.IsInf(n.CPU, 0) || n.MemoryBytes < 0 {
+		return fmt.Errorf("needs %g vCPUs and %d bytes of memory: %w", n.CPU, n.MemoryBytes, runs.ErrInvalid)
+	}
+	return nil
+}
+
+// errEmptyWorkerID rejects a worker without an id. The workers package has
+// no invalid-argument sentinel; callers assign ids themselves.
+var errEmptyWorkerID = errors.New("empty worker id")
+
+// NewWorker prepares w for UpsertWorker: it rejects an empty id, normalizes
+// LastSeen like every stored time (now when zero), and encodes the
+// capabilities as the JSON the engines store.
+func NewWorker(w workers.Worker) (workers.Worker, string, error) {
+	if w.ID == "" {
+		return workers.Worker{}, "", fmt.Errorf("upsert worker: %w", errEmptyWorkerID)
+	}
+	w.LastSeen = Time(w.LastSeen)
+	b, err := json.Marshal(w.Capabilities)
+	if err != nil {
+		return workers.Worker{}, "", fmt.Errorf("encode capabilities of worker %s: %w", w.ID, err)
+	}
+	return w, string(b), nil
+}
+
+// DecodeCapabilities reverses the encoding of NewWorker for worker id.
+func DecodeCapabilities(id, s string) (workers.Capabilities, error) {
+	var c workers.Capabilities
+	if err := json.Unmarshal([]byte(s), &c); err != nil {
+		return workers.Capabilities{}, fmt.Errorf("decode capabilities of worker %s: %w", id, err)
+	}
+	return c, nil
+}
+
+// Since converts a lower bound on stored times to their precision: UTC,
+// rounded up to the microsecond, so that "at or after since" keeps its
+// meaning against truncated times. Unlike Time, a zero since stays zero
+// (everything matches).
+func Since(t time.Time) time.Time {
+	u := t.UTC().Truncate(time.Microsecond)
+	if u.Before(t) {
+		u = u.Add(time.Microsecond)
+	}
+	return u
+}

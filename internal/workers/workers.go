@@ -1,0 +1,59 @@
+// Package workers describes the machines that execute runs: what each can
+// offer (its capabilities), how the control plane remembers them, and
+// whether a run's sandbox fits one.
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Capabilities are what a worker reports each time it asks for work.
+type Capabilities struct {
+	Arch        string   `json:"arch"`              // GOARCH, e.g. amd64
+	Tiers       []string `json:"tiers"`             // isolation tiers it runs, e.g. ["process"]
+	Kernel      string   `json:"kernel,omitempty"`  // host kernel release
+	CPUs        float64  `json:"cpus"`              // vCPUs a single sandbox may use
+	MemoryBytes int64    `json:"memoryBytes"`       // memory a single sandbox may use
+	Slots       int      `json:"slots"`             // runs executed at once
+	Digests     []string `json:"digests,omitempty"` // kernel/rootfs digests (microVM tier)
+}
+
+// Worker is a worker as the control plane last saw it.
+type Worker struct {
+	ID           string       `json:"id"`
+	Capabilities Capabilities `json:"capabilities"`
+	LastSeen     time.Time    `json:"lastSeen"`
+}
+
+// Need is what a run's sandbox asks for.
+type Need struct {
+	CPU         float64 `json:"cpu,omitempty"`
+	MemoryBytes int64   `json:"memoryBytes,omitempty"`
+}
+
+// Fits reports whether a worker with c can run a sandbox needing n, and if
+// not, why.
+func (c Capabilities) Fits(n Need) (bool, string) {
+	switch {
+	case n.CPU > c.CPUs:
+		return false, fmt.Sprintf("needs %g vCPUs, the worker offers %g", n.CPU, c.CPUs)
+	case n.MemoryBytes > c.MemoryBytes:
+		return false, fmt.Sprintf("needs %d MiB of memory, the worker offers %d MiB", n.MemoryBytes>>20, c.MemoryBytes>>20)
+	}
+	return true, ""
+}
+
+// Store remembers workers.
+type Store interface {
+	// UpsertWorker records w (capabilities and last-seen time).
+	UpsertWorker(ctx context.Context, w Worker) error
+	// ListWorkers returns the workers seen at or after since, by id.
+	ListWorkers(ctx context.Context, since time.Time) ([]Worker, error)
+}
+
+// ErrInvalid is returned for a worker record that cannot be stored (an
+// empty id, say).
+var ErrInvalid = errors.New("invalid worker")
