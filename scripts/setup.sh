@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes this machine ready to build and run Helmr: Debian packages, the Go
-# binaries in bin/, the TypeScript dev dependencies, and the built-in base
-# image (Debian bookworm + Node.js). Idempotent; run as root.
+# binaries in bin/, the TypeScript dev dependencies, the built-in base
+# image (Debian bookworm + Node.js) and gVisor's runsc (built from the Go
+# module proxy). Idempotent; run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,3 +32,4 @@ if [ -f sdk/typescript/package-lock.json ] && [ ! -d sdk/typescript/node_modules
 fi
 
 scripts/build-base-rootfs.sh bookworm-node22
+scripts/install-runsc.sh >/dev/null

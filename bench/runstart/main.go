@@ -85,7 +85,7 @@ func measureHelmr(bin, root string, n int, warm string, gap time.Duration) (time
 	}
 	defer os.RemoveAll(tmp)
 	env := append(os.Environ(), "HELMR_DATA_DIR="+filepath.Join(tmp, "data"), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
-		"HELMR_ADDR=127.0.0.1:0", "HELMR_PROJECT=", "HELMR_WARM="+warm)
+		"HELMR_ADDR=127.0.0.1:0", "HELMR_PROJECT=", "HELMR_WARM="+warm, "HELMR_RUNTIME=process")
 	url, stop, err := startDev(bin, env)
 	if err != nil {
 		return 0, nil, err

@@ -30,6 +30,11 @@ func run(args []string) error {
 	if len(args) == 0 {
 		return fmt.Errorf("usage: helmr-agent init | serve --fd N")
 	}
+	if args[0] == guest.LimitExecMode {
+		// Runs between the agent's fork and the task's exec: no threads
+		// to reserve, no logging, only the cap and the exec.
+		return guest.RunLimitExec(args[1:])
+	}
 	fs := flag.NewFlagSet("helmr-agent "+args[0], flag.ContinueOnError)
 	fd := fs.Int("fd", 3, "file descriptor of the worker stream")
 	verbose := fs.Bool("v", false, "debug logging")

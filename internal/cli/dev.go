@@ -17,6 +17,7 @@ import (
 	"github.com/helmr/helmr/internal/config"
 	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/gvisor"
 	"github.com/helmr/helmr/internal/sandbox/process"
 	"github.com/helmr/helmr/internal/tsbundle"
 	"github.com/helmr/helmr/internal/worker"
@@ -117,6 +118,15 @@ func newRuntime(cfg config.Config, log *slog.Logger) (sandbox.Runtime, error) {
 	agent, err := findAgent(cfg.AgentPath)
 	if err != nil {
 		return nil, err
+	}
+	if tier == "gvisor" {
+		runsc, err := findRunsc(cfg)
+		if err != nil {
+			return nil, err
+		}
+		gc := gvisor.DefaultConfig()
+		gc.RunscPath, gc.AgentPath, gc.Logger = runsc, agent, log
+		return gvisor.New(context.Background(), gc)
 	}
 	pc := process.DefaultConfig()
 	pc.AgentPath, pc.StateDir, pc.Logger = agent, cfg.SandboxDir, log

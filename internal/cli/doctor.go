@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/helmr/helmr/internal/config"
@@ -27,18 +30,44 @@ func tiers(cfg config.Config) []tierCheck {
 	if _, err := os.Stat("/dev/kvm"); err != nil {
 		micro.Reason += "; no /dev/kvm"
 	}
-	gv := tierCheck{Name: "gvisor", Isolation: "user-space kernel (runsc)",
-		Reason: "not in this build yet (gVisor tier)"}
+	_, agentErr := findAgent(cfg.AgentPath)
+	gv := tierCheck{Name: "gvisor", Isolation: "user-space kernel (runsc, systrap)"}
+	switch runsc, err := findRunsc(cfg); {
+	case err != nil:
+		gv.Reason = err.Error()
+	case os.Geteuid() != 0:
+		gv.Reason = "needs root (runsc creates namespaces and cgroups)"
+	case agentErr != nil:
+		gv.Reason = agentErr.Error()
+	default:
+		gv.Available, gv.Reason = true, "runsc at "+runsc
+	}
 	proc := tierCheck{Name: "process", Isolation: "weak: shared kernel, for development and trusted code"}
 	if err := process.Probe(""); err != nil {
 		proc.Reason = err.Error()
-	} else if _, err := findAgent(cfg.AgentPath); err != nil {
-		proc.Reason = err.Error()
+	} else if agentErr != nil {
+		proc.Reason = agentErr.Error()
 	} else {
 		proc.Available = true
 		proc.Reason = "namespaces, overlayfs, cgroups, seccomp"
 	}
 	return []tierCheck{micro, gv, proc}
+}
+
+// findRunsc locates a runsc that runs: HELMR_RUNSC, else the one
+// scripts/install-runsc.sh builds into the cache.
+func findRunsc(cfg config.Config) (string, error) {
+	p := cfg.RunscPath
+	if p == "" {
+		p = filepath.Join(cfg.CacheDir, "bin", "runsc")
+	}
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("runsc not found at %s (run scripts/install-runsc.sh, or set HELMR_RUNSC)", p)
+	}
+	if out, err := exec.Command(p, "--version").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("runsc at %s does not run: %v: %s", p, err, strings.TrimSpace(string(out)))
+	}
+	return p, nil
 }
 
 // chooseTier applies the operator's policy: a named tier must be available;

@@ -23,6 +23,7 @@ type Config struct {
 	CacheDir    string // built-in base images and layers ($HELMR_CACHE_DIR)
 	WorkerToken string // shared secret of remote workers
 	AgentPath   string // static helmr-agent binary
+	RunscPath   string // gVisor's runsc; default: $CacheDir/bin/runsc (scripts/install-runsc.sh)
 	SandboxDir  string // per-sandbox scratch state; every parent must be searchable by others
 	Runtime     string // isolation tier: auto or process
 	Slots       int    // runs a worker executes at once
@@ -46,6 +47,7 @@ func Default() Config {
 		Runtime:    "auto",
 		SandboxDir: "/run/helmr/sandboxes",
 		Slots:      4,
+		Warm:       1,
 		Node:       "node",
 		URL:        "http://127.0.0.1:8480",
 		Env:        "dev",
@@ -57,7 +59,7 @@ func Default() Config {
 func (c Config) FromEnv(getenv func(string) string) (Config, error) {
 	str := map[string]*string{
 		"HELMR_ADDR": &c.Addr, "HELMR_DATA_DIR": &c.DataDir, "HELMR_DATABASE_URL": &c.DatabaseURL,
-		"HELMR_CACHE_DIR": &c.CacheDir, "HELMR_WORKER_TOKEN": &c.WorkerToken, "HELMR_AGENT_PATH": &c.AgentPath, "HELMR_SANDBOX_DIR": &c.SandboxDir,
+		"HELMR_CACHE_DIR": &c.CacheDir, "HELMR_WORKER_TOKEN": &c.WorkerToken, "HELMR_AGENT_PATH": &c.AgentPath, "HELMR_RUNSC": &c.RunscPath, "HELMR_SANDBOX_DIR": &c.SandboxDir,
 		"HELMR_RUNTIME": &c.Runtime, "HELMR_NODE": &c.Node, "HELMR_URL": &c.URL,
 		"HELMR_PROJECT": &c.Project, "HELMR_ENV": &c.Env, "HELMR_PROFILE": &c.Profile,
 	}

@@ -7,6 +7,16 @@ import (
 	"testing"
 )
 
+func TestDefaults(t *testing.T) {
+	d := Default()
+	if d.Warm != 1 || d.Slots != 4 || d.Runtime != "auto" || d.Env != "dev" || d.Addr != "127.0.0.1:8480" {
+		t.Errorf("Default() = %+v", d)
+	}
+	if err := d.Validate(); err != nil {
+		t.Errorf("Default().Validate() = %v", err)
+	}
+}
+
 func TestFromEnvAndValidate(t *testing.T) {
 	env := map[string]string{"HELMR_DATA_DIR": "/d", "HELMR_SLOTS": "3", "HELMR_WARM": "0", "HELMR_URL": "http://h:1"}
 	c, err := Default().FromEnv(func(k string) string { return env[k] })

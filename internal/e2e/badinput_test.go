@@ -10,7 +10,7 @@ import (
 // TestBadInput checks that each kind of bad input is one clear error line
 // and a non-zero exit, and that nothing reaches the store.
 func TestBadInput(t *testing.T) {
-	d := startDev(t)
+	d := startDev(t, "process")
 	d.deploy("examples/hello")
 	cases := []struct {
 		name string

@@ -30,10 +30,35 @@ type dev struct {
 	api     *client.Client
 }
 
-// startDev starts helmr dev on a free loopback port with a fresh data dir.
-func startDev(t *testing.T) *dev {
+// tiers are the isolation tiers the end-to-end tests run on.
+var tiers = []string{"process", "gvisor"}
+
+// forEachTier runs fn as a subtest per isolation tier.
+func forEachTier(t *testing.T, fn func(t *testing.T, tier string)) {
+	for _, tier := range tiers {
+		t.Run(tier, func(t *testing.T) { fn(t, tier) })
+	}
+}
+
+// requireTier skips (fails on CI) when the host lacks what tier needs.
+func requireTier(t *testing.T, tier string) {
+	t.Helper()
+	if tier == "gvisor" {
+		p := os.Getenv("HELMR_RUNSC")
+		if p == "" {
+			p = filepath.Join(testenv.CacheDir(), "bin", "runsc")
+		}
+		_, err := os.Stat(p)
+		testenv.Require(t, err == nil, "runsc not installed at "+p+": run scripts/install-runsc.sh")
+	}
+}
+
+// startDev starts helmr dev on tier, on a free loopback port with a fresh
+// data dir.
+func startDev(t *testing.T, tier string) *dev {
 	t.Helper()
 	testenv.RequireRoot(t)
+	requireTier(t, tier)
 	testenv.BaseRootfs(t)
 	_, err := exec.LookPath("node")
 	testenv.Require(t, err == nil, "deploy needs node on PATH")
@@ -42,7 +67,8 @@ func startDev(t *testing.T) *dev {
 	d := &dev{t: t, bin: bin, dataDir: filepath.Join(tmp, "data")}
 	d.env = append(os.Environ(),
 		"HELMR_DATA_DIR="+d.dataDir, "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
-		"HELMR_ADDR=127.0.0.1:0", "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROJECT=", "HELMR_URL=")
+		"HELMR_ADDR=127.0.0.1:0", "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROJECT=", "HELMR_URL=",
+		"HELMR_RUNTIME="+tier)
 	cmd := exec.Command(filepath.Join(bin, "helmr"), "dev")
 	cmd.Env = d.env
 	stdout, err := cmd.StdoutPipe()

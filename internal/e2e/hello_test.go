@@ -20,8 +20,10 @@ import (
 // TestHelloEndToEnd deploys examples/hello with the real CLI, runs it,
 // follows its events over SSE with a reconnect, and checks the output, the
 // workspace file and the event sequence.
-func TestHelloEndToEnd(t *testing.T) {
-	d := startDev(t)
+func TestHelloEndToEnd(t *testing.T) { forEachTier(t, testHello) }
+
+func testHello(t *testing.T, tier string) {
+	d := startDev(t, tier)
 	out := d.mustHelmr("deploy", "examples/hello")
 	if !strings.Contains(out, "deployed hello/dev version 1") || !strings.Contains(out, "task hello") {
 		t.Fatalf("deploy output = %q, want version 1 with task hello", out)
@@ -53,8 +55,8 @@ func TestHelloEndToEnd(t *testing.T) {
 	}
 
 	final := d.waitDone(r.ID, 10*time.Second)
-	if final.Status != runs.StatusCompleted || final.Tier != "process" {
-		t.Fatalf("run = %s on tier %q (error %+v), want COMPLETED on process", final.Status, final.Tier, final.Error)
+	if final.Status != runs.StatusCompleted || final.Tier != tier {
+		t.Fatalf("run = %s on tier %q (error %+v), want COMPLETED on %s", final.Status, final.Tier, final.Error, tier)
 	}
 	var output struct {
 		Greeting string `json:"greeting"`
@@ -78,8 +80,8 @@ func TestHelloEndToEnd(t *testing.T) {
 		t.Errorf("helmr logs -f = %q, want the log lines and the final status", logsOut)
 	}
 	list := d.mustHelmr("runs", "--project", "hello")
-	if !strings.Contains(list, r.ID) || !strings.Contains(list, "weak isolation") {
-		t.Errorf("helmr runs = %q, want the run flagged as weak isolation", list)
+	if !strings.Contains(list, r.ID) || strings.Contains(list, "weak isolation") != (tier == "process") {
+		t.Errorf("helmr runs = %q, want the run, flagged as weak isolation exactly on the process tier", list)
 	}
 	show := d.mustHelmr("runs", "show", r.ID)
 	if !strings.Contains(show, "COMPLETED") || !strings.Contains(show, `{"name":"e2e"}`) {

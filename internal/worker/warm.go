@@ -144,9 +144,12 @@ func (w *Worker) refill(ctx context.Context, key string, p prepared) {
 		defer w.wg.Done()
 		bctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
+		began := time.Now()
 		b, err := w.boot(bctx, key, p)
 		if err != nil {
 			w.log.Warn("boot warm sandbox failed", "err", err)
+		} else {
+			w.log.Info("booted a sandbox ahead", "sandbox", b.id, "took", time.Since(began).Round(time.Millisecond))
 		}
 		if !w.warm.booted(e, b) && b != nil {
 			_ = b.destroy(context.WithoutCancel(ctx))

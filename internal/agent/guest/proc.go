@@ -92,8 +92,9 @@ func (s *Server) start(m *agent.Exec) (*proc, <-chan unix.WaitStatus, error) {
 		},
 	}
 	var pid int
+	path, argv := s.wrap(path, m.Argv)
 	wait, err := s.reaper.Start(func() (int, error) {
-		p, err := os.StartProcess(path, m.Argv, attr)
+		p, err := os.StartProcess(path, argv, attr)
 		if err != nil {
 			return 0, err
 		}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -58,10 +59,27 @@ func RunInit(conn io.ReadWriteCloser, prepare func() error, log *slog.Logger) er
 
 // RunServe serves conn in a guest its runtime has already set up (gVisor, a
 // VM's init): it answers ready at once.
+//
+// Before it serves, it sets no_new_privs and empties the capability
+// bounding and ambient sets (LimitExec, which needs CAP_SETPCAP), so that
+// what it starts has no capability, uid 0 included.
 func RunServe(conn io.ReadWriteCloser, log *slog.Logger) error {
+	if err := LimitExec(); err != nil {
+		return fmt.Errorf("limit what the agent starts: %w", err)
+	}
 	reaper := NewReaper(log)
 	defer reaper.Stop()
-	return serve(NewServer(conn, reaper, log))
+	srv := NewServer(conn, reaper, log)
+	if v := os.Getenv(ChildNprocEnv); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%s=%q: not a number", ChildNprocEnv, v)
+		}
+		if err := srv.SetChildNproc(n); err != nil {
+			return err
+		}
+	}
+	return serve(srv)
 }
 
 func serve(srv *Server) error {

@@ -25,6 +25,10 @@ type Server struct {
 	wg    sync.WaitGroup // one per running process
 	mu    sync.Mutex
 	procs map[uint64]*proc
+
+	// childNproc, when set, caps what the agent starts (see limit.go).
+	childNproc uint64
+	self       string
 }
 
 // NewServer returns a server on conn that starts processes through reaper.

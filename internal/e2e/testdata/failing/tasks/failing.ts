@@ -109,7 +109,8 @@ export const probe = task({
     return {
       hostPidVisible: existsSync(`/proc/${p.hostPid}`) && p.hostPid !== process.pid,
       pid1: readFileSync("/proc/1/cmdline", "utf8").split("\0")[0],
-      interfaces: readdirSync("/sys/class/net").sort(),
+      // gVisor has no /sys/class/net; /proc/net/dev lists interfaces everywhere.
+      interfaces: existsSync("/sys/class/net") ? readdirSync("/sys/class/net").sort() : [],
       netDev: readFileSync("/proc/net/dev", "utf8").split("\n").slice(2).map((l) => l.trim().split(":")[0]).filter(Boolean),
       connectHost: connectResult,
       writeEtc: tryWrite("/etc/helmr-probe"),

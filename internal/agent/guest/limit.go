@@ -1,0 +1,60 @@
+package guest
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// ChildNprocEnv names the variable through which a tier (gVisor) asks the
+// agent to cap every process it starts at that many processes per uid
+// (RLIMIT_NPROC), while the agent itself stays uncapped: the agent and a
+// uid-0 task share one count, and a Go program that cannot create a thread
+// dies, so the cap must not apply to the agent.
+const ChildNprocEnv = "HELMR_AGENT_CHILD_NPROC"
+
+// LimitExecMode is the helmr-agent mode that applies the cap and then execs
+// the real program: the cap is in place before the program's first
+// instruction, with no window for a fork to escape it.
+const LimitExecMode = "limit-exec"
+
+// SetChildNproc makes s start every process through LimitExecMode with
+// RLIMIT_NPROC = n (0: no cap).
+func (s *Server) SetChildNproc(n uint64) error {
+	if n == 0 {
+		s.childNproc = 0
+		return nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the agent binary for %s: %w", LimitExecMode, err)
+	}
+	s.self, s.childNproc = self, n
+	return nil
+}
+
+// wrap returns the path and argv that start path/argv under the cap.
+func (s *Server) wrap(path string, argv []string) (string, []string) {
+	if s.childNproc == 0 {
+		return path, argv
+	}
+	return s.self, append([]string{"helmr-agent", LimitExecMode, strconv.FormatUint(s.childNproc, 10), path}, argv...)
+}
+
+// RunLimitExec is LimitExecMode: args are NPROC, PATH, then the argv.
+func RunLimitExec(args []string) error {
+	if len(args) < 3 {
+		return fmt.Errorf("usage: helmr-agent %s NPROC PATH ARGV0 [ARGS...]", LimitExecMode)
+	}
+	n, err := strconv.ParseUint(args[0], 10, 64)
+	if err != nil {
+		return fmt.Errorf("%s: bad NPROC %q", LimitExecMode, args[0])
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: n, Max: n}); err != nil {
+		return fmt.Errorf("%s: set RLIMIT_NPROC: %w", LimitExecMode, err)
+	}
+	return syscall.Exec(args[1], args[2:], os.Environ())
+}

@@ -1,0 +1,297 @@
+package gvisor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/helmr/helmr/internal/agent/guest"
+	"github.com/helmr/helmr/internal/sandbox"
+)
+
+// The subset of the OCI runtime spec (1.0) that the bundle uses; the field
+// names follow github.com/opencontainers/runtime-spec/specs-go.
+type (
+	ociSpec struct {
+		Version  string     `json:"ociVersion"`
+		Process  ociProcess `json:"process"`
+		Root     ociRoot    `json:"root"`
+		Hostname string     `json:"hostname"`
+		Mounts   []ociMount `json:"mounts"`
+		Linux    ociLinux   `json:"linux"`
+	}
+	ociProcess struct {
+		User            ociUser   `json:"user"`
+		Args            []string  `json:"args"`
+		Env             []string  `json:"env"`
+		Cwd             string    `json:"cwd"`
+		Capabilities    ociCaps   `json:"capabilities"`
+		Rlimits         []ociRlim `json:"rlimits,omitempty"`
+		NoNewPrivileges bool      `json:"noNewPrivileges"`
+	}
+	ociUser struct {
+		UID uint32 `json:"uid"`
+		GID uint32 `json:"gid"`
+	}
+	ociCaps struct {
+		Bounding    []string `json:"bounding"`
+		Effective   []string `json:"effective"`
+		Inheritable []string `json:"inheritable"`
+		Permitted   []string `json:"permitted"`
+		Ambient     []string `json:"ambient"`
+	}
+	ociRlim struct {
+		Type string `json:"type"`
+		Hard uint64 `json:"hard"`
+		Soft uint64 `json:"soft"`
+	}
+	ociRoot struct {
+		Path     string `json:"path"`
+		Readonly bool   `json:"readonly"`
+	}
+	ociMount struct {
+		Destination string   `json:"destination"`
+		Type        string   `json:"type"`
+		Source      string   `json:"source"`
+		Options     []string `json:"options,omitempty"`
+	}
+	ociLinux struct {
+		Namespaces  []ociNamespace `json:"namespaces"`
+		CgroupsPath string         `json:"cgroupsPath"`
+		Resources   ociResources   `json:"resources"`
+	}
+	ociNamespace struct {
+		Type string `json:"type"`
+	}
+	ociResources struct {
+		Memory *ociMemory `json:"memory,omitempty"`
+		CPU    *ociCPU    `json:"cpu,omitempty"`
+		Pids   *ociPids   `json:"pids,omitempty"`
+	}
+	ociMemory struct {
+		Limit int64 `json:"limit"`
+	}
+	ociCPU struct {
+		Quota  int64  `json:"quota"`
+		Period uint64 `json:"period"`
+	}
+	ociPids struct {
+		Limit int64 `json:"limit"`
+	}
+)
+
+// cfsPeriod is the CPU quota period and minQuota the kernel's smallest
+// quota, in microseconds.
+const (
+	cfsPeriod = 100000
+	minQuota  = 1000
+)
+
+// agentCaps are the agent's capabilities (bounding, permitted and
+// effective; inheritable and ambient are empty, no_new_privs is set): what
+// it needs to start processes as uid:gid and to signal them, plus
+// CAP_SETPCAP, with which `helmr-agent serve` empties the bounding set
+// before it serves (guest.LimitExec), so that every process it starts, uid
+// 0 included, ends its exec with no capability.
+func agentCaps(uid uint32) []string {
+	if uid == 0 {
+		return []string{"CAP_SETGID", "CAP_SETPCAP"}
+	}
+	return []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}
+}
+
+// bundle is one sandbox's directory: config.json, the identity files, the
+// mountpoints layer and the root's overlay mountpoint.
+type bundle struct {
+	dir    string
+	rootfs string // the root's host path: an overlay (see mountRoot)
+}
+
+// write creates b's directory, files and root for spec.
+func (b *bundle) write(cfg *Config, spec sandbox.Spec) error {
+	if err := os.Mkdir(b.dir, 0o700); err != nil {
+		return fmt.Errorf("bundle dir: %w", err)
+	}
+	for name, content := range identityFiles(spec) {
+		if err := os.WriteFile(filepath.Join(b.dir, name), []byte(content), 0o644); err != nil {
+			return fmt.Errorf("bundle: %w", err)
+		}
+	}
+	if err := b.mountRoot(spec); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(ociSpecFor(cfg, spec, b), "", "  ")
+	if err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(b.dir, "config.json"), data, 0o600); err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
+	return nil
+}
+
+// identityFiles are /etc/hostname, /etc/hosts and /etc/resolv.conf, by
+// their names in the bundle directory.
+func identityFiles(spec sandbox.Spec) map[string]string {
+	var resolv strings.Builder
+	for _, ns := range spec.DNS {
+		fmt.Fprintf(&resolv, "nameserver %s\n", ns)
+	}
+	return map[string]string{
+		"hostname": spec.Hostname + "\n",
+		"hosts": "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
+			"127.0.1.1\t" + spec.Hostname + "\n",
+		"resolv.conf": resolv.String(),
+	}
+}
+
+// mountRoot merges a mountpoints layer (see writeMountpoints) over spec's
+// layers with a read-only overlayfs (lower layers only, so nothing can be
+// written through it) at rootfs/ in the bundle. runsc's gofer creates
+// missing mountpoints in the root on the host, which a read-only root
+// refuses, and the image must not be written anyway: the mountpoints
+// layer holds them.
+func (b *bundle) mountRoot(spec sandbox.Spec) error {
+	top := filepath.Join(b.dir, "mountpoints")
+	if err := writeMountpoints(top, spec); err != nil {
+		return err
+	}
+	b.rootfs = filepath.Join(b.dir, "rootfs")
+	if err := os.Mkdir(b.rootfs, 0o755); err != nil {
+		return fmt.Errorf("root mountpoint: %w", err)
+	}
+	lowers := []string{escapeOverlayPath(top)}
+	for i := len(spec.RootLayers) - 1; i >= 0; i-- {
+		lowers = append(lowers, escapeOverlayPath(spec.RootLayers[i]))
+	}
+	opts := "lowerdir=" + strings.Join(lowers, ":")
+	if err := unix.Mount("overlay", b.rootfs, "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount root overlay: %w", err)
+	}
+	return nil
+}
+
+// mountDirs and mountFiles are the mountpoints every root gets, besides
+// the workspace.
+var (
+	mountDirs  = []string{"proc", "sys", "dev", "tmp", "run", "opt/helmr", filepath.Dir(AgentMount[1:])}
+	mountFiles = []string{"etc/hostname", "etc/hosts", "etc/resolv.conf", AgentMount[1:]}
+)
+
+// writeMountpoints fills dir with an empty directory or file for every
+// mountpoint of spec's container.
+func writeMountpoints(dir string, spec sandbox.Spec) error {
+	for _, d := range append([]string{spec.Workspace[1:], "etc"}, mountDirs...) {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return fmt.Errorf("mountpoints: %w", err)
+		}
+	}
+	for _, f := range mountFiles {
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+			return fmt.Errorf("mountpoints: %w", err)
+		}
+	}
+	return nil
+}
+
+// remove unmounts the root overlay (found by path, so a bundle a previous
+// worker left is cleaned up too) and removes the directory.
+func (b *bundle) remove() error {
+	root := filepath.Join(b.dir, "rootfs")
+	if err := unix.Unmount(root, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount root overlay: %w", err)
+	}
+	if err := os.RemoveAll(b.dir); err != nil {
+		return fmt.Errorf("remove bundle: %w", err)
+	}
+	return nil
+}
+
+// escapeOverlayPath escapes the characters overlayfs splits options on.
+func escapeOverlayPath(p string) string {
+	return strings.NewReplacer(`\`, `\\`, `:`, `\:`, `,`, `\,`).Replace(p)
+}
+
+// ociSpecFor is the container's OCI spec.
+func ociSpecFor(cfg *Config, spec sandbox.Spec, b *bundle) *ociSpec {
+	tmpfs := func(dst, mode string) ociMount {
+		return ociMount{Destination: dst, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=" + mode}}
+	}
+	bind := func(src, dst string, ro bool) ociMount {
+		opts := []string{"rbind", "nosuid", "nodev"}
+		if ro {
+			opts = append(opts, "ro")
+		} else {
+			opts = append(opts, "rw")
+		}
+		return ociMount{Destination: dst, Type: "bind", Source: src, Options: opts}
+	}
+	mounts := []ociMount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "nodev", "noexec"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "nodev", "noexec", "ro"}},
+		tmpfs("/tmp", "1777"),
+		tmpfs("/run", "755"),
+		tmpfs("/dev/shm", "1777"),
+		bind(spec.WorkspaceHost, spec.Workspace, false),
+	}
+	if spec.HelmrHost != "" {
+		mounts = append(mounts, bind(spec.HelmrHost, "/opt/helmr", true))
+	}
+	mounts = append(mounts,
+		bind(cfg.AgentPath, AgentMount, true),
+		bind(filepath.Join(b.dir, "hostname"), "/etc/hostname", true),
+		bind(filepath.Join(b.dir, "hosts"), "/etc/hosts", true),
+		bind(filepath.Join(b.dir, "resolv.conf"), "/etc/resolv.conf", true),
+	)
+	res := ociResources{Pids: &ociPids{Limit: max(hostPidsPerGuest*spec.PidsLimit+cfg.MinHostPids, cfg.MinHostPids)}}
+	if spec.MemoryBytes > 0 {
+		res.Memory = &ociMemory{Limit: spec.MemoryBytes}
+	}
+	if spec.CPU > 0 {
+		res.CPU = &ociCPU{Quota: max(int64(spec.CPU*cfsPeriod), minQuota), Period: cfsPeriod}
+	}
+	nproc := uint64(spec.PidsLimit)
+	caps := agentCaps(spec.UID)
+	return &ociSpec{
+		Version: "1.0.2",
+		Process: ociProcess{
+			User: ociUser{UID: 0, GID: 0},
+			Args: []string{AgentMount, "serve", "--fd", "3"},
+			// The agent caps what it starts at spec.PidsLimit processes per
+			// uid (RLIMIT_NPROC, which the Sentry enforces on clone) and
+			// stays uncapped itself: see guest.ChildNprocEnv.
+			Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+				guest.ChildNprocEnv + "=" + strconv.FormatUint(nproc, 10)},
+			Cwd: "/",
+			Capabilities: ociCaps{
+				Bounding: caps, Effective: caps, Permitted: caps,
+				Inheritable: []string{}, Ambient: []string{},
+			},
+			NoNewPrivileges: true,
+		},
+		Root:     ociRoot{Path: b.rootfs, Readonly: true},
+		Hostname: spec.Hostname,
+		Mounts:   mounts,
+		Linux: ociLinux{
+			Namespaces: []ociNamespace{
+				{Type: "pid"}, {Type: "network"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"},
+			},
+			CgroupsPath: "/" + cfg.CgroupParent + "/" + spec.ID,
+			Resources:   res,
+		},
+	}
+}
+
+// hostPidsPerGuest bounds the host threads and stub processes the systrap
+// platform needs per guest task (each guest address space is a host stub
+// process with its own threads): the host cgroup's pids limit is this many
+// per allowed guest process, plus MinHostPids for the Sentry and the gofer.
+// Too low a backstop lets a guest fork bomb crash the Sentry ("failed to get
+// clone") instead of meeting the guest's RLIMIT_NPROC.
+const hostPidsPerGuest = 4

@@ -1,0 +1,257 @@
+// Package gvisor is the "gvisor" isolation tier: each sandbox is a runsc
+// (gVisor) container on the systrap platform, so task code talks to
+// gVisor's user-space kernel (the Sentry), never to the host's.
+//
+// Per sandbox, Start writes an OCI bundle under StateDir/sandboxes/<id>:
+//
+//   - the root: a read-only overlayfs, mounted on the host at rootfs/, of a
+//     small mountpoints layer over the spec's layers. runsc takes one root
+//     directory and its gofer creates missing mountpoints in it, which a
+//     read-only root refuses; merging on the host keeps the layers
+//     untouched. The root is read-only in the spec too and runsc adds no
+//     overlay of its own (--overlay2=none): writes outside the workspace,
+//     /tmp, /run and /dev/shm fail with EROFS.
+//   - the workspace bound read-write at spec.Workspace, HelmrHost read-only
+//     at /opt/helmr, /etc/hostname, /etc/hosts and /etc/resolv.conf bound
+//     read-only from files in the bundle directory (never written into a
+//     layer), tmpfs /tmp, /run and /dev/shm; gVisor supplies /proc, /sys,
+//     /dev and /dev/pts.
+//   - the agent binary bound read-only at AgentMount; the agent is the
+//     container's first process, `helmr-agent serve --fd 3`.
+//   - no network but loopback (--network=none).
+//   - limits: memory and CPU through the container's host cgroup
+//     (linux.resources, applied by runsc), so they bound the Sentry and the
+//     gofer as well as task code. The sandbox's own process limit is
+//     RLIMIT_NPROC (spec.PidsLimit), which the Sentry enforces on clone,
+//     counting the tasks of each uid (the agent's own threads count towards
+//     uid 0's); the host cgroup's pids limit is a backstop for gVisor's own
+//     host threads and stub processes, at least MinHostPids.
+//   - the agent runs as uid 0 with the few capabilities it needs (see
+//     agentCaps); processes it starts as uid 0 keep CAP_SETGID until
+//     `helmr-agent serve` empties the bounding set itself.
+//
+// The stream to the agent: a socketpair whose one end the worker keeps and
+// whose other end runsc passes into the container as fd 3 (`runsc run
+// --pass-fd 3:3`). gVisor imports a host Unix socket as a socket file, so
+// the agent serves it like the process tier's stream; nothing of the
+// worker's is reachable by path from inside (no --host-uds).
+//
+// Ids: gVisor does not remap ids towards the host. Files the sandbox
+// creates in the workspace belong, on the host, to the in-sandbox uid and
+// gid (a sandbox running as uid 0 creates host-root-owned files there, so
+// the workspace's parent must not be reachable by other host users); Start
+// chowns the workspace tree to spec.UID:spec.GID. The Sentry and the gofer
+// run on the host as uid 0 of user namespaces with an identity map, with a
+// handful of capabilities, no_new_privs and a seccomp filter (runsc's
+// default when started as root); task code never runs as a host process.
+//
+// `runsc run` (not detached) runs for the sandbox's whole life and is owned
+// by the Sandbox; Destroy is `runsc delete --force`, then it waits for
+// `runsc run` to exit, unmounts the root and removes the bundle. New
+// deletes sandboxes that a previous worker left in StateDir.
+package gvisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/helmr/helmr/internal/sandbox"
+)
+
+// Config configures the gVisor tier.
+type Config struct {
+	// RunscPath is the host path of a runsc binary (scripts/install-runsc.sh).
+	RunscPath string
+	// AgentPath is the host path of the static helmr-agent binary.
+	AgentPath string
+	// StateDir holds runsc's state (runsc/) and one bundle per sandbox
+	// (sandboxes/<id>). Default DefaultStateDir.
+	StateDir string
+	// Platform is runsc's platform. Default "systrap".
+	Platform string
+	// CgroupRoot is where the host's cgroup hierarchies are mounted, read
+	// for Stats. Default /sys/fs/cgroup.
+	CgroupRoot string
+	// CgroupParent is the cgroup (below each hierarchy's root) that holds
+	// one cgroup per sandbox. Default "helmr-gvisor".
+	CgroupParent string
+	// DefaultPids is the process limit of a spec that sets none. Default 1024.
+	DefaultPids int64
+	// MinHostPids is the least pids limit of a sandbox's host cgroup:
+	// gVisor itself needs host threads and processes. Default 1024.
+	MinHostPids int64
+	// DebugLogDir, if set, receives runsc's debug logs (--debug-log).
+	DebugLogDir string
+	// Logger receives the tier's and the agents' logs. Default: discarded.
+	Logger *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultStateDir     = "/run/helmr/gvisor"
+	DefaultPlatform     = "systrap"
+	DefaultCgroupRoot   = "/sys/fs/cgroup"
+	DefaultCgroupParent = "helmr-gvisor"
+	DefaultPidsLimit    = 1024
+	DefaultMinHostPids  = 1024
+	// AgentMount is where the agent binary appears inside the sandbox.
+	AgentMount       = "/opt/helmr/.agent/helmr-agent"
+	defaultWorkspace = "/workspace"
+	defaultHostname  = "helmr-sandbox"
+)
+
+// DefaultConfig returns a Config with every default set; RunscPath and
+// AgentPath remain to be set.
+func DefaultConfig() Config {
+	var c Config
+	c.setDefaults()
+	return c
+}
+
+func (c *Config) setDefaults() {
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir
+	}
+	if c.Platform == "" {
+		c.Platform = DefaultPlatform
+	}
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = DefaultCgroupRoot
+	}
+	if c.CgroupParent == "" {
+		c.CgroupParent = DefaultCgroupParent
+	}
+	if c.DefaultPids == 0 {
+		c.DefaultPids = DefaultPidsLimit
+	}
+	if c.MinHostPids == 0 {
+		c.MinHostPids = DefaultMinHostPids
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// Validate reports whether c is usable.
+func (c *Config) Validate() error {
+	for _, f := range []struct{ name, path string }{{"RunscPath", c.RunscPath}, {"AgentPath", c.AgentPath}} {
+		if f.path == "" || !filepath.IsAbs(f.path) {
+			return fmt.Errorf("gvisor tier: %s must be an absolute path", f.name)
+		}
+		fi, err := os.Stat(f.path)
+		if err != nil {
+			return fmt.Errorf("gvisor tier: %s: %w", f.name, err)
+		}
+		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			return fmt.Errorf("gvisor tier: %s %s is not an executable file", f.name, f.path)
+		}
+	}
+	if !filepath.IsAbs(c.StateDir) {
+		return errors.New("gvisor tier: StateDir must be an absolute path")
+	}
+	if !idPattern.MatchString(c.CgroupParent) {
+		return fmt.Errorf("gvisor tier: CgroupParent %q must match %s", c.CgroupParent, idPattern)
+	}
+	if c.DefaultPids < 0 || c.MinHostPids < 0 {
+		return errors.New("gvisor tier: negative pids limit")
+	}
+	return nil
+}
+
+// Runtime starts gVisor sandboxes.
+type Runtime struct {
+	cfg Config
+	log *slog.Logger
+}
+
+var _ sandbox.Runtime = (*Runtime)(nil)
+
+// New returns a Runtime. It creates StateDir and deletes the sandboxes a
+// previous worker with the same StateDir left behind.
+func New(ctx context.Context, cfg Config) (*Runtime, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{cfg.StateDir, cfg.runscRoot(), cfg.bundles()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("gvisor tier: state dir: %w", err)
+		}
+	}
+	r := &Runtime{cfg: cfg, log: cfg.Logger}
+	r.sweep(ctx)
+	return r, nil
+}
+
+func (c *Config) runscRoot() string { return filepath.Join(c.StateDir, "runsc") }
+func (c *Config) bundles() string   { return filepath.Join(c.StateDir, "sandboxes") }
+
+// Name implements sandbox.Runtime.
+func (r *Runtime) Name() string { return "gvisor" }
+
+// Start implements sandbox.Runtime.
+func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	if err := r.normalize(&spec); err != nil {
+		return nil, fmt.Errorf("start sandbox %q: %w: %w", spec.ID, sandbox.ErrInvalidSpec, err)
+	}
+	sb := newSandbox(r, spec)
+	if err := sb.start(ctx); err != nil {
+		if derr := sb.Destroy(context.Background()); derr != nil {
+			sb.log.Warn("clean up failed start", "err", derr)
+		}
+		if errors.Is(err, sandbox.ErrGuestRuntime) || errors.Is(err, sandbox.ErrInvalidSpec) {
+			return nil, fmt.Errorf("start sandbox %s: %w", spec.ID, err)
+		}
+		return nil, fmt.Errorf("start sandbox %s: %w: %w", spec.ID, sandbox.ErrGuestRuntime, err)
+	}
+	return sb, nil
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// normalize fills spec's defaults and checks it.
+func (r *Runtime) normalize(spec *sandbox.Spec) error {
+	if !idPattern.MatchString(spec.ID) {
+		return fmt.Errorf("id %q must match %s", spec.ID, idPattern)
+	}
+	if spec.Workspace == "" {
+		spec.Workspace = defaultWorkspace
+	}
+	if !filepath.IsAbs(spec.Workspace) || filepath.Clean(spec.Workspace) != spec.Workspace || sandbox.IsReserved(spec.Workspace) {
+		return fmt.Errorf("workspace %q must be a clean absolute path outside %v", spec.Workspace, sandbox.ReservedPaths)
+	}
+	if spec.Hostname == "" {
+		spec.Hostname = defaultHostname
+	}
+	for _, ns := range spec.DNS {
+		if net.ParseIP(ns) == nil {
+			return fmt.Errorf("dns server %q is not an IP address", ns)
+		}
+	}
+	if len(spec.RootLayers) == 0 {
+		return errors.New("no root layers")
+	}
+	dirs := append([]string{spec.WorkspaceHost}, spec.RootLayers...)
+	if spec.HelmrHost != "" {
+		dirs = append(dirs, spec.HelmrHost)
+	}
+	for _, d := range dirs {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() || !filepath.IsAbs(d) {
+			return fmt.Errorf("%q is not an absolute path to a directory", d)
+		}
+	}
+	if spec.CPU < 0 || spec.MemoryBytes < 0 || spec.PidsLimit < 0 {
+		return errors.New("negative resource limit")
+	}
+	if spec.PidsLimit == 0 {
+		spec.PidsLimit = r.cfg.DefaultPids
+	}
+	return nil
+}

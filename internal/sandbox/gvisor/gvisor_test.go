@@ -1,0 +1,211 @@
+package gvisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/sandboxtest"
+	"github.com/helmr/helmr/internal/testenv"
+)
+
+// agentPath is the helmr-agent built once for this package (TestMain).
+var agentPath string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		return m.Run() // tests skip: requiresGvisor
+	}
+	dir, err := os.MkdirTemp("", "helmr-agent-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if agentPath, err = sandboxtest.BuildAgent(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// runscPath is HELMR_RUNSC, else bin/runsc in the Helmr cache, where
+// scripts/install-runsc.sh puts it.
+func runscPath() string {
+	if p := os.Getenv("HELMR_RUNSC"); p != "" {
+		return p
+	}
+	return filepath.Join(testenv.CacheDir(), "bin", "runsc")
+}
+
+// requiresGvisor skips (fails on CI) unless root and runsc are available.
+func requiresGvisor(t testing.TB) string {
+	t.Helper()
+	testenv.RequireRoot(t)
+	p := runscPath()
+	_, err := os.Stat(p)
+	testenv.Require(t, err == nil, "runsc not installed: run scripts/install-runsc.sh")
+	return p
+}
+
+// newRuntime returns a Runtime with its own state directory.
+func newRuntime(t testing.TB) *Runtime {
+	t.Helper()
+	runsc := requiresGvisor(t)
+	// runsc's state paths are short (its control socket's path must fit
+	// in sockaddr_un), so the state directory is not t.TempDir's.
+	state, err := os.MkdirTemp("", "helmr-gvisor-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// runsc keeps the gofers' empty network namespace bound in its
+		// root (one per StateDir, reused by a long-lived worker).
+		_ = syscall.Unmount(filepath.Join(state, "runsc", "null-netns"), syscall.MNT_DETACH)
+		if err := os.RemoveAll(state); err != nil {
+			t.Errorf("remove state dir: %v", err)
+		}
+	})
+	rt, err := New(context.Background(), Config{
+		RunscPath: runsc,
+		AgentPath: agentPath,
+		StateDir:  state,
+		Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	return rt
+}
+
+func TestConformance(t *testing.T) {
+	requiresGvisor(t)
+	rootfs := sandboxtest.BaseRootFS(t)
+	sandboxtest.RunWithOptions(t, func(t *testing.T) sandbox.Runtime { return newRuntime(t) }, rootfs, conformance)
+}
+
+// conformance is where this tier differs from the process tier (see the
+// package doc and sandboxtest.Options):
+//   - task code runs on the Sentry, not as host processes; the Sentry's
+//     /proc/self/uid_map is its own identity map;
+//   - the process limit is the Sentry's RLIMIT_NPROC, whose refusals the
+//     host cannot see.
+var conformance = sandboxtest.Options{
+	GuestKernel:         true,
+	PidsLimitUnreported: true,
+}
+
+func TestReservedWorkspace(t *testing.T) {
+	rt := newRuntime(t)
+	layer := t.TempDir()
+	for _, ws := range []string{"/tmp", "/proc/x", "/", "/opt/helmr/app", "relative", "/a/../tmp"} {
+		_, err := rt.Start(context.Background(), sandbox.Spec{
+			ID: "reserved", RootLayers: []string{layer}, WorkspaceHost: t.TempDir(), Workspace: ws,
+		})
+		if !errors.Is(err, sandbox.ErrInvalidSpec) {
+			t.Errorf("Start(Workspace %q) = %v, want ErrInvalidSpec", ws, err)
+		}
+	}
+}
+
+// TestHostSide checks what Start and Destroy leave on the host: the
+// workspace given to the sandbox's user, the root overlay, the container's
+// cgroup and runsc state while it runs, none of them afterwards.
+func TestHostSide(t *testing.T) {
+	rt := newRuntime(t)
+	rootfs := sandboxtest.BaseRootFS(t)
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "existing"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{ID: "host-side", RootLayers: []string{rootfs, t.TempDir()}, WorkspaceHost: ws, UID: 1000, GID: 1001, MemoryBytes: 512 << 20}
+	sb, err := rt.Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	defer sb.Destroy(context.Background())
+	s := sb.(*Sandbox)
+	for _, p := range []string{ws, filepath.Join(ws, "existing")} {
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil || st.Uid != 1000 || st.Gid != 1001 {
+			t.Errorf("owner of %s = %d:%d (%v), want 1000:1001", p, st.Uid, st.Gid, err)
+		}
+	}
+	limit := filepath.Join(s.cg.v1, "memory.limit_in_bytes")
+	if b, err := os.ReadFile(limit); err != nil || string(b) != "536870912\n" {
+		t.Errorf("%s = %q, %v; want 536870912", limit, b, err)
+	}
+	if !mounted(t, s.bundle.rootfs) {
+		t.Errorf("root overlay %s not mounted while running", s.bundle.rootfs)
+	}
+	if rt.containerGone(context.Background(), spec.ID) {
+		t.Errorf("runsc state %s missing while running", spec.ID)
+	}
+	if err := sb.Destroy(context.Background()); err != nil {
+		t.Fatalf("Destroy() = %v", err)
+	}
+	if mounted(t, s.bundle.rootfs) {
+		t.Errorf("root overlay %s still mounted after Destroy", s.bundle.rootfs)
+	}
+	for _, p := range []string{s.bundle.dir, s.cg.v1} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("after Destroy, stat %s = %v, want not exist", p, err)
+		}
+	}
+	if !rt.containerGone(context.Background(), spec.ID) {
+		t.Errorf("runsc still has state for %s after Destroy", spec.ID)
+	}
+}
+
+// TestSweep: New deletes a container and bundle a previous runtime with
+// the same StateDir left behind.
+func TestSweep(t *testing.T) {
+	rt := newRuntime(t)
+	rootfs := sandboxtest.BaseRootFS(t)
+	spec := sandbox.Spec{ID: "left-behind", RootLayers: []string{rootfs}, WorkspaceHost: t.TempDir()}
+	sb, err := rt.Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	s := sb.(*Sandbox)
+	// A new runtime on the same state, as after a worker restart.
+	rt2, err := New(context.Background(), rt.cfg)
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	if !rt2.containerGone(context.Background(), spec.ID) {
+		t.Errorf("New() left container %s running", spec.ID)
+	}
+	if _, err := os.Stat(s.bundle.dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("New() left bundle %s: %v", s.bundle.dir, err)
+	}
+	if err := sb.Destroy(context.Background()); err != nil {
+		t.Errorf("Destroy() after the sweep = %v", err)
+	}
+}
+
+// mounted reports whether path is a mountpoint in this mount namespace.
+func mounted(t *testing.T, path string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
+			return true
+		}
+	}
+	return false
+}
