@@ -46,46 +46,53 @@ func run(n int) error {
 	if err != nil {
 		return err
 	}
-	bareStarts, err := sample(n+1, 0, func() (time.Duration, error) { return bareStart(rootfs) })
-	if err != nil {
-		return err
-	}
-	b := median(bareStarts[1:])
-	fmt.Printf("run start, process tier, n=%d per mode\n", n)
-	fmt.Printf("  bare:  chroot ROOTFS node -e 'console.log(...)' -> first line     median %6.1f ms\n", ms(b))
-	modes := []struct {
-		name, warm string
-		gap        time.Duration
-	}{
-		{"warm (a booted sandbox is ready; runs 300 ms apart)", "1", 300 * time.Millisecond},
-		{"back-to-back (each run claims the sandbox still booting)", "1", 0},
-		{"cold (HELMR_WARM=0: every sandbox booted on demand)", "0", 0},
-	}
 	var deploys []time.Duration
-	for _, m := range modes {
-		h, d, err := measureHelmr(bin, root, n, m.warm, m.gap)
+	for _, tier := range tierBenches(rootfs) {
+		if tier.skip != "" {
+			fmt.Printf("%s tier: not measured: %s\n", tier.name, tier.skip)
+			continue
+		}
+		bareStarts, err := sample(n+1, 0, tier.bare)
 		if err != nil {
 			return err
 		}
-		deploys = append(deploys, d...)
-		fmt.Printf("  helmr: POST /v1/tasks/first/runs -> first log line over SSE, %s\n", m.name)
-		fmt.Printf("         median %6.1f ms  ratio helmr/bare %.2fx (target <= 1.50x)\n", ms(h), float64(h)/float64(b))
+		b := median(bareStarts[1:])
+		fmt.Printf("run start, %s tier, n=%d per mode\n", tier.name, n)
+		fmt.Printf("  bare:  %s -> first line  median %6.1f ms\n", tier.bareDesc, ms(b))
+		for _, m := range modes {
+			h, d, err := measureHelmr(bin, root, n, tier.name, m.warm, m.gap)
+			if err != nil {
+				return err
+			}
+			deploys = append(deploys, d...)
+			fmt.Printf("  helmr: POST /v1/tasks/first/runs -> first log line over SSE, %s\n", m.name)
+			fmt.Printf("         median %6.1f ms  ratio helmr/bare %.2fx (target <= %.2fx)\n", ms(h), float64(h)/float64(b), tier.target)
+		}
 	}
 	fmt.Printf("helmr deploy examples/hello: median %.1f ms over %d deploys (target < 1000 ms)\n", ms(median(deploys)), len(deploys))
 	return nil
 }
 
+var modes = []struct {
+	name, warm string
+	gap        time.Duration
+}{
+	{"warm (a booted sandbox is ready; runs 300 ms apart)", "1", 300 * time.Millisecond},
+	{"back-to-back (each run claims the sandbox still booting)", "1", 0},
+	{"cold (HELMR_WARM=0: every sandbox booted on demand)", "0", 0},
+}
+
 // measureHelmr starts helmr dev with HELMR_WARM=warm, times deploys of
 // examples/hello, and returns the median run start over n runs spaced by gap
 // (after one warm-up run).
-func measureHelmr(bin, root string, n int, warm string, gap time.Duration) (time.Duration, []time.Duration, error) {
+func measureHelmr(bin, root string, n int, tier, warm string, gap time.Duration) (time.Duration, []time.Duration, error) {
 	tmp, err := os.MkdirTemp("", "helmr-bench-")
 	if err != nil {
 		return 0, nil, err
 	}
 	defer os.RemoveAll(tmp)
 	env := append(os.Environ(), "HELMR_DATA_DIR="+filepath.Join(tmp, "data"), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
-		"HELMR_ADDR=127.0.0.1:0", "HELMR_PROJECT=", "HELMR_WARM="+warm, "HELMR_RUNTIME=process")
+		"HELMR_ADDR=127.0.0.1:0", "HELMR_PROJECT=", "HELMR_WARM="+warm, "HELMR_RUNTIME="+tier)
 	url, stop, err := startDev(bin, env)
 	if err != nil {
 		return 0, nil, err

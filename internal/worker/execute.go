@@ -80,7 +80,7 @@ func (w *Worker) attempt(ctx context.Context, l Lease) *runs.Outcome {
 	if err := w.claim(l, b, files); err != nil {
 		return failed(runs.ClassImagePreparation, "%v", err)
 	}
-	note := runs.SystemData{Message: "sandbox started", Attrs: map[string]string{
+	note := runs.SystemData{Message: "sandbox started on the " + w.cfg.Runtime.Name() + " tier", Attrs: map[string]string{
 		"tier": w.cfg.Runtime.Name(), "worker": w.cfg.ID, "image": img.Digest, "sandbox": b.id,
 		"warm": fmt.Sprint(warm),
 	}}
