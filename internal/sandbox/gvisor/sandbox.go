@@ -62,7 +62,7 @@ func (s *Sandbox) start(ctx context.Context) error {
 	if err := s.bundle.write(&s.rt.cfg, s.spec); err != nil {
 		return err
 	}
-	if err := chownTree(s.spec.WorkspaceHost, int(s.spec.UID), int(s.spec.GID)); err != nil {
+	if err := sandbox.ChownTree(s.spec.WorkspaceHost, int(s.spec.UID), int(s.spec.GID)); err != nil {
 		return fmt.Errorf("workspace ownership: %w", err)
 	}
 	conn, err := s.startRunsc()

@@ -86,7 +86,7 @@ func (s *Sandbox) prepareHost() error {
 	if err := os.Chown(s.stateDir, int(cfg.UIDBase), int(cfg.UIDBase)); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	if err := chownTree(s.spec.WorkspaceHost, int(cfg.UIDBase+s.spec.UID), int(cfg.UIDBase+s.spec.GID)); err != nil {
+	if err := sandbox.ChownTree(s.spec.WorkspaceHost, int(cfg.UIDBase+s.spec.UID), int(cfg.UIDBase+s.spec.GID)); err != nil {
 		return fmt.Errorf("workspace ownership: %w", err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package gvisor
+package sandbox
 
 import (
 	"errors"
@@ -8,11 +8,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// chownTree gives the directory tree at root to uid:gid. It walks with
+// ChownTree gives the directory tree at root to uid:gid. It walks with
 // openat and O_NOFOLLOW and never follows a symlink, so a tree whose
 // entries change under it (a workspace another sandbox writes) cannot
 // redirect it outside root. Entries already owned by uid:gid are skipped.
-func chownTree(root string, uid, gid int) error {
+func ChownTree(root string, uid, gid int) error {
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", root, err)
