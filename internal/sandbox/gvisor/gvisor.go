@@ -57,7 +57,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -102,9 +101,7 @@ const (
 	DefaultPidsLimit    = 1024
 	DefaultMinHostPids  = 1024
 	// AgentMount is where the agent binary appears inside the sandbox.
-	AgentMount       = "/opt/helmr/.agent/helmr-agent"
-	defaultWorkspace = "/workspace"
-	defaultHostname  = "helmr-sandbox"
+	AgentMount = "/opt/helmr/.agent/helmr-agent"
 )
 
 // DefaultConfig returns a Config with every default set; RunscPath and
@@ -156,8 +153,8 @@ func (c *Config) Validate() error {
 	if !filepath.IsAbs(c.StateDir) {
 		return errors.New("gvisor tier: StateDir must be an absolute path")
 	}
-	if !idPattern.MatchString(c.CgroupParent) {
-		return fmt.Errorf("gvisor tier: CgroupParent %q must match %s", c.CgroupParent, idPattern)
+	if !cgroupNamePattern.MatchString(c.CgroupParent) {
+		return fmt.Errorf("gvisor tier: CgroupParent %q must match %s", c.CgroupParent, cgroupNamePattern)
 	}
 	if c.DefaultPids < 0 || c.MinHostPids < 0 {
 		return errors.New("gvisor tier: negative pids limit")
@@ -214,44 +211,7 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 	return sb, nil
 }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+var cgroupNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
 // normalize fills spec's defaults and checks it.
-func (r *Runtime) normalize(spec *sandbox.Spec) error {
-	if !idPattern.MatchString(spec.ID) {
-		return fmt.Errorf("id %q must match %s", spec.ID, idPattern)
-	}
-	if spec.Workspace == "" {
-		spec.Workspace = defaultWorkspace
-	}
-	if !filepath.IsAbs(spec.Workspace) || filepath.Clean(spec.Workspace) != spec.Workspace || sandbox.IsReserved(spec.Workspace) {
-		return fmt.Errorf("workspace %q must be a clean absolute path outside %v", spec.Workspace, sandbox.ReservedPaths)
-	}
-	if spec.Hostname == "" {
-		spec.Hostname = defaultHostname
-	}
-	for _, ns := range spec.DNS {
-		if net.ParseIP(ns) == nil {
-			return fmt.Errorf("dns server %q is not an IP address", ns)
-		}
-	}
-	if len(spec.RootLayers) == 0 {
-		return errors.New("no root layers")
-	}
-	dirs := append([]string{spec.WorkspaceHost}, spec.RootLayers...)
-	if spec.HelmrHost != "" {
-		dirs = append(dirs, spec.HelmrHost)
-	}
-	for _, d := range dirs {
-		if fi, err := os.Stat(d); err != nil || !fi.IsDir() || !filepath.IsAbs(d) {
-			return fmt.Errorf("%q is not an absolute path to a directory", d)
-		}
-	}
-	if spec.CPU < 0 || spec.MemoryBytes < 0 || spec.PidsLimit < 0 {
-		return errors.New("negative resource limit")
-	}
-	if spec.PidsLimit == 0 {
-		spec.PidsLimit = r.cfg.DefaultPids
-	}
-	return nil
-}
+func (r *Runtime) normalize(spec *sandbox.Spec) error { return spec.Normalize(r.cfg.DefaultPids) }

@@ -37,10 +37,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 
 	"github.com/helmr/helmr/internal/sandbox"
 )
@@ -83,8 +81,6 @@ const (
 	DefaultUIDCount   = 65536
 	DefaultPidsLimit  = 1024
 	DefaultWarmPool   = 1
-	defaultWorkspace  = "/workspace"
-	defaultHostname   = "helmr-sandbox"
 	cgroupParent      = "helmr"
 )
 
@@ -212,47 +208,14 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 	return sb, nil
 }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
-
-// normalize fills spec's defaults and checks it.
+// normalize fills spec's defaults and checks it: the shared checks, then
+// that its ids fit the mapped range.
 func (r *Runtime) normalize(spec *sandbox.Spec) error {
-	if !idPattern.MatchString(spec.ID) {
-		return fmt.Errorf("id %q must match %s", spec.ID, idPattern)
-	}
-	if spec.Workspace == "" {
-		spec.Workspace = defaultWorkspace
-	}
-	if !filepath.IsAbs(spec.Workspace) || filepath.Clean(spec.Workspace) != spec.Workspace || sandbox.IsReserved(spec.Workspace) {
-		return fmt.Errorf("workspace %q must be a clean absolute path outside %v", spec.Workspace, sandbox.ReservedPaths)
-	}
-	if spec.Hostname == "" {
-		spec.Hostname = defaultHostname
-	}
-	for _, ns := range spec.DNS {
-		if net.ParseIP(ns) == nil {
-			return fmt.Errorf("dns server %q is not an IP address", ns)
-		}
-	}
-	if len(spec.RootLayers) == 0 {
-		return errors.New("no root layers")
-	}
-	dirs := append([]string{spec.WorkspaceHost}, spec.RootLayers...)
-	if spec.HelmrHost != "" {
-		dirs = append(dirs, spec.HelmrHost)
-	}
-	for _, d := range dirs {
-		if fi, err := os.Stat(d); err != nil || !fi.IsDir() || !filepath.IsAbs(d) {
-			return fmt.Errorf("%q is not an absolute path to a directory", d)
-		}
+	if err := spec.Normalize(r.cfg.DefaultPids); err != nil {
+		return err
 	}
 	if spec.UID >= r.cfg.UIDCount || spec.GID >= r.cfg.UIDCount {
 		return fmt.Errorf("uid/gid %d/%d outside the mapped range 0..%d", spec.UID, spec.GID, r.cfg.UIDCount-1)
-	}
-	if spec.CPU < 0 || spec.MemoryBytes < 0 || spec.PidsLimit < 0 {
-		return errors.New("negative resource limit")
-	}
-	if spec.PidsLimit == 0 {
-		spec.PidsLimit = r.cfg.DefaultPids
 	}
 	return nil
 }

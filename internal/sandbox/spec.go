@@ -1,0 +1,61 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+)
+
+// Spec defaults.
+const (
+	DefaultWorkspace = "/workspace"
+	DefaultHostname  = "helmr-sandbox"
+)
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// Normalize fills the defaults every tier shares (workspace path,
+// hostname, pids limit) and checks what every tier needs: a usable id, a
+// clean workspace path outside the reserved ones, IP DNS servers, existing
+// host directories, non-negative limits. Tiers add their own checks.
+func (s *Spec) Normalize(defaultPids int64) error {
+	if !idPattern.MatchString(s.ID) {
+		return fmt.Errorf("id %q must match %s", s.ID, idPattern)
+	}
+	if s.Workspace == "" {
+		s.Workspace = DefaultWorkspace
+	}
+	if !filepath.IsAbs(s.Workspace) || filepath.Clean(s.Workspace) != s.Workspace || IsReserved(s.Workspace) {
+		return fmt.Errorf("workspace %q must be a clean absolute path outside %v", s.Workspace, ReservedPaths)
+	}
+	if s.Hostname == "" {
+		s.Hostname = DefaultHostname
+	}
+	for _, ns := range s.DNS {
+		if net.ParseIP(ns) == nil {
+			return fmt.Errorf("dns server %q is not an IP address", ns)
+		}
+	}
+	if len(s.RootLayers) == 0 {
+		return errors.New("no root layers")
+	}
+	dirs := append([]string{s.WorkspaceHost}, s.RootLayers...)
+	if s.HelmrHost != "" {
+		dirs = append(dirs, s.HelmrHost)
+	}
+	for _, d := range dirs {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() || !filepath.IsAbs(d) {
+			return fmt.Errorf("%q is not an absolute path to a directory", d)
+		}
+	}
+	if s.CPU < 0 || s.MemoryBytes < 0 || s.PidsLimit < 0 {
+		return errors.New("negative resource limit")
+	}
+	if s.PidsLimit == 0 {
+		s.PidsLimit = defaultPids
+	}
+	return nil
+}
