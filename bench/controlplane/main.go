@@ -24,6 +24,7 @@ import (
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/store/sqlite"
+	"github.com/helmr/helmr/internal/workers"
 )
 
 func main() {
@@ -52,6 +53,12 @@ func run(nRuns, nEvents, batch int) error {
 	defer st.Close()
 	svc := runs.NewService(st, st, st, runs.NewBroker(), log)
 	if _, err := st.CreateDeployment(ctx, benchDeployment()); err != nil {
+		return err
+	}
+	// A connected worker that fits every run, as in normal operation (with
+	// none, each run also records why it waits).
+	if err := st.UpsertWorker(ctx, workers.Worker{ID: "bench", LastSeen: time.Now(),
+		Capabilities: workers.Capabilities{CPUs: 64, MemoryBytes: 1 << 40, Slots: 4}}); err != nil {
 		return err
 	}
 
