@@ -54,6 +54,7 @@ func RunWithOptions(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime,
 	t.Run("MemoryLimit", func(t *testing.T) { testMemoryLimit(t, newRuntime(t), rootfs) })
 	t.Run("PidsLimit", func(t *testing.T) { testPidsLimit(t, newRuntime(t), rootfs, opts) })
 	t.Run("Destroy", func(t *testing.T) { testDestroy(t, newRuntime(t), rootfs) })
+	t.Run("Abuse", func(t *testing.T) { testAbuse(t, newRuntime(t), rootfs) })
 }
 
 // fixture is a started sandbox and the host directories behind it.
