@@ -46,7 +46,6 @@ func run(args []string) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	guest.ReserveThreads(guest.ReservedThreads)
 	stop := guest.ShieldSignals(log)
 	defer stop()
 	conn, err := openStream(*fd)
@@ -56,6 +55,9 @@ func run(args []string) error {
 	defer conn.Close()
 	switch args[0] {
 	case "init":
+		// The process tier counts the agent's threads in the sandbox's
+		// pids limit; serve mode's tiers cap only what the agent starts.
+		guest.ReserveThreads(guest.ReservedThreads)
 		return guest.RunInit(conn, guest.Prepare, log)
 	case "serve":
 		return guest.RunServe(conn, log)
