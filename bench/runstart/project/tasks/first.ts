@@ -12,3 +12,16 @@ export const first = task({
     return null;
   },
 });
+
+// Holds its sandbox for payload.ms milliseconds: the memory benchmark keeps
+// several of these running and measures what Helmr adds per sandbox.
+export const hold = task({
+  id: "hold",
+  sandbox: sb,
+  maxDuration: 300,
+  run: async (payload: { ms: number }) => {
+    console.log("holding");
+    await new Promise((r) => setTimeout(r, payload.ms));
+    return null;
+  },
+});
