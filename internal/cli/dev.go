@@ -98,7 +98,8 @@ func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane)
 		return nil, fmt.Errorf("bundle the guest adapter: %w", err)
 	}
 	return worker.New(worker.Config{
-		ID: workerID(), DataDir: cfg.DataDir, Slots: cfg.Slots, Warm: cfg.Warm, Runtime: rt, Control: control, Logger: log,
+		ID: workerID(), DataDir: cfg.DataDir, Slots: cfg.Slots, Warm: cfg.Warm, Heartbeat: cfg.Heartbeat,
+		Runtime: rt, Control: control, Logger: log,
 		Adapter: adapter,
 		Images: &images.Resolver{
 			BasesDir:  filepath.Join(cfg.CacheDir, "bases"),

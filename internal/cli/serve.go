@@ -49,6 +49,8 @@ type controlPlane struct {
 	url   string
 	srv   *http.Server
 	ln    net.Listener
+	// stopWatch ends the goroutine that fails runs of lost workers.
+	stopWatch func()
 }
 
 func startControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger) (*controlPlane, error) {
@@ -57,6 +59,7 @@ func startControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	svc := runs.NewService(st, st, st, runs.NewBroker(), log)
+	svc.WorkerTTL = cfg.WorkerTTL
 	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, WorkerToken: cfg.WorkerToken, Logger: log})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -69,15 +72,23 @@ func startControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger)
 			log.Error("http server failed", "err", err)
 		}
 	}()
+	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		svc.WatchWorkers(wctx, cfg.WorkerTTL/2)
+	}()
 	log.Info("control plane listening", "addr", ln.Addr().String(), "store", desc)
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 		log.Warn("the API is listening beyond loopback, and this version has no API authentication: anyone who can reach it can deploy and run tasks")
 	}
-	return &controlPlane{store: st, runs: svc, api: api, url: "http://" + ln.Addr().String(), srv: srv, ln: ln}, nil
+	return &controlPlane{store: st, runs: svc, api: api, url: "http://" + ln.Addr().String(), srv: srv, ln: ln,
+		stopWatch: func() { stopWatch(); <-watchDone }}, nil
 }
 
 // Close stops serving and closes the store.
 func (c *controlPlane) Close(ctx context.Context) error {
+	c.stopWatch()
 	err := c.srv.Shutdown(ctx)
 	if err != nil {
 		c.srv.Close()

@@ -56,6 +56,12 @@ func (w Worker) Finish(ctx context.Context, runID string, o runs.Outcome) error 
 	return err
 }
 
+// Heartbeat implements worker.ControlPlane.
+func (w Worker) Heartbeat(ctx context.Context, workerID string, caps workers.Capabilities) error {
+	_, err := w.C.do(ctx, http.MethodPost, "/v1/worker/heartbeat", nil, map[string]any{"workerId": workerID, "capabilities": caps}, nil)
+	return err
+}
+
 // Status implements worker.ControlPlane.
 func (w Worker) Status(ctx context.Context, runID string) (runs.Status, error) {
 	var out struct {

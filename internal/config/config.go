@@ -17,18 +17,20 @@ import (
 // Config is every setting of the helmr binary.
 type Config struct {
 	// Control plane and worker.
-	Addr        string // listen address of dev/server
-	DataDir     string // embedded store, blobs, workspaces ($HELMR_DATA_DIR)
-	DatabaseURL string // PostgreSQL; empty means SQLite under DataDir
-	CacheDir    string // built-in base images and layers ($HELMR_CACHE_DIR)
-	WorkerToken string // shared secret of remote workers
-	AgentPath   string // static helmr-agent binary
-	RunscPath   string // gVisor's runsc; default: $CacheDir/bin/runsc (scripts/install-runsc.sh)
-	SandboxDir  string // per-sandbox scratch state; every parent must be searchable by others
-	Runtime     string // isolation tier: auto or process
-	Slots       int    // runs a worker executes at once
-	Warm        int    // sandboxes kept booted ahead of runs (per image and resources)
-	Node        string // host node used by deploy
+	Addr        string        // listen address of dev/server
+	DataDir     string        // embedded store, blobs, workspaces ($HELMR_DATA_DIR)
+	DatabaseURL string        // PostgreSQL; empty means SQLite under DataDir
+	CacheDir    string        // built-in base images and layers ($HELMR_CACHE_DIR)
+	WorkerToken string        // shared secret of remote workers
+	AgentPath   string        // static helmr-agent binary
+	RunscPath   string        // gVisor's runsc; default: $CacheDir/bin/runsc (scripts/install-runsc.sh)
+	SandboxDir  string        // per-sandbox scratch state; every parent must be searchable by others
+	Runtime     string        // isolation tier: auto or process
+	Slots       int           // runs a worker executes at once
+	Warm        int           // sandboxes kept booted ahead of runs (per image and resources)
+	WorkerTTL   time.Duration // a worker silent this long loses its started runs
+	Heartbeat   time.Duration // how often a worker reports it is alive
+	Node        string        // host node used by deploy
 
 	// CLI.
 	URL     string // control plane URL
@@ -48,6 +50,8 @@ func Default() Config {
 		SandboxDir: "/run/helmr/sandboxes",
 		Slots:      4,
 		Warm:       1,
+		WorkerTTL:  time.Minute,
+		Heartbeat:  10 * time.Second,
 		Node:       "node",
 		URL:        "http://127.0.0.1:8480",
 		Env:        "dev",
@@ -66,6 +70,15 @@ func (c Config) FromEnv(getenv func(string) string) (Config, error) {
 	for k, p := range str {
 		if v := getenv(k); v != "" {
 			*p = v
+		}
+	}
+	for name, p := range map[string]*time.Duration{"HELMR_WORKER_TTL": &c.WorkerTTL, "HELMR_HEARTBEAT": &c.Heartbeat} {
+		if v := getenv(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return c, fmt.Errorf("%s=%q: not a duration (like 30s)", name, v)
+			}
+			*p = d
 		}
 	}
 	for name, p := range map[string]*int{"HELMR_SLOTS": &c.Slots, "HELMR_WARM": &c.Warm} {
@@ -88,6 +101,9 @@ func (c Config) Validate() error {
 	}
 	if c.Slots < 1 || c.Slots > 1024 {
 		errs = append(errs, fmt.Errorf("slots must be 1..1024, got %d", c.Slots))
+	}
+	if c.Heartbeat <= 0 || c.WorkerTTL < 2*c.Heartbeat {
+		errs = append(errs, fmt.Errorf("the worker TTL (%s) must be at least twice the heartbeat interval (%s)", c.WorkerTTL, c.Heartbeat))
 	}
 	if c.Warm < 0 || c.Warm > 64 {
 		errs = append(errs, fmt.Errorf("warm sandboxes must be 0..64, got %d", c.Warm))

@@ -49,6 +49,41 @@ func TestRemoteWorker(t *testing.T) {
 	}
 }
 
+// TestLostWorker kills a remote worker in the middle of a run: the run
+// fails once the worker has been silent for the control plane's worker
+// TTL, instead of staying RUNNING forever.
+func TestLostWorker(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.BaseRootfs(t)
+	bin := testenv.Binaries(t)
+	tmp := t.TempDir()
+	base := append(os.Environ(), "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
+		"HELMR_WORKER_TOKEN=test-worker-token", "HELMR_PROJECT=", "HELMR_WORKER_TTL=2s", "HELMR_HEARTBEAT=300ms")
+	server := start(t, bin, append(base, "HELMR_DATA_DIR="+filepath.Join(tmp, "cp"), "HELMR_ADDR=127.0.0.1:0"),
+		"Helmr control plane at ", "server")
+	worker := exec.Command(filepath.Join(bin, "helmr"), "worker", "--control-url", server)
+	worker.Env = append(base, "HELMR_DATA_DIR="+filepath.Join(tmp, "worker"), "HELMR_RUNTIME=process")
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = worker.Process.Kill(); _ = worker.Wait() }()
+
+	d := &dev{t: t, bin: bin, env: append(base, "HELMR_URL="+server), url: server, api: client.New(server, "")}
+	d.deploy(failing)
+	r := d.trigger("failing", "sleeper", "null")
+	waitFor(t, time.Minute, func() bool {
+		got, err := d.api.GetRun(context.Background(), r.ID)
+		return err == nil && got.Status == runs.StatusRunning
+	})
+	_ = worker.Process.Kill()
+	_ = worker.Wait()
+	final := d.waitDone(r.ID, 30*time.Second)
+	if final.Status != runs.StatusFailed || final.Error == nil || final.Error.Class != runs.ClassGuestRuntime ||
+		!strings.Contains(final.Error.Message, "stopped reporting") {
+		t.Fatalf("run after its worker died = %s %+v, want FAILED/guest_runtime saying the worker stopped reporting", final.Status, final.Error)
+	}
+}
+
 // start runs `helmr args...` until the test ends and returns what follows
 // prefix on its first matching stdout line.
 func start(t *testing.T, bin string, env []string, prefix string, args ...string) string {

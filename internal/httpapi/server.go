@@ -71,6 +71,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/runs/{id}/events", s.listEvents},
 		{"GET /v1/runs/{id}/events/stream", s.streamEvents},
 		{"POST /v1/worker/lease", w(s.workerLease)},
+		{"POST /v1/worker/heartbeat", w(s.workerHeartbeat)},
 		{"GET /v1/worker/deployments/{id}/files", w(s.workerFiles)},
 		{"POST /v1/worker/runs/{id}/started", w(s.workerStarted)},
 		{"POST /v1/worker/runs/{id}/logs", w(s.workerLogs)},

@@ -102,3 +102,15 @@ func (s *Server) workerStatus(w http.ResponseWriter, r *http.Request) error {
 	}
 	return writeJSON(w, http.StatusOK, map[string]any{"status": run.Status})
 }
+
+func (s *Server) workerHeartbeat(w http.ResponseWriter, r *http.Request) error {
+	var req LeaseRequest
+	if err := decodeJSON(w, r, 1<<20, &req); err != nil {
+		return err
+	}
+	if err := s.cfg.Runs.Heartbeat(r.Context(), req.WorkerID, req.Capabilities); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -24,12 +24,16 @@ type TaskLookup interface {
 	GetTask(ctx context.Context, project, env, taskID string) (deployments.Task, error)
 }
 
-// WorkerTTL is how long after its last request for work a worker counts
-// as connected.
+// WorkerTTL is how long after its last heartbeat or request for work a
+// worker counts as connected, by default.
 const WorkerTTL = time.Minute
 
 // Service implements the run lifecycle on top of a Store.
 type Service struct {
+	// WorkerTTL: a worker silent for longer counts as gone (default
+	// WorkerTTL). Set before use.
+	WorkerTTL time.Duration
+
 	store   Store
 	tasks   TaskLookup
 	workers workers.Store
@@ -40,7 +44,8 @@ type Service struct {
 
 // NewService wires a run service.
 func NewService(store Store, tasks TaskLookup, ws workers.Store, broker *Broker, log *slog.Logger) *Service {
-	return &Service{store: store, tasks: tasks, workers: ws, broker: broker, log: log, now: func() time.Time { return time.Now().UTC() }}
+	return &Service{WorkerTTL: WorkerTTL, store: store, tasks: tasks, workers: ws, broker: broker, log: log,
+		now: func() time.Time { return time.Now().UTC() }}
 }
 
 // Broker returns the service's change notifier.
@@ -109,7 +114,7 @@ func needsOf(t deployments.Task) workers.Need {
 // connected worker can take it. The run stays QUEUED: a worker that fits
 // may still connect.
 func (s *Service) explainWait(ctx context.Context, r Run) {
-	ws, err := s.workers.ListWorkers(ctx, s.now().Add(-WorkerTTL))
+	ws, err := s.workers.ListWorkers(ctx, s.now().Add(-s.WorkerTTL))
 	if err != nil {
 		s.log.Warn("list workers", "err", err)
 		return
@@ -264,23 +269,35 @@ func (s *Service) Finish(ctx context.Context, id string, o Outcome) (Run, error)
 // more. helmr dev calls it at start-up: its only worker is in-process, so a
 // run it left unfinished was cut off by the previous process's end.
 func (s *Service) FailOrphans(ctx context.Context, message string) (int, error) {
+	return s.failStarted(ctx, func(Run) (string, bool) { return message, true })
+}
+
+// failStarted fails, as guest_runtime, each started run (STARTING or
+// RUNNING) for which pick returns true, with pick's message.
+func (s *Service) failStarted(ctx context.Context, pick func(Run) (string, bool)) (int, error) {
 	n := 0
 	for _, st := range []Status{StatusStarting, StatusRunning} {
+		cursor := ""
 		for {
-			page, err := s.store.ListRuns(ctx, Filter{Status: st, Limit: 500})
+			page, err := s.store.ListRuns(ctx, Filter{Status: st, Limit: 500, Cursor: cursor})
 			if err != nil {
 				return n, err
 			}
 			for _, r := range page.Runs {
-				_, err := s.Finish(ctx, r.ID, Outcome{Status: StatusFailed, Error: &Error{Class: ClassGuestRuntime, Message: message}})
+				msg, ok := pick(r)
+				if !ok {
+					continue
+				}
+				_, err := s.Finish(ctx, r.ID, Outcome{Status: StatusFailed, Error: &Error{Class: ClassGuestRuntime, Message: msg}})
 				if err != nil && !errors.Is(err, ErrConflict) {
 					return n, err
 				}
 				n++
 			}
-			if page.NextCursor == "" || len(page.Runs) == 0 {
+			if page.NextCursor == "" {
 				break
 			}
+			cursor = page.NextCursor
 		}
 	}
 	return n, nil

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
@@ -126,4 +127,60 @@ func waitReason(t *testing.T, svc *runs.Service, id, substr string) bool {
 		}
 	}
 	return false
+}
+
+// TestFailLostRuns: a started run whose worker stopped reporting fails as
+// guest_runtime; a run whose worker is alive, and a queued run, stay.
+func TestFailLostRuns(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "helmr.db"), slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	svc := runs.NewService(st, st, st, runs.NewBroker(), slog.Default())
+	svc.WorkerTTL = time.Minute
+	if _, err := st.CreateDeployment(ctx, deployments.Deployment{Project: "p", Env: "dev",
+		Manifest: deployments.Manifest{Project: "p", Tasks: []deployments.TaskManifest{goodTask("a")}},
+		Files:    map[string][]byte{"bundles/tasks/a.mjs": []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	caps := workers.Capabilities{CPUs: 2, MemoryBytes: 1 << 30}
+	trigger := func() string {
+		r, _, err := svc.Trigger(ctx, runs.TriggerRequest{Project: "p", Env: "dev", TaskID: "a", Payload: []byte("1")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.ID
+	}
+	lostRun, liveRun, queued := trigger(), trigger(), trigger()
+	if r, _ := svc.Lease(ctx, "lost", caps); r.ID != lostRun {
+		t.Fatalf("lease = %s, want %s", r.ID, lostRun)
+	}
+	if r, _ := svc.Lease(ctx, "live", caps); r.ID != liveRun {
+		t.Fatalf("lease = %s, want %s", r.ID, liveRun)
+	}
+	// The lost worker was last heard of two minutes ago.
+	if err := st.UpsertWorker(ctx, workers.Worker{ID: "lost", Capabilities: caps, LastSeen: time.Now().Add(-2 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Heartbeat(ctx, "live", caps); err != nil {
+		t.Fatal(err)
+	}
+	n, err := svc.FailLostRuns(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("FailLostRuns() = %d, %v; want 1", n, err)
+	}
+	for id, want := range map[string]runs.Status{lostRun: runs.StatusFailed, liveRun: runs.StatusStarting, queued: runs.StatusQueued} {
+		r, _ := svc.Get(ctx, id)
+		if r.Status != want {
+			t.Errorf("run %s = %s, want %s", id, r.Status, want)
+		}
+		if want == runs.StatusFailed && (r.Error == nil || r.Error.Class != runs.ClassGuestRuntime || !strings.Contains(r.Error.Message, "worker lost stopped reporting")) {
+			t.Errorf("lost run error = %+v", r.Error)
+		}
+	}
+	if err := svc.Heartbeat(ctx, "", caps); err == nil {
+		t.Error("Heartbeat without a worker id accepted")
+	}
 }

@@ -82,6 +82,11 @@ func (c *Local) Finish(ctx context.Context, runID string, o runs.Outcome) error 
 	return err
 }
 
+// Heartbeat implements ControlPlane.
+func (c *Local) Heartbeat(ctx context.Context, workerID string, caps workers.Capabilities) error {
+	return c.Runs.Heartbeat(ctx, workerID, caps)
+}
+
 // Status implements ControlPlane.
 func (c *Local) Status(ctx context.Context, runID string) (runs.Status, error) {
 	r, err := c.Runs.Get(ctx, runID)

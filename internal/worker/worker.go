@@ -41,6 +41,9 @@ type ControlPlane interface {
 	Logs(ctx context.Context, runID string, lines []runs.LogData, at time.Time) error
 	Finish(ctx context.Context, runID string, o runs.Outcome) error
 	Status(ctx context.Context, runID string) (runs.Status, error)
+	// Heartbeat says the worker is alive, busy or not; a worker silent for
+	// the control plane's worker TTL loses its runs (FAILED).
+	Heartbeat(ctx context.Context, workerID string, caps workers.Capabilities) error
 }
 
 // Config wires a Worker.
@@ -60,6 +63,8 @@ type Config struct {
 	// hands this worker runs that fit them. Zero CPUs or memory means this
 	// machine's.
 	Capabilities workers.Capabilities
+	// Heartbeat is how often the worker reports it is alive (default 10s).
+	Heartbeat time.Duration
 	// Warm is how many sandboxes (per image and resources, most recently
 	// used first) are kept booted ahead of runs, adapter started; 0 boots
 	// every sandbox on demand.
@@ -82,6 +87,9 @@ func New(cfg Config) (*Worker, error) {
 	}
 	if cfg.Slots <= 0 {
 		cfg.Slots = 2
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 10 * time.Second
 	}
 	if cfg.CancelPoll == 0 {
 		cfg.CancelPoll = 150 * time.Millisecond
@@ -118,6 +126,11 @@ type closer interface {
 func (w *Worker) Run(ctx context.Context) error {
 	slots := make(chan struct{}, w.cfg.Slots)
 	w.runCtx = ctx
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		w.heartbeat(ctx)
+	}()
 	defer func() {
 		w.closeWarm(context.WithoutCancel(ctx))
 		w.wg.Wait()
@@ -156,5 +169,21 @@ func (w *Worker) Run(ctx context.Context) error {
 			defer func() { <-slots }()
 			w.execute(ctx, lease)
 		}()
+	}
+}
+
+// heartbeat reports the worker alive every Heartbeat until ctx ends.
+func (w *Worker) heartbeat(ctx context.Context) {
+	t := time.NewTicker(w.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		if err := w.cfg.Control.Heartbeat(ctx, w.cfg.ID, w.cfg.Capabilities); err != nil && ctx.Err() == nil {
+			w.log.Warn("heartbeat failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }

@@ -44,6 +44,7 @@ func (f *fakeControl) Started(_ context.Context, _, _, tier string, note runs.Sy
 	f.notes = append(f.notes, note)
 	return nil
 }
+func (f *fakeControl) Heartbeat(context.Context, string, workers.Capabilities) error { return nil }
 func (f *fakeControl) Logs(context.Context, string, []runs.LogData, time.Time) error { return nil }
 func (f *fakeControl) Finish(_ context.Context, _ string, o runs.Outcome) error {
 	f.mu.Lock()

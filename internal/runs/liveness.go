@@ -1,0 +1,57 @@
+package runs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/helmr/helmr/internal/workers"
+)
+
+// Heartbeat records that a worker is alive, with its capabilities.
+func (s *Service) Heartbeat(ctx context.Context, workerID string, caps workers.Capabilities) error {
+	if workerID == "" {
+		return fmt.Errorf("heartbeat without a worker id: %w", ErrInvalid)
+	}
+	return s.workers.UpsertWorker(ctx, workers.Worker{ID: workerID, Capabilities: caps, LastSeen: s.now()})
+}
+
+// FailLostRuns fails, as guest_runtime, every started run whose worker has
+// not sent a heartbeat (or asked for work) within the service's WorkerTTL:
+// its sandbox's state is unknown, and nothing would ever finish it.
+func (s *Service) FailLostRuns(ctx context.Context) (int, error) {
+	ws, err := s.workers.ListWorkers(ctx, s.now().Add(-s.WorkerTTL))
+	if err != nil {
+		return 0, err
+	}
+	live := make(map[string]bool, len(ws))
+	for _, w := range ws {
+		live[w.ID] = true
+	}
+	return s.failStarted(ctx, func(r Run) (string, bool) {
+		if live[r.WorkerID] {
+			return "", false
+		}
+		return fmt.Sprintf("worker %s stopped reporting (no heartbeat for %s) while running this run; its sandbox's state is unknown", r.WorkerID, s.WorkerTTL), true
+	})
+}
+
+// WatchWorkers calls FailLostRuns every interval until ctx ends.
+func (s *Service) WatchWorkers(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := s.FailLostRuns(ctx); err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("fail runs of lost workers", "err", err)
+			}
+		} else if n > 0 {
+			s.log.Warn("failed runs whose worker stopped reporting", "runs", n)
+		}
+	}
+}
