@@ -52,6 +52,7 @@ func RunWithOptions(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime,
 	t.Run("Basics", func(t *testing.T) { runBasics(t, start(t, newRuntime(t), rootfs, nil)) })
 	t.Run("Isolation", func(t *testing.T) { runIsolation(t, newRuntime, rootfs, opts) })
 	t.Run("MemoryLimit", func(t *testing.T) { testMemoryLimit(t, newRuntime(t), rootfs) })
+	t.Run("CPULimit", func(t *testing.T) { testCPULimit(t, newRuntime(t), rootfs) })
 	t.Run("PidsLimit", func(t *testing.T) { testPidsLimit(t, newRuntime(t), rootfs, opts) })
 	t.Run("Destroy", func(t *testing.T) { testDestroy(t, newRuntime(t), rootfs) })
 	t.Run("Abuse", func(t *testing.T) { testAbuse(t, newRuntime(t), rootfs) })

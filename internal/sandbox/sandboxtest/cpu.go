@@ -1,0 +1,37 @@
+package sandboxtest
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/helmr/helmr/internal/sandbox"
+)
+
+// cpuBurn keeps three threads busy for about 1.5 s of wall time and prints
+// the CPU time the process used per second of wall time.
+const cpuBurn = `
+const { Worker } = require("node:worker_threads");
+const spin = "const end = Date.now() + 1500; while (Date.now() < end) {}";
+const start = process.hrtime.bigint(), before = process.cpuUsage();
+const ws = [0, 1, 2].map(() => new Worker(spin, { eval: true }));
+Promise.all(ws.map((w) => new Promise((r) => w.on("exit", r)))).then(() => {
+  const used = process.cpuUsage(before), wall = Number(process.hrtime.bigint() - start) / 1000;
+  console.log(((used.user + used.system) / wall).toFixed(3));
+});`
+
+// testCPULimit: a sandbox asking for half a vCPU gets about that much,
+// however many threads it keeps busy. (A loaded host can only lower the
+// share measured, so the check cannot fail for want of CPU.)
+func testCPULimit(t *testing.T, rt sandbox.Runtime, rootfs string) {
+	f := start(t, rt, rootfs, func(s *sandbox.Spec) { s.CPU = 0.5 })
+	out := strings.TrimSpace(f.Node(t, cpuBurn))
+	share, err := strconv.ParseFloat(out, 64)
+	if err != nil {
+		t.Fatalf("cpu burn printed %q", out)
+	}
+	if share > 0.75 {
+		t.Errorf("three busy threads used %.2f CPU-seconds per second under a 0.5 vCPU limit, want about 0.5", share)
+	}
+	t.Logf("%s: CPU share under a 0.5 vCPU limit: %.2f", rt.Name(), share)
+}
