@@ -61,10 +61,7 @@ func testRunFailures(t *testing.T, tier string) {
 			t.Fatalf("run = %s %+v, want FAILED with a message about the memory limit", r.Status, r.Error)
 		}
 	})
-	// Not in gVisor's matrix yet: under a guest fork bomb, node in the
-	// sandbox stops making progress (issue 3's abuse suite); the tier's
-	// conformance suite checks its process limit with a smaller bomb.
-	if tier == "process" {
+	{
 		t.Run("fork bomb", func(t *testing.T) {
 			r := d.waitDone(d.trigger("failing", "forkbomb", "null").ID, 2*time.Minute)
 			if r.Status != runs.StatusCompleted {

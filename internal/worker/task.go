@@ -31,12 +31,14 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared) *r
 	defer logs.Close()
 	var mu sync.Mutex
 	var result *adapterMessage
+	reported := make(chan struct{})
 	b.attach(logs.Write, func(msg []byte) {
 		var m adapterMessage
 		mu.Lock()
 		defer mu.Unlock()
 		if json.Unmarshal(msg, &m) == nil && (m.Type == "result" || m.Type == "error") && result == nil {
 			result = &m
+			close(reported)
 		}
 	})
 	start, _ := json.Marshal(startMessage{
@@ -47,12 +49,7 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared) *r
 	if err := b.sender.Send(start); err != nil {
 		return failed(runs.ClassGuestRuntime, "send the start message to the adapter: %v", err)
 	}
-	select {
-	case <-b.done:
-	case <-ctx.Done():
-		b.cancel(context.Cause(ctx))
-		<-b.done
-	}
+	w.awaitExit(ctx, b, reported)
 	logs.Close()
 	cause := context.Cause(ctx)
 	switch {
@@ -64,12 +61,20 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared) *r
 	case ctx.Err() != nil:
 		return failed(runs.ClassGuestRuntime, "the worker shut down while the run was in progress")
 	}
-	if b.xerr != nil {
-		return failed(runs.ClassGuestRuntime, "guest agent: %v", b.xerr)
-	}
 	mu.Lock()
 	res := result
 	mu.Unlock()
+	if b.alive() {
+		// The adapter reported but its exit has not arrived within the
+		// grace: the outcome is the report; destroying the sandbox ends
+		// whatever the task left behind.
+		return w.outcome(l, b.box, sandbox.ExitStatus{}, res, logs.Tail())
+	}
+	if b.xerr != nil && !b.box.Stats().OOMKilled {
+		// (A tier that kills the whole sandbox at its memory limit ends the
+		// agent too; outcome reports that as the memory limit.)
+		return failed(runs.ClassGuestRuntime, "guest agent: %v", b.xerr)
+	}
 	o := w.outcome(l, b.box, b.exit, res, logs.Tail())
 	if b.box.Stats().PidsLimitHit {
 		o.Notes = append(o.Notes, runs.SystemData{Message: "the sandbox hit its process limit: forks were refused",
@@ -134,6 +139,38 @@ func (w *Worker) watchCancel(ctx context.Context, runID string, cancel context.C
 		st, err := w.cfg.Control.Status(ctx, runID)
 		if err == nil && st == runs.StatusCanceled {
 			cancel(errCanceled)
+			return
+		}
+	}
+}
+
+// exitGrace is how long the worker waits, after the adapter reported the
+// run's result, for the adapter's exit. A task that left hundreds of
+// processes behind can make that exit slow to arrive (each must be torn
+// down); the report is what counts, and destroying the sandbox ends the rest.
+const exitGrace = 2 * time.Second
+
+// awaitExit waits for the adapter to exit, or for exitGrace after the
+// adapter reported, or for ctx to end (then it kills the adapter and waits
+// up to exitGrace for the exit).
+func (w *Worker) awaitExit(ctx context.Context, b *booted, reported <-chan struct{}) {
+	var grace <-chan time.Time
+	for {
+		select {
+		case <-b.done:
+			return
+		case <-reported:
+			reported, grace = nil, time.After(exitGrace)
+		case <-grace:
+			return
+		case <-ctx.Done():
+			// Kill the adapter; as above, don't wait long for the exit:
+			// destroying the sandbox ends what is left.
+			b.cancel(context.Cause(ctx))
+			select {
+			case <-b.done:
+			case <-time.After(exitGrace):
+			}
 			return
 		}
 	}

@@ -167,6 +167,11 @@ func TestOutcomes(t *testing.T) {
 			return sandbox.ExitStatus{}, errors.New("agent connection lost")
 		}}, lease(60), runs.StatusFailed, runs.ClassGuestRuntime},
 		{"run step", &fakeRuntime{exec: reply("")}, lease(60, deployments.Step{Kind: "run", Argv: []string{"true"}}), runs.StatusFailed, runs.ClassImagePreparation},
+		{"reported, exit never comes", &fakeRuntime{exec: func(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExitStatus, error) {
+			req.OnMessage([]byte(`{"type":"result","output":7}`))
+			<-ctx.Done() // the sandbox's destruction ends it
+			return sandbox.ExitStatus{Signal: "killed"}, ctx.Err()
+		}}, lease(60), runs.StatusCompleted, ""},
 		{"timeout", &fakeRuntime{exec: func(ctx context.Context, _ sandbox.ExecRequest) (sandbox.ExitStatus, error) {
 			<-ctx.Done()
 			return sandbox.ExitStatus{Signal: "killed"}, nil

@@ -64,9 +64,13 @@ export const oom = task({
   },
 });
 
+// Room enough that the fork bomb meets the process limit, not the memory
+// limit (under gVisor each guest process costs the sandbox more memory).
+const roomy = sandbox("roomy").image(img).resources({ cpu: 1, memory: "1Gi" });
+
 export const forkbomb = task({
   id: "forkbomb",
-  sandbox: sb,
+  sandbox: roomy,
   maxDuration: 60,
   run: async () => {
     // A shell fork bomb whose processes stay alive, detached; the pids limit
