@@ -42,10 +42,11 @@ func run(n int) error {
 	if _, err := os.Stat(filepath.Join(rootfs, "usr/local/bin/node")); err != nil {
 		return fmt.Errorf("base rootfs missing (run scripts/setup.sh): %w", err)
 	}
-	bin, err := buildBinaries(root)
+	bin, err := testenv.BuildBinaries()
 	if err != nil {
 		return err
 	}
+	defer os.RemoveAll(bin)
 	var deploys []time.Duration
 	for _, tier := range tierBenches(rootfs) {
 		if tier.skip != "" {
@@ -93,11 +94,12 @@ func measureHelmr(bin, root string, n int, tier, warm string, gap time.Duration)
 	defer os.RemoveAll(tmp)
 	env := append(os.Environ(), "HELMR_DATA_DIR="+filepath.Join(tmp, "data"), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
 		"HELMR_ADDR=127.0.0.1:0", "HELMR_PROJECT=", "HELMR_WARM="+warm, "HELMR_RUNTIME="+tier)
-	url, stop, err := startDev(bin, env)
+	dev, err := testenv.StartDev(bin, env)
 	if err != nil {
 		return 0, nil, err
 	}
-	defer stop()
+	defer dev.Stop()
+	url := dev.URL
 	env = append(env, "HELMR_URL="+url)
 	deploys, err := timeDeploys(bin, env, root, 3)
 	if err != nil {
@@ -112,46 +114,6 @@ func measureHelmr(bin, root string, n int, tier, warm string, gap time.Duration)
 		return 0, nil, err
 	}
 	return median(starts[1:]), deploys, nil
-}
-
-func buildBinaries(root string) (string, error) {
-	dir, err := os.MkdirTemp("", "helmr-bench-bin-")
-	if err != nil {
-		return "", err
-	}
-	for _, b := range [][2]string{{"helmr", "./cmd/helmr"}, {"helmr-agent", "./cmd/helmr-agent"}} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b[0]), b[1])
-		cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("build %s: %v\n%s", b[0], err, out)
-		}
-	}
-	return dir, nil
-}
-
-func startDev(bin string, env []string) (string, func(), error) {
-	cmd := exec.Command(filepath.Join(bin, "helmr"), "dev")
-	cmd.Env = env
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return "", nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return "", nil, err
-	}
-	stop := func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "Helmr dev at "); ok {
-			go func() {
-				for sc.Scan() {
-				}
-			}()
-			return strings.Fields(rest)[0], stop, nil
-		}
-	}
-	stop()
-	return "", nil, errors.New("helmr dev did not start")
 }
 
 func helmr(bin string, env []string, dir string, args ...string) error {

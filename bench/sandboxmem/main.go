@@ -8,7 +8,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -36,18 +35,11 @@ func main() {
 
 func run(n int) error {
 	root := testenv.RepoRoot()
-	bin, err := os.MkdirTemp("", "helmr-mem-bin-")
+	bin, err := testenv.BuildBinaries()
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(bin)
-	for _, b := range [][2]string{{"helmr", "./cmd/helmr"}, {"helmr-agent", "./cmd/helmr-agent"}} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, b[0]), b[1])
-		cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("build %s: %v\n%s", b[0], err, out)
-		}
-	}
 	tmp, err := os.MkdirTemp("", "helmr-mem-")
 	if err != nil {
 		return err
@@ -55,28 +47,12 @@ func run(n int) error {
 	defer os.RemoveAll(tmp)
 	env := append(os.Environ(), "HELMR_DATA_DIR="+filepath.Join(tmp, "data"), "HELMR_PROFILE="+filepath.Join(tmp, "p.json"),
 		"HELMR_ADDR=127.0.0.1:0", "HELMR_PROJECT=", "HELMR_RUNTIME=process", "HELMR_WARM=0", fmt.Sprintf("HELMR_SLOTS=%d", n))
-	dev := exec.Command(filepath.Join(bin, "helmr"), "dev")
-	dev.Env = env
-	out, _ := dev.StdoutPipe()
-	if err := dev.Start(); err != nil {
+	dev, err := testenv.StartDev(bin, env)
+	if err != nil {
 		return err
 	}
-	defer func() { _ = dev.Process.Signal(os.Interrupt); _ = dev.Wait() }()
-	url := ""
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "Helmr dev at "); ok {
-			url = strings.Fields(rest)[0]
-			break
-		}
-	}
-	if url == "" {
-		return errors.New("helmr dev did not start")
-	}
-	go func() {
-		for sc.Scan() {
-		}
-	}()
+	defer dev.Stop()
+	url := dev.URL
 	deploy := exec.Command(filepath.Join(bin, "helmr"), "deploy", "bench/runstart/project")
 	deploy.Env, deploy.Dir = append(env, "HELMR_URL="+url), root
 	if o, err := deploy.CombinedOutput(); err != nil {
@@ -88,7 +64,7 @@ func run(n int) error {
 	if err := holdRuns(ctx, c, 1, 10); err != nil {
 		return err
 	}
-	before, err := rss(dev.Process.Pid)
+	before, err := rss(dev.Cmd.Process.Pid)
 	if err != nil {
 		return err
 	}
@@ -96,8 +72,8 @@ func run(n int) error {
 	if err != nil {
 		return err
 	}
-	agents, nodes := sandboxRSS(dev.Process.Pid)
-	during, err := rss(dev.Process.Pid)
+	agents, nodes := sandboxRSS(dev.Cmd.Process.Pid)
+	during, err := rss(dev.Cmd.Process.Pid)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ package testenv
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -63,30 +62,15 @@ var (
 	buildOnce sync.Once
 	binDir    string
 	buildErr  error
-	buildOut  []byte
 )
 
 // Binaries builds helmr and the static helmr-agent once per test process
 // and returns the directory holding both.
 func Binaries(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "helmr-bin-")
-		if buildErr != nil {
-			return
-		}
-		root := RepoRoot()
-		for _, b := range []struct{ out, pkg string }{{"helmr", "./cmd/helmr"}, {"helmr-agent", "./cmd/helmr-agent"}} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.out), b.pkg)
-			cmd.Dir = root
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if buildOut, buildErr = cmd.CombinedOutput(); buildErr != nil {
-				return
-			}
-		}
-	})
+	buildOnce.Do(func() { binDir, buildErr = BuildBinaries() })
 	if buildErr != nil {
-		t.Fatalf("build binaries: %v\n%s", buildErr, buildOut)
+		t.Fatalf("build binaries: %v", buildErr)
 	}
 	return binDir
 }

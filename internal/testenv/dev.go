@@ -1,0 +1,67 @@
+package testenv
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// BuildBinaries builds helmr and the static helmr-agent into a new
+// temporary directory and returns it.
+func BuildBinaries() (string, error) {
+	dir, err := os.MkdirTemp("", "helmr-bin-")
+	if err != nil {
+		return "", err
+	}
+	for _, b := range [][2]string{{"helmr", "./cmd/helmr"}, {"helmr-agent", "./cmd/helmr-agent"}} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b[0]), b[1])
+		cmd.Dir, cmd.Env = RepoRoot(), append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("build %s: %v\n%s", b[0], err, out)
+		}
+	}
+	return dir, nil
+}
+
+// Dev is a `helmr dev` started by StartDev.
+type Dev struct {
+	URL string
+	Cmd *exec.Cmd
+}
+
+// StartDev starts bin/helmr dev with env and waits for it to print its URL.
+func StartDev(bin string, env []string) (*Dev, error) {
+	cmd := exec.Command(filepath.Join(bin, "helmr"), "dev")
+	cmd.Env = env
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	d := &Dev{Cmd: cmd}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "Helmr dev at "); ok {
+			d.URL = strings.Fields(rest)[0]
+			go func() {
+				for sc.Scan() {
+				}
+			}()
+			return d, nil
+		}
+	}
+	d.Stop()
+	return nil, errors.New("helmr dev did not start")
+}
+
+// Stop interrupts helmr dev and waits for it to exit.
+func (d *Dev) Stop() {
+	_ = d.Cmd.Process.Signal(os.Interrupt)
+	_ = d.Cmd.Wait()
+}
