@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"io"
+
+	"github.com/helmr/helmr/internal/sandbox/network"
 )
 
 // Runtime starts sandboxes of one isolation tier.
@@ -50,8 +52,13 @@ type Spec struct {
 	HelmrHost string
 	// Hostname defaults to "helmr-sandbox".
 	Hostname string
-	// DNS servers written to /etc/resolv.conf (none: an empty file).
+	// DNS servers written to /etc/resolv.conf (none: an empty file;
+	// with Network, default: the sandbox's resolver).
 	DNS []string
+	// Network, unless nil or its policy is none, gives the sandbox an
+	// interface to the outside filtered by the worker's egress policy
+	// (see package network); otherwise it has loopback only.
+	Network *network.Config
 	// UID and GID the sandbox's processes run as, in the image's own ids.
 	UID, GID uint32
 	// Resources enforced on the whole sandbox.

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+
+	"github.com/helmr/helmr/internal/sandbox/network"
 )
 
 // Spec defaults.
@@ -33,6 +35,14 @@ func (s *Spec) Normalize(defaultPids int64) error {
 	}
 	if s.Hostname == "" {
 		s.Hostname = DefaultHostname
+	}
+	if s.Network.Attaches() {
+		if err := s.Network.Validate(); err != nil {
+			return err
+		}
+		if len(s.DNS) == 0 {
+			s.DNS = []string{network.DNSAddr.String()}
+		}
 	}
 	for _, ns := range s.DNS {
 		if net.ParseIP(ns) == nil {

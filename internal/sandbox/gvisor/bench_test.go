@@ -44,7 +44,7 @@ func BenchmarkBareRunsc(b *testing.B) {
 	var times []time.Duration
 	for i := 0; b.Loop(); i++ {
 		id := "bare-" + randomID(b)
-		cmd := exec.Command(rt.cfg.RunscPath, append(rt.globalArgs(), "run", "--bundle", bundle, id)...)
+		cmd := exec.Command(rt.cfg.RunscPath, append(rt.globalArgs(), "--network", "none", "run", "--bundle", bundle, id)...)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			b.Fatal(err)

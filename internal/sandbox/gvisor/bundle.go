@@ -68,6 +68,7 @@ type (
 	}
 	ociNamespace struct {
 		Type string `json:"type"`
+		Path string `json:"path,omitempty"`
 	}
 	ociResources struct {
 		Memory *ociMemory `json:"memory,omitempty"`
@@ -111,6 +112,10 @@ func agentCaps(uid uint32) []string {
 type bundle struct {
 	dir    string
 	rootfs string // the root's host path: an overlay (see mountRoot)
+	// netns, if set, is the network namespace (a bind mount in dir) the
+	// sandbox joins and runsc takes its interface from; otherwise runsc
+	// gives the sandbox loopback only.
+	netns string
 }
 
 // write creates b's directory, files and root for spec.
@@ -203,9 +208,11 @@ func writeMountpoints(dir string, spec sandbox.Spec) error {
 // remove unmounts the root overlay (found by path, so a bundle a previous
 // worker left is cleaned up too) and removes the directory.
 func (b *bundle) remove() error {
-	root := filepath.Join(b.dir, "rootfs")
-	if err := unix.Unmount(root, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("unmount root overlay: %w", err)
+	for _, m := range []string{"rootfs", "netns"} {
+		err := unix.Unmount(filepath.Join(b.dir, m), unix.MNT_DETACH)
+		if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unmount %s: %w", m, err)
+		}
 	}
 	if err := os.RemoveAll(b.dir); err != nil {
 		return fmt.Errorf("remove bundle: %w", err)
@@ -280,7 +287,7 @@ func ociSpecFor(cfg *Config, spec sandbox.Spec, b *bundle) *ociSpec {
 		Mounts:   mounts,
 		Linux: ociLinux{
 			Namespaces: []ociNamespace{
-				{Type: "pid"}, {Type: "network"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"},
+				{Type: "pid"}, {Type: "network", Path: b.netns}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"},
 			},
 			CgroupsPath: "/" + cfg.CgroupParent + "/" + spec.ID,
 			Resources:   res,

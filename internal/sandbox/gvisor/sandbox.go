@@ -18,6 +18,7 @@ import (
 
 	"github.com/helmr/helmr/internal/agent"
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/network"
 )
 
 // Timeouts: for the container to start and its agent to answer, and for
@@ -39,6 +40,7 @@ type Sandbox struct {
 	exited chan struct{} // closed once run has been waited for
 	logs   chan struct{} // closed once the container's output is drained
 	client *agent.Client
+	link   *network.Link // the sandbox's interface, if its spec has a network
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -59,8 +61,18 @@ func newSandbox(r *Runtime, spec sandbox.Spec) *Sandbox {
 // start writes the bundle, gives the workspace to the sandbox's user,
 // starts `runsc run` with the agent's stream and waits for ready.
 func (s *Sandbox) start(ctx context.Context) error {
+	if s.spec.Network.Attaches() {
+		s.bundle.netns = filepath.Join(s.bundle.dir, "netns")
+	}
 	if err := s.bundle.write(&s.rt.cfg, s.spec); err != nil {
 		return err
+	}
+	if s.bundle.netns != "" {
+		link, err := network.Create(s.bundle.netns, s.spec.ID, s.spec.Network)
+		if err != nil {
+			return err
+		}
+		s.link = link
 	}
 	if err := sandbox.ChownTree(s.spec.WorkspaceHost, int(s.spec.UID), int(s.spec.GID)); err != nil {
 		return fmt.Errorf("workspace ownership: %w", err)
@@ -102,7 +114,11 @@ func (s *Sandbox) startRunsc() (net.Conn, error) {
 		return nil, fmt.Errorf("log pipe: %w", err)
 	}
 	defer pw.Close()
-	args := append(s.rt.globalArgs(), "run", "--bundle", s.bundle.dir, "--pass-fd", "3:3", s.spec.ID)
+	netMode := "none"
+	if s.bundle.netns != "" {
+		netMode = "sandbox"
+	}
+	args := append(s.rt.globalArgs(), "--network", netMode, "run", "--bundle", s.bundle.dir, "--pass-fd", "3:3", s.spec.ID)
 	cmd := exec.Command(s.rt.cfg.RunscPath, args...)
 	cmd.Env = []string{}
 	cmd.ExtraFiles = []*os.File{theirs}
@@ -136,7 +152,6 @@ func (r *Runtime) globalArgs() []string {
 	args := []string{
 		"--root", r.cfg.runscRoot(),
 		"--platform", r.cfg.Platform,
-		"--network", "none",
 		"--overlay2", "none",
 	}
 	if r.cfg.DebugLogDir != "" {
@@ -192,6 +207,11 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 		case <-s.logs:
 		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("drain container output: %w", ctx.Err()))
+		}
+	}
+	if s.link != nil {
+		if err := s.link.Close(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := s.bundle.remove(); err != nil {

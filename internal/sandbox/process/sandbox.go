@@ -13,6 +13,7 @@ import (
 
 	"github.com/helmr/helmr/internal/agent"
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/network"
 )
 
 // Timeouts: for the agent's setup, and for Destroy to see the agent and
@@ -32,6 +33,7 @@ type Sandbox struct {
 	proc   *agentProc
 	cg     *cgroup // proc's
 	client *agent.Client
+	link   *network.Link // the sandbox's interface, if its spec has a network
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -63,7 +65,10 @@ func (s *Sandbox) start(ctx context.Context) error {
 		if derr := s.dropAgent(ctx); derr != nil {
 			s.log.Warn("destroy unusable warm agent", "err", derr)
 		}
-		s.proc, s.client = nil, nil
+		if s.link != nil {
+			_ = s.link.Close()
+		}
+		s.proc, s.client, s.link = nil, nil, nil
 	}
 	p, err := s.rt.spawn(s.spec.ID, s.log)
 	if err != nil {
@@ -99,6 +104,13 @@ func (s *Sandbox) adopt(p *agentProc, init *agent.Init, fds []int) error {
 	p.lw.setLogger(s.log)
 	if err := p.cg.writeLimits(s.spec); err != nil {
 		return err
+	}
+	if s.spec.Network.Attaches() {
+		link, err := network.Attach(fmt.Sprintf("/proc/%d/ns/net", p.cmd.Process.Pid), s.spec.ID, s.spec.Network)
+		if err != nil {
+			return err
+		}
+		s.link = link
 	}
 	s.client = agent.NewClient(p.conn, s.log)
 	return s.client.SendInit(init, fds)
@@ -160,6 +172,11 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 	var errs []error
 	if err := s.dropAgent(ctx); err != nil {
 		errs = append(errs, err)
+	}
+	if s.link != nil {
+		if err := s.link.Close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := os.RemoveAll(s.stateDir); err != nil {
 		errs = append(errs, fmt.Errorf("remove state dir: %w", err))

@@ -21,8 +21,11 @@ Promise.all(ws.map((w) => new Promise((r) => w.on("exit", r)))).then(() => {
 });`
 
 // testCPULimit: a sandbox asking for half a vCPU gets about that much,
-// however many threads it keeps busy. (A loaded host can only lower the
-// share measured, so the check cannot fail for want of CPU.)
+// however many threads it keeps busy. Unlimited, three threads on this
+// 2-core host use about 2 CPU-seconds per second. The bound leaves room
+// above 0.5 because gVisor's guest accounting (what process.cpuUsage
+// reads there) counts time a throttled or descheduled host thread spends
+// in the guest: on a host busy with other tests it reported up to 0.77.
 func testCPULimit(t *testing.T, rt sandbox.Runtime, rootfs string) {
 	f := start(t, rt, rootfs, func(s *sandbox.Spec) { s.CPU = 0.5 })
 	out := strings.TrimSpace(f.Node(t, cpuBurn))
@@ -30,7 +33,7 @@ func testCPULimit(t *testing.T, rt sandbox.Runtime, rootfs string) {
 	if err != nil {
 		t.Fatalf("cpu burn printed %q", out)
 	}
-	if share > 0.75 {
+	if share > 0.9 {
 		t.Errorf("three busy threads used %.2f CPU-seconds per second under a 0.5 vCPU limit, want about 0.5", share)
 	}
 	t.Logf("%s: CPU share under a 0.5 vCPU limit: %.2f", rt.Name(), share)
