@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +21,7 @@ import (
 	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/sandbox"
 	"github.com/helmr/helmr/internal/sandbox/gvisor"
+	"github.com/helmr/helmr/internal/sandbox/network"
 	"github.com/helmr/helmr/internal/sandbox/process"
 	"github.com/helmr/helmr/internal/tsbundle"
 	"github.com/helmr/helmr/internal/worker"
@@ -25,7 +29,7 @@ import (
 
 func runDev(ctx context.Context, a *App, args []string) error {
 	fs := a.serverFlags("dev")
-	fs.IntVar(&a.cfg.Slots, "slots", a.cfg.Slots, "runs executed at once ($HELMR_SLOTS)")
+	a.workerFlags(fs)
 	cp, log, err := a.bootControlPlane(ctx, fs, args)
 	if err != nil {
 		return err
@@ -36,7 +40,7 @@ func runDev(ctx context.Context, a *App, args []string) error {
 		log.Info("failed runs left unfinished by the previous helmr dev", "runs", n)
 	}
 	wctx, stopWorker := context.WithCancel(ctx)
-	w, err := newWorker(a.cfg, log, &worker.Local{Runs: cp.runs, Deployments: cp.store})
+	w, err := newWorker(a.cfg, log, &worker.Local{Runs: cp.runs, Deployments: cp.store}, "")
 	if err != nil {
 		stopWorker()
 		cp.Close(context.Background())
@@ -67,7 +71,7 @@ func runWorker(ctx context.Context, a *App, args []string) error {
 	fs := newFlagSet(a, "worker")
 	controlURL := fs.String("control-url", a.cfg.URL, "control plane URL")
 	fs.StringVar(&a.cfg.DataDir, "data-dir", a.cfg.DataDir, "data directory for workspaces ($HELMR_DATA_DIR)")
-	fs.IntVar(&a.cfg.Slots, "slots", a.cfg.Slots, "runs executed at once ($HELMR_SLOTS)")
+	a.workerFlags(fs)
 	if _, err := parse(fs.FlagSet, args); err != nil {
 		return err
 	}
@@ -80,7 +84,7 @@ func runWorker(ctx context.Context, a *App, args []string) error {
 	log := a.logger()
 	c := client.New(*controlURL, a.cfg.WorkerToken)
 	c.HTTP.Timeout = 60 * time.Second
-	w, err := newWorker(a.cfg, log, client.Worker{C: c})
+	w, err := newWorker(a.cfg, log, client.Worker{C: c}, *controlURL)
 	if err != nil {
 		return err
 	}
@@ -88,8 +92,51 @@ func runWorker(ctx context.Context, a *App, args []string) error {
 	return w.Run(ctx)
 }
 
-func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane) (*worker.Worker, error) {
+// workerFlags are the flags of the commands that run a worker.
+func (a *App) workerFlags(fs *flagSet) {
+	fs.IntVar(&a.cfg.Slots, "slots", a.cfg.Slots, "runs executed at once ($HELMR_SLOTS)")
+	fs.StringVar(&a.cfg.Runtime, "runtime", a.cfg.Runtime, "isolation tier policy: auto, gvisor or process ($HELMR_RUNTIME)")
+	fs.StringVar(&a.cfg.Egress, "egress", a.cfg.Egress, "sandbox egress policy: open, none, or allow:CIDR|IP|DOMAIN|*.DOMAIN,... ($HELMR_EGRESS)")
+}
+
+// newNetwork is the sandboxes' egress under cfg; controlURL's host, if
+// not this machine, is added to the networks no sandbox reaches.
+func newNetwork(cfg config.Config, controlURL string, log *slog.Logger) (*network.Config, error) {
+	policy, err := network.ParsePolicy(cfg.Egress)
+	if err != nil {
+		return nil, err
+	}
+	ups, err := network.ParseUpstreams(cfg.DNSUpstream)
+	if err != nil {
+		return nil, err
+	}
+	nc := &network.Config{Policy: policy, Upstream: ups, Logger: log}
+	if controlURL != "" {
+		u, err := url.Parse(controlURL)
+		if err != nil {
+			return nil, fmt.Errorf("control plane URL: %w", err)
+		}
+		addrs, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip", u.Hostname())
+		if err != nil {
+			return nil, fmt.Errorf("resolve the control plane's host %q (sandboxes must not reach it): %w", u.Hostname(), err)
+		}
+		for _, a := range addrs {
+			nc.Deny = append(nc.Deny, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+		}
+	}
+	if err := nc.Validate(); err != nil {
+		return nil, err
+	}
+	log.Info("sandbox egress", "policy", policy.String())
+	return nc, nil
+}
+
+func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane, controlURL string) (*worker.Worker, error) {
 	rt, err := newRuntime(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := newNetwork(cfg, controlURL, log)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +146,7 @@ func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane)
 	}
 	return worker.New(worker.Config{
 		ID: workerID(), DataDir: cfg.DataDir, Slots: cfg.Slots, Warm: cfg.Warm, Heartbeat: cfg.Heartbeat,
-		Runtime: rt, Control: control, Logger: log,
+		Runtime: rt, Control: control, Logger: log, Network: nc,
 		Adapter: adapter,
 		Images: &images.Resolver{
 			BasesDir:  filepath.Join(cfg.CacheDir, "bases"),

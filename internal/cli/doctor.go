@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/helmr/helmr/internal/config"
+	"github.com/helmr/helmr/internal/sandbox/network"
 	"github.com/helmr/helmr/internal/sandbox/process"
 )
 
@@ -96,14 +97,16 @@ func chooseTier(cfg config.Config) (string, error) {
 func runDoctor(_ context.Context, a *App, args []string) error {
 	fs := newFlagSet(a, "doctor")
 	fs.StringVar(&a.cfg.Runtime, "runtime", a.cfg.Runtime, "isolation tier policy: auto, gvisor or process ($HELMR_RUNTIME)")
+	fs.StringVar(&a.cfg.Egress, "egress", a.cfg.Egress, "sandbox egress policy ($HELMR_EGRESS)")
 	fs.BoolVar(&a.json, "json", false, "print JSON")
 	if _, err := parse(fs.FlagSet, args); err != nil {
 		return err
 	}
 	ts := tiers(a.cfg)
 	chosen, cerr := chooseTier(a.cfg)
+	egress := checkEgress(a.cfg)
 	if a.json {
-		out := map[string]any{"tiers": ts, "policy": a.cfg.Runtime, "selected": chosen}
+		out := map[string]any{"tiers": ts, "policy": a.cfg.Runtime, "selected": chosen, "egress": egress}
 		if cerr != nil {
 			out["error"] = cerr.Error()
 		}
@@ -119,9 +122,52 @@ func runDoctor(_ context.Context, a *App, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, status, t.Isolation, t.Reason)
 	}
 	tw.Flush()
+	fmt.Fprintf(a.Stdout, "egress policy %q: %s\n", egress.Policy, egress.Detail)
 	if cerr != nil {
 		return cerr
 	}
 	fmt.Fprintf(a.Stdout, "runtime policy %q selects: %s\n", a.cfg.Runtime, tierLabel(chosen))
+	if !egress.OK {
+		return errors.New("sandbox networking cannot work on this host under this egress policy")
+	}
 	return nil
+}
+
+// egressCheck is what doctor says about sandbox networking.
+type egressCheck struct {
+	Policy string `json:"policy"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+// checkEgress checks what the egress policy needs: nothing for none; a
+// TUN device and upstream resolvers otherwise.
+func checkEgress(cfg config.Config) egressCheck {
+	p, err := network.ParsePolicy(cfg.Egress)
+	if err != nil {
+		return egressCheck{Policy: cfg.Egress, Detail: err.Error()}
+	}
+	c := egressCheck{Policy: p.String()}
+	if p.Mode == network.None {
+		c.OK, c.Detail = true, "sandboxes have loopback only"
+		return c
+	}
+	if f, err := os.OpenFile("/dev/net/tun", os.O_RDWR, 0); err != nil {
+		c.Detail = "sandboxes cannot get an interface: " + err.Error() + " (load the tun module)"
+		return c
+	} else {
+		f.Close()
+	}
+	ups, err := network.ParseUpstreams(cfg.DNSUpstream)
+	if err == nil && len(ups) == 0 {
+		ups, err = network.HostResolvers()
+	}
+	if err != nil {
+		c.Detail = "sandbox DNS has no upstream: " + err.Error() + " (set HELMR_DNS_UPSTREAM)"
+		return c
+	}
+	c.OK = true
+	c.Detail = fmt.Sprintf("sandboxes get eth0 %s via the worker's user-space stack; DNS at %s forwards to %v; never reachable: this host's addresses, loopback, link-local metadata",
+		network.GuestAddr, network.DNSAddr, ups)
+	return c
 }

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/helmr/helmr/internal/sandbox/network"
 )
 
 // Config is every setting of the helmr binary.
@@ -25,7 +27,9 @@ type Config struct {
 	AgentPath   string        // static helmr-agent binary
 	RunscPath   string        // gVisor's runsc; default: $CacheDir/bin/runsc (scripts/install-runsc.sh)
 	SandboxDir  string        // per-sandbox scratch state; every parent must be searchable by others
-	Runtime     string        // isolation tier: auto or process
+	Runtime     string        // isolation tier: auto, gvisor or process
+	Egress      string        // sandbox egress policy: open, none or allow:LIST (network.ParsePolicy)
+	DNSUpstream string        // resolvers sandboxes' DNS goes to: IP[:port],...; empty: the host's resolv.conf
 	Slots       int           // runs a worker executes at once
 	Warm        int           // sandboxes kept booted ahead of runs (per image and resources)
 	WorkerTTL   time.Duration // a worker silent this long loses its started runs
@@ -47,6 +51,7 @@ func Default() Config {
 		DataDir:    ".helmr",
 		CacheDir:   filepath.Join(home, ".cache", "helmr"),
 		Runtime:    "auto",
+		Egress:     "open",
 		SandboxDir: "/run/helmr/sandboxes",
 		Slots:      4,
 		Warm:       1,
@@ -64,7 +69,7 @@ func (c Config) FromEnv(getenv func(string) string) (Config, error) {
 	str := map[string]*string{
 		"HELMR_ADDR": &c.Addr, "HELMR_DATA_DIR": &c.DataDir, "HELMR_DATABASE_URL": &c.DatabaseURL,
 		"HELMR_CACHE_DIR": &c.CacheDir, "HELMR_WORKER_TOKEN": &c.WorkerToken, "HELMR_AGENT_PATH": &c.AgentPath, "HELMR_RUNSC": &c.RunscPath, "HELMR_SANDBOX_DIR": &c.SandboxDir,
-		"HELMR_RUNTIME": &c.Runtime, "HELMR_NODE": &c.Node, "HELMR_URL": &c.URL,
+		"HELMR_RUNTIME": &c.Runtime, "HELMR_EGRESS": &c.Egress, "HELMR_DNS_UPSTREAM": &c.DNSUpstream, "HELMR_NODE": &c.Node, "HELMR_URL": &c.URL,
 		"HELMR_PROJECT": &c.Project, "HELMR_ENV": &c.Env, "HELMR_PROFILE": &c.Profile,
 	}
 	for k, p := range str {
@@ -112,6 +117,12 @@ func (c Config) Validate() error {
 	case "auto", "gvisor", "process":
 	default:
 		errs = append(errs, fmt.Errorf("unknown runtime %q (choose auto, gvisor or process)", c.Runtime))
+	}
+	if _, err := network.ParsePolicy(c.Egress); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := network.ParseUpstreams(c.DNSUpstream); err != nil {
+		errs = append(errs, err)
 	}
 	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
 		errs = append(errs, fmt.Errorf("control plane URL %q must be http(s)", c.URL))

@@ -54,8 +54,8 @@ func requireTier(t *testing.T, tier string) {
 }
 
 // startDev starts helmr dev on tier, on a free loopback port with a fresh
-// data dir.
-func startDev(t *testing.T, tier string) *dev {
+// data dir; env adds or overrides HELMR_* settings.
+func startDev(t *testing.T, tier string, env ...string) *dev {
 	t.Helper()
 	testenv.RequireRoot(t)
 	requireTier(t, tier)
@@ -69,6 +69,7 @@ func startDev(t *testing.T, tier string) *dev {
 		"HELMR_DATA_DIR="+d.dataDir, "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
 		"HELMR_ADDR=127.0.0.1:0", "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROJECT=", "HELMR_URL=",
 		"HELMR_RUNTIME="+tier)
+	d.env = append(d.env, env...)
 	cmd := exec.Command(filepath.Join(bin, "helmr"), "dev")
 	cmd.Env = d.env
 	stdout, err := cmd.StdoutPipe()

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/network"
 )
 
 // A booted sandbox is a started sandbox whose guest adapter (node) is
@@ -33,6 +34,7 @@ type booted struct {
 	sender sandbox.Sender
 	err    error // boot failure, set before ready closes
 
+	forget func()                  // drops the sandbox from the worker's index
 	cancel context.CancelCauseFunc // ends the adapter's Exec
 	done   chan struct{}           // closed when the adapter's Exec returned
 	exit   sandbox.ExitStatus
@@ -43,6 +45,7 @@ type booted struct {
 	onMsg   func(msg []byte)
 	early   []earlyOutput // output before a run claimed the sandbox
 	earlyMs [][]byte
+	denials []network.Denial // egress the policy refused
 }
 
 type earlyOutput struct {
@@ -88,8 +91,11 @@ func (w *Worker) boot(ctx context.Context, key string, p prepared) (*booted, err
 	}
 	spec := p.spec
 	spec.ID, spec.WorkspaceHost, spec.HelmrHost = b.id, b.wsDir, b.helmrDir
+	w.boxes.Store(b.id, b)
+	b.forget = func() { w.boxes.Delete(b.id) }
 	box, err := w.cfg.Runtime.Start(ctx, spec)
 	if err != nil {
+		b.forget()
 		os.RemoveAll(b.dir)
 		return nil, err
 	}
@@ -178,6 +184,9 @@ func (b *booted) destroy(ctx context.Context) error {
 	var err error
 	if b.box != nil {
 		err = b.box.Destroy(ctx)
+	}
+	if b.forget != nil {
+		b.forget()
 	}
 	os.RemoveAll(b.dir)
 	return err

@@ -149,7 +149,7 @@ func (w *Worker) prepare(l Lease, img images.Image, files map[string][]byte) (pr
 		env:  dedupeEnv(env),
 		spec: sandbox.Spec{
 			RootLayers: img.Layers, Workspace: wsPath, Hostname: "helmr-sandbox", UID: uid, GID: gid,
-			CPU: l.Task.Sandbox.Resources.CPU, MemoryBytes: mem,
+			CPU: l.Task.Sandbox.Resources.CPU, MemoryBytes: mem, Network: w.cfg.Network,
 		},
 	}, nil
 }

@@ -68,7 +68,9 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared) *r
 		// The adapter reported but its exit has not arrived within the
 		// grace: the outcome is the report; destroying the sandbox ends
 		// whatever the task left behind.
-		return w.outcome(l, b.box, sandbox.ExitStatus{}, res, logs.Tail())
+		o := w.outcome(l, b.box, sandbox.ExitStatus{}, res, logs.Tail())
+		o.Notes = append(o.Notes, b.egressNotes()...)
+		return o
 	}
 	if b.xerr != nil && !b.box.Stats().OOMKilled {
 		// (A tier that kills the whole sandbox at its memory limit ends the
@@ -76,6 +78,7 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared) *r
 		return failed(runs.ClassGuestRuntime, "guest agent: %v", b.xerr)
 	}
 	o := w.outcome(l, b.box, b.exit, res, logs.Tail())
+	o.Notes = append(o.Notes, b.egressNotes()...)
 	if b.box.Stats().PidsLimitHit {
 		o.Notes = append(o.Notes, runs.SystemData{Message: "the sandbox hit its process limit: forks were refused",
 			Attrs: map[string]string{"limit": "pids"}})
@@ -174,4 +177,16 @@ func (w *Worker) awaitExit(ctx context.Context, b *booted, reported <-chan struc
 			return
 		}
 	}
+}
+
+// egressNotes are the run's events for the egress its sandbox was refused.
+func (b *booted) egressNotes() []runs.SystemData {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []runs.SystemData
+	for _, d := range b.denials {
+		out = append(out, runs.SystemData{Message: "egress policy: " + d.String(),
+			Attrs: map[string]string{"egress": "denied", "proto": d.Proto, "dest": d.Dest}})
+	}
+	return out
 }

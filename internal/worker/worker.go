@@ -17,6 +17,7 @@ import (
 	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/network"
 	"github.com/helmr/helmr/internal/workers"
 )
 
@@ -69,6 +70,9 @@ type Config struct {
 	// used first) are kept booted ahead of runs, adapter started; 0 boots
 	// every sandbox on demand.
 	Warm int
+	// Network is the sandboxes' egress (nil: loopback only). New sets its
+	// Report to record denials in the runs' events.
+	Network *network.Config
 }
 
 // Worker executes runs.
@@ -78,6 +82,7 @@ type Worker struct {
 	wg     sync.WaitGroup
 	warm   *warmPool
 	runCtx context.Context // Run's context: owns background boots
+	boxes  sync.Map        // sandbox id → *booted, while the sandbox exists
 }
 
 // New validates cfg and returns a worker.
@@ -106,7 +111,22 @@ func New(cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("worker data dir: %w", err)
 		}
 	}
-	return &Worker{cfg: cfg, log: cfg.Logger.With("worker_id", cfg.ID), warm: newWarmPool(cfg.Warm), runCtx: context.Background()}, nil
+	w := &Worker{cfg: cfg, log: cfg.Logger.With("worker_id", cfg.ID), warm: newWarmPool(cfg.Warm), runCtx: context.Background()}
+	if cfg.Network != nil {
+		cfg.Network.Report = w.reportDenial
+	}
+	return w, nil
+}
+
+// reportDenial records an egress denial on the sandbox it happened in;
+// the run that sandbox serves lists them in its events when it ends.
+func (w *Worker) reportDenial(sandboxID string, d network.Denial) {
+	if v, ok := w.boxes.Load(sandboxID); ok {
+		b := v.(*booted)
+		b.mu.Lock()
+		b.denials = append(b.denials, d)
+		b.mu.Unlock()
+	}
 }
 
 // WorkspaceDir is where a run's workspace lives on this worker.

@@ -204,6 +204,10 @@ func exchangeWith(ctx context.Context, up netip.AddrPort, q []byte, transport st
 	return buf[:n], nil
 }
 
+// HostResolvers are the nameservers of the host's /etc/resolv.conf, the
+// default upstream of sandboxes' DNS.
+func HostResolvers() ([]netip.AddrPort, error) { return hostResolvers("/etc/resolv.conf") }
+
 // hostResolvers reads the nameservers of a resolv.conf.
 func hostResolvers(path string) ([]netip.AddrPort, error) {
 	data, err := os.ReadFile(path)
