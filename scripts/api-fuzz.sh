@@ -30,7 +30,10 @@ done
 HELMR_URL=$url bin/helmr deploy examples/hello >/dev/null 2>&1
 
 cd proto/fuzz
+# filter_too_much is Hypothesis giving up on generating enough bodies that
+# match createDeployment's schema (the manifest's nested patterns), not a
+# finding about the API; it came and went between identical seeded runs.
 "$venv/bin/schemathesis" run ../openapi.yaml --url "$url" \
-  --checks all --max-examples "${HELMR_FUZZ_EXAMPLES:-40}" --seed 1 \
+  --checks all --suppress-health-check=filter_too_much --max-examples "${HELMR_FUZZ_EXAMPLES:-40}" --seed 1 \
   --exclude-path-regex '^/v1/worker/|/events/stream$' \
   --no-color
