@@ -1,6 +1,7 @@
 package sandboxtest
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -32,6 +33,16 @@ func testAbuse(t *testing.T, rt sandbox.Runtime, rootfs string) {
 		{"trigger sysrq", []string{"sh", "-c", "echo h > /proc/sysrq-trigger"}},
 		{"change a kernel setting", []string{"sh", "-c", "echo 1 > /proc/sys/vm/drop_caches"}},
 		{"write the image root", []string{"sh", "-c", "echo x > /usr/bin/helmr-abuse"}},
+		{"new user namespace", []string{"unshare", "--user", "--map-root-user", "true"}},
+		{"new mount namespace", []string{"unshare", "--mount", "true"}},
+		{"new pid namespace", []string{"unshare", "--pid", "--fork", "true"}},
+		{"enter the agent's namespaces", []string{"nsenter", "--target", "1", "--mount", "true"}},
+		// The agent is pid 1: a task that could trace it could read what the
+		// agent holds for other processes.
+		{"ptrace the agent", perlSyscall(101, 16, 1, 0, 0)}, // PTRACE_ATTACH pid 1
+		{"read the agent's memory", []string{"perl", "-e", vmRead}},
+		{"load a BPF program", perlSyscall(321, 5, 0, 0)},                        // bpf(BPF_PROG_LOAD, NULL)
+		{"open a perf event", perlSyscall(298, 0, 0, 0xffffffff, 0xffffffff, 0)}, // perf_event_open
 	}
 	for _, a := range attempts {
 		r := f.Exec(t, a.argv...)
@@ -45,3 +56,25 @@ func testAbuse(t *testing.T, rt sandbox.Runtime, rootfs string) {
 	// The refusals changed nothing the sandbox's own processes rely on.
 	f.OK(t, "true")
 }
+
+// perlSyscall makes one raw system call and exits 0 if the kernel took it:
+// it succeeded, or failed for a reason other than being refused (EPERM,
+// EACCES, ENOSYS), such as EFAULT for the NULL arguments.
+func perlSyscall(nr int, args ...int) []string {
+	call := fmt.Sprintf("syscall(%d", nr)
+	for _, a := range args {
+		call += fmt.Sprintf(", %d", a)
+	}
+	return []string{"perl", "-e", `$r = ` + call + `); print "errno=", $!+0, "\n"; ` + refusedOrExit}
+}
+
+// refusedOrExit ends a perl probe: exit 1 if the last call was refused
+// (EPERM, EACCES, ENOSYS, or ENODEV for a kernel feature the sandbox
+// does not offer), else 0.
+const refusedOrExit = `exit($r == -1 && ($!{EPERM} || $!{EACCES} || $!{ENOSYS} || $!{ENODEV}) ? 1 : 0)`
+
+// vmRead reads one byte of pid 1's memory with process_vm_readv: EFAULT or
+// success means the kernel would have read the agent's memory.
+const vmRead = `my $buf = "\0"; my $local = pack("QQ", unpack("Q", pack("p", $buf)), 1);
+my $remote = pack("QQ", 0x400000, 1);
+$r = syscall(310, 1, $local, 1, $remote, 1, 0); print "errno=", $!+0, "\n"; ` + refusedOrExit
