@@ -75,7 +75,11 @@ func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, 
 	if err != nil {
 		return Image{}, err
 	}
-	key := img.Steps[0].Ref
+	base, err := r.BaseDigest(img.Steps[0].Ref)
+	if err != nil {
+		return Image{}, fmt.Errorf("%w: %w", ErrPreparation, err)
+	}
+	key := img.Steps[0].Ref + "@" + base
 	for i, s := range img.Steps[1:] {
 		if err := ctx.Err(); err != nil {
 			return Image{}, err

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -115,5 +116,57 @@ func TestPrepareErrors(t *testing.T) {
 	got, _ := r.Prepare(context.Background(), noNode, nil)
 	if _, err := got.FindNode(); !errors.Is(err, ErrPreparation) || !strings.Contains(err.Error(), "node") {
 		t.Errorf("FindNode() without node on PATH = %v", err)
+	}
+}
+
+func TestBaseDigestFollowsContent(t *testing.T) {
+	r := testResolver(t)
+	root := filepath.Join(r.BasesDir, "tiny", "rootfs")
+	d1, err := TreeDigest(root)
+	if err != nil || !strings.HasPrefix(d1, "sha256:") {
+		t.Fatalf("TreeDigest = %q, %v", d1, err)
+	}
+	// Timestamps do not count.
+	future := time.Now().Add(time.Hour)
+	os.Chtimes(filepath.Join(root, "etc/passwd"), future, future)
+	if d, _ := TreeDigest(root); d != d1 {
+		t.Errorf("digest changed with an mtime: %s → %s", d1, d)
+	}
+	// Content, modes and links do.
+	changes := []func(){
+		func() { os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0::/:/bin/sh\n"), 0o644) },
+		func() { os.Chmod(filepath.Join(root, "usr/bin/node"), 0o700) },
+		func() { os.Symlink("/usr/bin/node", filepath.Join(root, "usr/bin/nodejs")) },
+		func() { os.Mkdir(filepath.Join(root, "srv"), 0o755) },
+	}
+	seen := map[string]bool{d1: true}
+	for i, change := range changes {
+		change()
+		d, err := TreeDigest(root)
+		if err != nil || seen[d] {
+			t.Errorf("change %d: digest %s (%v) not new", i, d, err)
+		}
+		seen[d] = true
+	}
+	// BaseDigest caches the digest with the base, and image digests follow it.
+	bd, err := r.BaseDigest("helmr/tiny")
+	if want, _ := TreeDigest(root); err != nil || bd != want {
+		t.Errorf("BaseDigest = %q, %v; want %q", bd, err, want)
+	}
+	if _, err := os.Stat(filepath.Join(r.BasesDir, "tiny", digestFile)); err != nil {
+		t.Errorf("digest not cached: %v", err)
+	}
+	before, err := r.Prepare(context.Background(), img(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(r.BasesDir, "tiny", digestFile)) // as a rebuilt base has none
+	os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("rebuilt\n"), 0o644)
+	after, err := r.Prepare(context.Background(), img(), nil)
+	if err != nil || after.Digest == before.Digest {
+		t.Errorf("image digest %s did not change with the base's content (%v)", after.Digest, err)
+	}
+	if _, err := r.BaseDigest("registry.example/x"); err == nil {
+		t.Error("BaseDigest of a non-base succeeded")
 	}
 }

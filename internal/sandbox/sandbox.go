@@ -22,6 +22,14 @@ type Runtime interface {
 	Start(ctx context.Context, spec Spec) (Sandbox, error)
 }
 
+// GuestKernel is implemented by tiers whose sandboxes run on a kernel of
+// their own (gVisor's Sentry, a VM's kernel) rather than the host's.
+type GuestKernel interface {
+	// GuestKernelDigest identifies that kernel ("runsc@sha256:…"): a
+	// checkpoint restores only under the same one.
+	GuestKernelDigest() string
+}
+
 // Sandbox is a started sandbox with its guest agent.
 type Sandbox interface {
 	// Exec runs one process inside the sandbox and waits for it to exit.

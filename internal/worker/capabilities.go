@@ -1,16 +1,35 @@
 package worker
 
 import (
+	"log/slog"
 	"runtime"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/helmr/helmr/internal/images"
+	"github.com/helmr/helmr/internal/sandbox"
 	"github.com/helmr/helmr/internal/workers"
 )
 
 // withHostDefaults fills what c leaves unset from this machine: arch,
-// kernel, vCPUs, memory, the runtime's tier and the worker's slots.
-func withHostDefaults(c workers.Capabilities, tier string, slots int) workers.Capabilities {
+// kernel, vCPUs, memory, the runtime's tier, the worker's slots, and the
+// digests of the guest kernel (tiers that have one) and of the built-in
+// base root filesystems.
+func withHostDefaults(c workers.Capabilities, rt sandbox.Runtime, res *images.Resolver, slots int, log *slog.Logger) workers.Capabilities {
+	tier := rt.Name()
+	if c.Digests == nil {
+		if gk, ok := rt.(sandbox.GuestKernel); ok {
+			c.Digests = append(c.Digests, "kernel:"+gk.GuestKernelDigest())
+		}
+		for _, ref := range res.Bases() {
+			d, err := res.BaseDigest(ref)
+			if err != nil {
+				log.Warn("base image digest", "base", ref, "err", err)
+				continue
+			}
+			c.Digests = append(c.Digests, "rootfs:"+ref+"@"+d)
+		}
+	}
 	if c.Arch == "" {
 		c.Arch = runtime.GOARCH
 	}

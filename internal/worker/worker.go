@@ -102,7 +102,7 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	cfg.Capabilities = withHostDefaults(cfg.Capabilities, cfg.Runtime.Name(), cfg.Slots)
+	cfg.Capabilities = withHostDefaults(cfg.Capabilities, cfg.Runtime, cfg.Images, cfg.Slots, cfg.Logger)
 	if cfg.Warm < 0 {
 		return nil, errors.New("worker: Warm must not be negative")
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -271,5 +272,29 @@ func TestWarmEviction(t *testing.T) {
 	defer rt.mu.Unlock()
 	if rt.starts != rt.destroys || rt.starts < 6 {
 		t.Errorf("sandboxes started %d, destroyed %d; want every one destroyed once", rt.starts, rt.destroys)
+	}
+}
+
+// kernelRuntime is a fakeRuntime whose sandboxes have a guest kernel.
+type kernelRuntime struct{ *fakeRuntime }
+
+func (kernelRuntime) GuestKernelDigest() string { return "runsc@sha256:abc" }
+
+func TestCapabilitiesDigests(t *testing.T) {
+	w := newTestWorker(t, &fakeRuntime{}, &fakeControl{})
+	base, err := w.cfg.Images.BaseDigest("helmr/base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := w.cfg.Capabilities.Digests, []string{"rootfs:helmr/base@" + base}; !slices.Equal(got, want) {
+		t.Errorf("digests = %q, want %q", got, want)
+	}
+	kw, err := New(Config{ID: "w2", DataDir: t.TempDir(), Runtime: kernelRuntime{&fakeRuntime{}}, Control: &fakeControl{},
+		Adapter: []byte("//"), Images: w.cfg.Images})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := kw.cfg.Capabilities.Digests, []string{"kernel:runsc@sha256:abc", "rootfs:helmr/base@" + base}; !slices.Equal(got, want) {
+		t.Errorf("digests = %q, want %q", got, want)
 	}
 }

@@ -18,7 +18,7 @@ type Capabilities struct {
 	CPUs        float64  `json:"cpus"`              // vCPUs a single sandbox may use
 	MemoryBytes int64    `json:"memoryBytes"`       // memory a single sandbox may use
 	Slots       int      `json:"slots"`             // runs executed at once
-	Digests     []string `json:"digests,omitempty"` // kernel/rootfs digests (microVM tier)
+	Digests     []string `json:"digests,omitempty"` // "kernel:…" (tiers with a guest kernel), "rootfs:BASE@sha256:…"
 }
 
 // Worker is a worker as the control plane last saw it.

@@ -53,6 +53,8 @@ package gvisor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -164,11 +166,15 @@ func (c *Config) Validate() error {
 
 // Runtime starts gVisor sandboxes.
 type Runtime struct {
-	cfg Config
-	log *slog.Logger
+	cfg    Config
+	log    *slog.Logger
+	kernel string // digest of the runsc binary: the sandboxes' kernel
 }
 
-var _ sandbox.Runtime = (*Runtime)(nil)
+var (
+	_ sandbox.Runtime     = (*Runtime)(nil)
+	_ sandbox.GuestKernel = (*Runtime)(nil)
+)
 
 // New returns a Runtime. It creates StateDir and deletes the sandboxes a
 // previous worker with the same StateDir left behind.
@@ -182,9 +188,30 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("gvisor tier: state dir: %w", err)
 		}
 	}
-	r := &Runtime{cfg: cfg, log: cfg.Logger}
+	kernel, err := fileDigest(cfg.RunscPath)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor tier: runsc: %w", err)
+	}
+	r := &Runtime{cfg: cfg, log: cfg.Logger, kernel: "runsc@" + kernel}
 	r.sweep(ctx)
 	return r, nil
+}
+
+// GuestKernelDigest implements sandbox.GuestKernel: the Sentry is runsc's
+// own code, so the binary's digest identifies the kernel.
+func (r *Runtime) GuestKernelDigest() string { return r.kernel }
+
+func fileDigest(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func (c *Config) runscRoot() string { return filepath.Join(c.StateDir, "runsc") }
