@@ -57,7 +57,7 @@ func (a *App) Main(ctx context.Context, args []string) int {
 		a.usage(a.Stdout)
 		return 0
 	}
-	cfg, err := config.Default().FromEnv(a.Getenv)
+	cfg, err := config.Load(a.Getenv)
 	if err != nil {
 		fmt.Fprintln(a.Stderr, "helmr:", err)
 		return 2

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/helmr/helmr/internal/sandbox/network"
@@ -96,6 +97,67 @@ func (c Config) FromEnv(getenv func(string) string) (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// DefaultFile is the operator's config file read when HELMR_CONFIG is not
+// set (and skipped if it does not exist).
+const DefaultFile = "/etc/helmr/helmr.conf"
+
+// FromFile applies an operator's config file over c: one HELMR_NAME=value
+// per line with the environment variables' names and syntax ('#' starts a
+// comment line; the value may be quoted). Precedence: defaults, the file,
+// the environment, flags. An unknown name is an error naming its line.
+func (c Config) FromFile(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("config file: %w", err)
+	}
+	vals, lines := map[string]string{}, map[string]int{}
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if !ok || !strings.HasPrefix(k, "HELMR_") {
+			return c, fmt.Errorf("config file %s:%d: want HELMR_NAME=value, got %q", path, i+1, line)
+		}
+		if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
+			v = v[1 : len(v)-1]
+		}
+		vals[k], lines[k] = v, i+1
+	}
+	asked := map[string]bool{}
+	out, err := c.FromEnv(func(k string) string { asked[k] = true; return vals[k] })
+	if err != nil {
+		return c, fmt.Errorf("config file %s: %w", path, err)
+	}
+	for k := range vals {
+		if !asked[k] && k != "HELMR_CONFIG" {
+			return c, fmt.Errorf("config file %s:%d: unknown setting %s", path, lines[k], k)
+		}
+	}
+	return out, nil
+}
+
+// Load is the settings the binary starts with: defaults, then the config
+// file (HELMR_CONFIG, else DefaultFile if present), then the environment.
+func Load(getenv func(string) string) (Config, error) {
+	c := Default()
+	path := getenv("HELMR_CONFIG")
+	if path == "" {
+		if _, err := os.Stat(DefaultFile); err == nil {
+			path = DefaultFile
+		}
+	}
+	if path != "" {
+		var err error
+		if c, err = c.FromFile(path); err != nil {
+			return c, err
+		}
+	}
+	return c.FromEnv(getenv)
 }
 
 // Validate checks the settings a server or worker needs.

@@ -59,3 +59,39 @@ func TestProfileIsPrivate(t *testing.T) {
 		t.Errorf("LoadProfile() = %+v, %v", got, err)
 	}
 }
+
+func TestConfigFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "helmr.conf")
+	os.WriteFile(path, []byte("# operator settings\nHELMR_RUNTIME=process\nHELMR_EGRESS = \"allow:10.0.0.0/8,example.com\"\nHELMR_SLOTS=7\n\nHELMR_WARM='2'\n"), 0o644)
+	env := map[string]string{"HELMR_CONFIG": path, "HELMR_SLOTS": "9"}
+	c, err := Load(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The file sets what the environment leaves alone; the environment wins.
+	if c.Runtime != "process" || c.Egress != "allow:10.0.0.0/8,example.com" || c.Warm != 2 || c.Slots != 9 {
+		t.Errorf("Load() = runtime %q egress %q warm %d slots %d", c.Runtime, c.Egress, c.Warm, c.Slots)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("Validate() = %v", err)
+	}
+	for content, want := range map[string]string{
+		"HELMR_RUNTIME=gvisor\nHELMR_RUNTME=process\n": "helmr.conf:2: unknown setting HELMR_RUNTME",
+		"runtime: gvisor\n":                            "helmr.conf:1: want HELMR_NAME=value",
+		"HELMR_WARM=lots\n":                            "HELMR_WARM=\"lots\": not a number",
+	} {
+		os.WriteFile(path, []byte(content), 0o644)
+		if _, err := Load(func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Load(%q) = %v, want an error containing %q", content, err, want)
+		}
+	}
+	env["HELMR_CONFIG"] = filepath.Join(t.TempDir(), "missing.conf")
+	if _, err := Load(func(k string) string { return env[k] }); err == nil {
+		t.Error("a missing HELMR_CONFIG file was ignored")
+	}
+	bad := Default()
+	bad.Egress = "allow:"
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "egress policy") {
+		t.Errorf("Validate(egress allow:) = %v", err)
+	}
+}
