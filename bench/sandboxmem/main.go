@@ -1,10 +1,16 @@
 // Command sandboxmem measures the host memory Helmr adds per running
-// sandbox on the process tier: the resident memory of each sandbox's guest
-// agent plus the growth of the helmr dev process (control plane and
-// worker) per sandbox, with N runs holding their sandboxes at once. As the
-// baseline measured in the same run it prints the resident memory of the
-// task's own node process, and the ratio. Target: at most 10 MiB per
-// sandbox. Run as root after scripts/setup.sh: go run ./bench/sandboxmem
+// sandbox, with N runs holding their sandboxes at once, on each tier:
+//
+//   - process: the resident memory of each sandbox's guest agent plus the
+//     growth of the helmr dev process (control plane, worker, the sandbox's
+//     user-space network) per sandbox; baseline: the task's own node.
+//   - gvisor: the growth of helmr dev per sandbox plus how much more memory
+//     a Helmr sandbox's host cgroup holds (Sentry, gofer, agent, adapter and
+//     task) than a bare `runsc run` of the same root filesystem running the
+//     same node program; baseline: that bare sandbox.
+//
+// Target: at most 10 MiB per sandbox. Run as root after scripts/setup.sh:
+// go run ./bench/sandboxmem [-tier process|gvisor|all]
 package main
 
 import (
@@ -26,14 +32,20 @@ import (
 
 func main() {
 	n := flag.Int("n", 6, "sandboxes held at once")
+	tier := flag.String("tier", "all", "process, gvisor or all")
 	flag.Parse()
-	if err := run(*n); err != nil {
-		fmt.Fprintln(os.Stderr, "sandboxmem:", err)
-		os.Exit(1)
+	for _, t := range []string{"process", "gvisor"} {
+		if *tier != "all" && *tier != t {
+			continue
+		}
+		if err := run(t, *n); err != nil {
+			fmt.Fprintln(os.Stderr, "sandboxmem:", t+":", err)
+			os.Exit(1)
+		}
 	}
 }
 
-func run(n int) error {
+func run(tier string, n int) error {
 	root := testenv.RepoRoot()
 	bin, err := testenv.BuildBinaries()
 	if err != nil {
@@ -46,7 +58,7 @@ func run(n int) error {
 	}
 	defer os.RemoveAll(tmp)
 	env := append(os.Environ(), "HELMR_DATA_DIR="+filepath.Join(tmp, "data"), "HELMR_PROFILE="+filepath.Join(tmp, "p.json"),
-		"HELMR_ADDR=127.0.0.1:0", "HELMR_PROJECT=", "HELMR_RUNTIME=process", "HELMR_WARM=0", fmt.Sprintf("HELMR_SLOTS=%d", n))
+		"HELMR_ADDR=127.0.0.1:0", "HELMR_PROJECT=", "HELMR_RUNTIME="+tier, "HELMR_WARM=0", fmt.Sprintf("HELMR_SLOTS=%d", n))
 	dev, err := testenv.StartDev(bin, env)
 	if err != nil {
 		return err
@@ -71,6 +83,14 @@ func run(n int) error {
 	ids, err := startHolds(ctx, c, n, 20000)
 	if err != nil {
 		return err
+	}
+	if tier == "gvisor" {
+		defer func() {
+			for _, id := range ids {
+				_, _ = c.CancelRun(ctx, id)
+			}
+		}()
+		return gvisorShare(ctx, c, dev.Cmd.Process.Pid, before, ids)
 	}
 	agents, nodes := sandboxRSS(dev.Cmd.Process.Pid)
 	during, err := rss(dev.Cmd.Process.Pid)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/network"
 	"github.com/helmr/helmr/internal/testenv"
 )
 
@@ -68,12 +69,20 @@ func BenchmarkBareRunsc(b *testing.B) {
 	b.ReportMetric(median(times), "median-ms")
 }
 
-func BenchmarkStartExec(b *testing.B) {
+func BenchmarkStartExec(b *testing.B) { benchStartExec(b, nil) }
+
+// BenchmarkStartExecNetwork is BenchmarkStartExec with the default egress
+// policy's interface (the user-space network and runsc's --network=sandbox).
+func BenchmarkStartExecNetwork(b *testing.B) {
+	benchStartExec(b, &network.Config{Policy: network.Policy{Mode: network.Open}})
+}
+
+func benchStartExec(b *testing.B, nc *network.Config) {
 	rt := newRuntime(b)
 	rootfs := testenv.BaseRootfs(b)
 	var times, starts, destroys []time.Duration
 	for b.Loop() {
-		spec := sandbox.Spec{ID: "bench-" + randomID(b), RootLayers: []string{rootfs}, WorkspaceHost: b.TempDir(), UID: 1000, GID: 1000}
+		spec := sandbox.Spec{ID: "bench-" + randomID(b), RootLayers: []string{rootfs}, WorkspaceHost: b.TempDir(), UID: 1000, GID: 1000, Network: nc}
 		began := time.Now()
 		var first time.Duration
 		sb, err := rt.Start(context.Background(), spec)
