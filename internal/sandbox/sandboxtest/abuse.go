@@ -3,10 +3,14 @@ package sandboxtest
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
 	"strings"
 	"testing"
 
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/disk"
 )
 
 // testAbuse runs, as the sandbox's root (the strongest user a task can
@@ -78,3 +82,47 @@ const refusedOrExit = `exit($r == -1 && ($!{EPERM} || $!{EACCES} || $!{ENOSYS} |
 const vmRead = `my $buf = "\0"; my $local = pack("QQ", unpack("Q", pack("p", $buf)), 1);
 my $remote = pack("QQ", 0x400000, 1);
 $r = syscall(310, 1, $local, 1, $remote, 1, 0); print "errno=", $!+0, "\n"; ` + refusedOrExit
+
+// testWorkspaceQuota: a task that writes past its workspace's quota (the
+// workspace on a disk of its own, as the worker gives it) gets ENOSPC,
+// the host holds no more than the quota for it, and the sandbox goes on.
+func testWorkspaceQuota(t *testing.T, rt sandbox.Runtime, rootfs string) {
+	const quota = 32 << 20
+	tmp := t.TempDir()
+	ws := filepath.Join(tmp, "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, err := disk.Create(filepath.Join(tmp, "ws.img"), ws, quota, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := start(t, rt, rootfs, func(s *sandbox.Spec) { s.WorkspaceHost = ws })
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	got := f.Node(t, `const fs = require('fs');
+const chunk = Buffer.alloc(1 << 20, 120);
+let written = 0, code = 'none';
+const fd = fs.openSync('/workspace/fill', 'w');
+try {
+  for (let i = 0; i < 128; i++) { written += fs.writeSync(fd, chunk); }
+  fs.fsyncSync(fd);
+} catch (e) { code = e.code; }
+try { fs.closeSync(fd); } catch (e) { if (code === 'none') code = e.code; }
+fs.writeFileSync('/tmp/still-writable', 'yes');
+console.log(code, written <= `+strconv.Itoa(quota)+`, fs.readFileSync('/tmp/still-writable', 'utf8'));`)
+	if got != "ENOSPC true yes\n" {
+		t.Errorf("filling a %d MiB workspace: %q, want ENOSPC within the quota, /tmp still writable", quota>>20, got)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(d.Image, &st); err != nil || st.Blocks*512 > quota {
+		t.Errorf("the workspace image holds %d bytes on the host (%v), over the %d-byte quota", st.Blocks*512, err, quota)
+	}
+	if !d.Full() {
+		t.Error("the disk is not full after the sandbox filled it")
+	}
+	f.OK(t, "true")
+}

@@ -56,6 +56,7 @@ func RunWithOptions(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime,
 	t.Run("PidsLimit", func(t *testing.T) { testPidsLimit(t, newRuntime(t), rootfs, opts) })
 	t.Run("Destroy", func(t *testing.T) { testDestroy(t, newRuntime(t), rootfs) })
 	t.Run("Abuse", func(t *testing.T) { testAbuse(t, newRuntime(t), rootfs) })
+	t.Run("WorkspaceQuota", func(t *testing.T) { testWorkspaceQuota(t, newRuntime(t), rootfs) })
 	t.Run("Egress", func(t *testing.T) { testEgress(t, newRuntime, rootfs) })
 }
 

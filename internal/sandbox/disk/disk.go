@@ -1,0 +1,168 @@
+// Package disk gives a workspace a hard size limit: its own ext4
+// filesystem in a sparse image file, loop-mounted on the host where the
+// sandbox tiers bind-mount the workspace from. A sandbox that fills it gets
+// ENOSPC; the host's filesystem and every other workspace are untouched.
+//
+// Project quotas on a shared filesystem would avoid the loop device, but
+// they need a kernel built with quota support (CONFIG_QUOTA, or XFS quota),
+// which not every host has; a filesystem per workspace needs only loop
+// devices and ext4. The image is also one file to move or snapshot.
+package disk
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// MinSize is the smallest workspace disk (ext4's metadata needs room).
+const MinSize = 8 << 20
+
+// Disk is a mounted workspace filesystem.
+type Disk struct {
+	Image string // the image file
+	Dir   string // where it is mounted
+	Size  int64
+}
+
+// Create makes a sparse ext4 image of size bytes at img (which must not
+// exist), owned at its root by uid:gid, and mounts it at dir (an existing
+// empty directory) with nodev and nosuid. The mount holds the only
+// reference to its loop device, which is released when it is unmounted.
+func Create(img, dir string, size int64, uid, gid int) (_ *Disk, err error) {
+	if size < MinSize {
+		return nil, fmt.Errorf("workspace disk: %d bytes is below the minimum of %d", size, MinSize)
+	}
+	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("workspace disk: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.Remove(img)
+		}
+	}()
+	err = f.Truncate(size)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("workspace disk: size the image: %w", err)
+	}
+	// No reserved blocks (the quota is the user's); inode tables and the
+	// journal initialized lazily and never zeroed in the background
+	// (noinit_itable), so the image stays sparse. Small disks go without
+	// a journal, which would take a large share of them.
+	args := []string{"-q", "-F", "-m", "0",
+		"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=" + strconv.Itoa(uid) + ":" + strconv.Itoa(gid)}
+	if size < 256<<20 {
+		args = append(args, "-O", "^has_journal")
+	}
+	out, err := exec.Command("mkfs.ext4", append(args, img)...).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("workspace disk: mkfs.ext4: %v: %s", err, out)
+	}
+	d := &Disk{Image: img, Dir: dir, Size: size}
+	if err := d.mount(); err != nil {
+		return nil, err
+	}
+	// lost+found would show in the workspace; e2fsck recreates it if needed.
+	if err := os.Remove(filepath.Join(dir, "lost+found")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		d.Close()
+		return nil, fmt.Errorf("workspace disk: %w", err)
+	}
+	return d, nil
+}
+
+// mount attaches the image to a free loop device (autoclear) and mounts it.
+func (d *Disk) mount() error {
+	img, err := os.OpenFile(d.Image, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("workspace disk: %w", err)
+	}
+	defer img.Close()
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("workspace disk: %w", err)
+	}
+	defer ctl.Close()
+	for attempt := 0; ; attempt++ {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return fmt.Errorf("workspace disk: find a free loop device: %w", err)
+		}
+		dev := "/dev/loop" + strconv.Itoa(n)
+		loop, err := openLoop(dev)
+		if err != nil {
+			return fmt.Errorf("workspace disk: %w", err)
+		}
+		cfg := &unix.LoopConfig{Fd: uint32(img.Fd())}
+		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		copy(cfg.Info.File_name[:], d.Image)
+		err = unix.IoctlLoopConfigure(int(loop.Fd()), cfg)
+		if errors.Is(err, unix.EBUSY) && attempt < 16 {
+			loop.Close() // another process took it first
+			continue
+		}
+		if err != nil {
+			loop.Close()
+			return fmt.Errorf("workspace disk: attach %s: %w", dev, err)
+		}
+		err = unix.Mount(dev, d.Dir, "ext4", unix.MS_NODEV|unix.MS_NOSUID, "noinit_itable")
+		loop.Close() // the mount (if any) now holds the device; autoclear frees it with the mount
+		if err != nil {
+			return fmt.Errorf("workspace disk: mount %s at %s: %w", dev, d.Dir, err)
+		}
+		return nil
+	}
+}
+
+// openLoop opens a loop device, waiting briefly for its node to appear
+// (LOOP_CTL_GET_FREE may have just created the device).
+func openLoop(dev string) (*os.File, error) {
+	for i := 0; ; i++ {
+		f, err := os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)
+		if err == nil || !errors.Is(err, os.ErrNotExist) || i == 50 {
+			return f, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Free is how many bytes the workspace can still take.
+func (d *Disk) Free() (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(d.Dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * st.Bsize, nil
+}
+
+// Full reports whether the workspace has (almost) no room left: no more
+// than ext4 keeps back for its own metadata at ENOSPC (2% of the disk, at
+// most 4096 blocks) plus 1 MiB.
+func (d *Disk) Full() bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(d.Dir, &st); err != nil {
+		return false
+	}
+	held := min(d.Size/50, 4096*st.Bsize)
+	return int64(st.Bavail)*st.Bsize <= held+1<<20
+}
+
+// Close unmounts the disk (its loop device goes with it); the image file
+// stays. Safe to call more than once.
+func (d *Disk) Close() error {
+	err := unix.Unmount(d.Dir, 0)
+	if errors.Is(err, unix.EBUSY) {
+		err = unix.Unmount(d.Dir, unix.MNT_DETACH)
+	}
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("workspace disk: unmount %s: %w", d.Dir, err)
+	}
+	return nil
+}

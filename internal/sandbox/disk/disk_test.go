@@ -1,0 +1,98 @@
+package disk
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/helmr/helmr/internal/testenv"
+)
+
+func TestDiskLimitsWrites(t *testing.T) {
+	testenv.RequireRoot(t)
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "ws")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const size = 16 << 20
+	d, err := Create(filepath.Join(tmp, "ws.img"), dir, size, 1234, 1234)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	ents, _ := os.ReadDir(dir)
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil || st.Uid != 1234 || st.Gid != 1234 || len(ents) != 0 {
+		t.Errorf("fresh disk root: uid %d gid %d, entries %v (%v); want 1234:1234 and empty", st.Uid, st.Gid, ents, err)
+	}
+	if d.Full() {
+		free, _ := d.Free()
+		t.Errorf("a fresh disk is Full() with %d bytes free", free)
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if !strings.Contains(string(mounts), dir+" ") || !strings.Contains(string(mounts), "nosuid,nodev") && !strings.Contains(string(mounts), "nodev") {
+		t.Errorf("%s is not mounted nodev,nosuid", dir)
+	}
+
+	// Fill it: writes stop with ENOSPC within the size.
+	f, err := os.Create(filepath.Join(dir, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := bytes.Repeat([]byte("x"), 1<<20)
+	var written int64
+	for written < 4*size {
+		n, err := f.Write(chunk)
+		written += int64(n)
+		if err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("write error %v, want ENOSPC", err)
+			}
+			break
+		}
+	}
+	f.Close()
+	if written >= size || written < size/2 {
+		t.Errorf("wrote %d bytes into a %d-byte disk", written, size)
+	}
+	if !d.Full() {
+		free, _ := d.Free()
+		t.Errorf("Full() = false with %d bytes free", free)
+	}
+	// The image holds at most its size on the host.
+	var ist syscall.Stat_t
+	if err := syscall.Stat(d.Image, &ist); err != nil || ist.Blocks*512 > size {
+		t.Errorf("image allocates %d bytes (%v), over its size %d", ist.Blocks*512, err, size)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Errorf("second Close() = %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("after Close the mountpoint shows %v", ents)
+	}
+	// The loop device went with the mount.
+	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, l := range loops {
+		if b, _ := os.ReadFile(l); strings.TrimSpace(string(b)) == d.Image {
+			t.Errorf("%s still backs a loop device after Close", d.Image)
+		}
+	}
+	// Its contents persist in the image: mounting it again shows the file.
+	if err := d.mount(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "big")); err != nil || fi.Size() != written {
+		t.Errorf("remounted: big = %v, %v; want %d bytes", fi, err, written)
+	}
+	if _, err := Create(filepath.Join(tmp, "tiny.img"), t.TempDir(), 1<<20, 0, 0); err == nil {
+		t.Error("a 1 MiB disk was created")
+	}
+}
