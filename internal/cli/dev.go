@@ -140,13 +140,17 @@ func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane,
 	if err != nil {
 		return nil, err
 	}
+	quota, err := cfg.WorkspaceQuotaBytes()
+	if err != nil {
+		return nil, err
+	}
 	adapter, err := tsbundle.Adapter()
 	if err != nil {
 		return nil, fmt.Errorf("bundle the guest adapter: %w", err)
 	}
 	return worker.New(worker.Config{
 		ID: workerID(), DataDir: cfg.DataDir, Slots: cfg.Slots, Warm: cfg.Warm, Heartbeat: cfg.Heartbeat,
-		Runtime: rt, Control: control, Logger: log, Network: nc,
+		Runtime: rt, Control: control, Logger: log, Network: nc, WorkspaceQuota: quota,
 		Adapter: adapter,
 		Images: &images.Resolver{
 			BasesDir:  filepath.Join(cfg.CacheDir, "bases"),

@@ -14,28 +14,31 @@ import (
 	"strings"
 	"time"
 
+	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/sandbox/disk"
 	"github.com/helmr/helmr/internal/sandbox/network"
 )
 
 // Config is every setting of the helmr binary.
 type Config struct {
 	// Control plane and worker.
-	Addr        string        // listen address of dev/server
-	DataDir     string        // embedded store, blobs, workspaces ($HELMR_DATA_DIR)
-	DatabaseURL string        // PostgreSQL; empty means SQLite under DataDir
-	CacheDir    string        // built-in base images and layers ($HELMR_CACHE_DIR)
-	WorkerToken string        // shared secret of remote workers
-	AgentPath   string        // static helmr-agent binary
-	RunscPath   string        // gVisor's runsc; default: $CacheDir/bin/runsc (scripts/install-runsc.sh)
-	SandboxDir  string        // per-sandbox scratch state; every parent must be searchable by others
-	Runtime     string        // isolation tier: auto, gvisor or process
-	Egress      string        // sandbox egress policy: open, none or allow:LIST (network.ParsePolicy)
-	DNSUpstream string        // resolvers sandboxes' DNS goes to: IP[:port],...; empty: the host's resolv.conf
-	Slots       int           // runs a worker executes at once
-	Warm        int           // sandboxes kept booted ahead of runs (per image and resources)
-	WorkerTTL   time.Duration // a worker silent this long loses its started runs
-	Heartbeat   time.Duration // how often a worker reports it is alive
-	Node        string        // host node used by deploy
+	Addr           string        // listen address of dev/server
+	DataDir        string        // embedded store, blobs, workspaces ($HELMR_DATA_DIR)
+	DatabaseURL    string        // PostgreSQL; empty means SQLite under DataDir
+	CacheDir       string        // built-in base images and layers ($HELMR_CACHE_DIR)
+	WorkerToken    string        // shared secret of remote workers
+	AgentPath      string        // static helmr-agent binary
+	RunscPath      string        // gVisor's runsc; default: $CacheDir/bin/runsc (scripts/install-runsc.sh)
+	SandboxDir     string        // per-sandbox scratch state; every parent must be searchable by others
+	Runtime        string        // isolation tier: auto, gvisor or process
+	Egress         string        // sandbox egress policy: open, none or allow:LIST (network.ParsePolicy)
+	WorkspaceQuota string        // size limit of each run's workspace (10Gi); 0: none
+	DNSUpstream    string        // resolvers sandboxes' DNS goes to: IP[:port],...; empty: the host's resolv.conf
+	Slots          int           // runs a worker executes at once
+	Warm           int           // sandboxes kept booted ahead of runs (per image and resources)
+	WorkerTTL      time.Duration // a worker silent this long loses its started runs
+	Heartbeat      time.Duration // how often a worker reports it is alive
+	Node           string        // host node used by deploy
 
 	// CLI.
 	URL     string // control plane URL
@@ -48,20 +51,21 @@ type Config struct {
 func Default() Config {
 	home, _ := os.UserHomeDir()
 	return Config{
-		Addr:       "127.0.0.1:8480",
-		DataDir:    ".helmr",
-		CacheDir:   filepath.Join(home, ".cache", "helmr"),
-		Runtime:    "auto",
-		Egress:     "open",
-		SandboxDir: "/run/helmr/sandboxes",
-		Slots:      4,
-		Warm:       1,
-		WorkerTTL:  time.Minute,
-		Heartbeat:  10 * time.Second,
-		Node:       "node",
-		URL:        "http://127.0.0.1:8480",
-		Env:        "dev",
-		Profile:    filepath.Join(home, ".config", "helmr", "profile.json"),
+		Addr:           "127.0.0.1:8480",
+		DataDir:        ".helmr",
+		CacheDir:       filepath.Join(home, ".cache", "helmr"),
+		Runtime:        "auto",
+		Egress:         "open",
+		WorkspaceQuota: "10Gi",
+		SandboxDir:     "/run/helmr/sandboxes",
+		Slots:          4,
+		Warm:           1,
+		WorkerTTL:      time.Minute,
+		Heartbeat:      10 * time.Second,
+		Node:           "node",
+		URL:            "http://127.0.0.1:8480",
+		Env:            "dev",
+		Profile:        filepath.Join(home, ".config", "helmr", "profile.json"),
 	}
 }
 
@@ -70,7 +74,7 @@ func (c Config) FromEnv(getenv func(string) string) (Config, error) {
 	str := map[string]*string{
 		"HELMR_ADDR": &c.Addr, "HELMR_DATA_DIR": &c.DataDir, "HELMR_DATABASE_URL": &c.DatabaseURL,
 		"HELMR_CACHE_DIR": &c.CacheDir, "HELMR_WORKER_TOKEN": &c.WorkerToken, "HELMR_AGENT_PATH": &c.AgentPath, "HELMR_RUNSC": &c.RunscPath, "HELMR_SANDBOX_DIR": &c.SandboxDir,
-		"HELMR_RUNTIME": &c.Runtime, "HELMR_EGRESS": &c.Egress, "HELMR_DNS_UPSTREAM": &c.DNSUpstream, "HELMR_NODE": &c.Node, "HELMR_URL": &c.URL,
+		"HELMR_RUNTIME": &c.Runtime, "HELMR_EGRESS": &c.Egress, "HELMR_WORKSPACE_QUOTA": &c.WorkspaceQuota, "HELMR_DNS_UPSTREAM": &c.DNSUpstream, "HELMR_NODE": &c.Node, "HELMR_URL": &c.URL,
 		"HELMR_PROJECT": &c.Project, "HELMR_ENV": &c.Env, "HELMR_PROFILE": &c.Profile,
 	}
 	for k, p := range str {
@@ -186,10 +190,29 @@ func (c Config) Validate() error {
 	if _, err := network.ParseUpstreams(c.DNSUpstream); err != nil {
 		errs = append(errs, err)
 	}
+	if _, err := c.WorkspaceQuotaBytes(); err != nil {
+		errs = append(errs, err)
+	}
 	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
 		errs = append(errs, fmt.Errorf("control plane URL %q must be http(s)", c.URL))
 	}
 	return errors.Join(errs...)
+}
+
+// WorkspaceQuotaBytes parses WorkspaceQuota: 0 (none) or at least
+// disk.MinSize.
+func (c Config) WorkspaceQuotaBytes() (int64, error) {
+	if c.WorkspaceQuota == "0" || c.WorkspaceQuota == "" {
+		return 0, nil
+	}
+	n, err := deployments.ParseMemory(c.WorkspaceQuota)
+	if err != nil {
+		return 0, fmt.Errorf("workspace quota: %s", strings.Replace(err.Error(), "memory ", "", 1))
+	}
+	if n < disk.MinSize {
+		return 0, fmt.Errorf("workspace quota %s is below the minimum of %dMi (0 turns the quota off)", c.WorkspaceQuota, disk.MinSize>>20)
+	}
+	return n, nil
 }
 
 // Profile is what the CLI remembers between commands.

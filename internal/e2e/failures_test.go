@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +24,7 @@ const failing = "internal/e2e/testdata/failing"
 func TestRunFailures(t *testing.T) { forEachTier(t, testRunFailures) }
 
 func testRunFailures(t *testing.T, tier string) {
-	d := startDev(t, tier)
+	d := startDev(t, tier, "HELMR_WORKSPACE_QUOTA=16Mi")
 	d.deploy(failing)
 
 	t.Run("thrown error", func(t *testing.T) {
@@ -85,6 +86,24 @@ func testRunFailures(t *testing.T, tier string) {
 			assertNoSandboxProcesses(t, d.sandboxID(r.ID), 5*time.Second)
 		})
 	}
+	t.Run("workspace quota", func(t *testing.T) {
+		r := d.waitDone(d.trigger("failing", "fill", "null").ID, 2*time.Minute)
+		if r.Status != runs.StatusFailed || r.Error == nil || r.Error.Class != runs.ClassTaskProcess || !strings.Contains(r.Error.Message, "ENOSPC") {
+			t.Fatalf("run = %s %+v, want FAILED/task_process on ENOSPC", r.Status, r.Error)
+		}
+		if !hasSystemEvent(d.events(r.ID), "the workspace reached its quota of 16Mi") {
+			t.Errorf("no event says the workspace reached its quota")
+		}
+		var st syscall.Stat_t
+		img := filepath.Join(d.dataDir, "workspaces", r.ID+".img")
+		if err := syscall.Stat(img, &st); err != nil || st.Blocks*512 > 16<<20 {
+			t.Errorf("workspace image %s: %d bytes on the host (%v), want at most the 16 MiB quota", img, st.Blocks*512, err)
+		}
+		// The worker goes on: the next run completes.
+		if next := d.waitDone(d.trigger("failing", "probe", `{"hostPid":1,"port":1}`).ID, time.Minute); next.Status != runs.StatusCompleted {
+			t.Errorf("run after the full workspace = %s %+v", next.Status, next.Error)
+		}
+	})
 	t.Run("no worker fits", func(t *testing.T) {
 		r := d.trigger("failing", "oversized", "null")
 		evs := d.events(r.ID)
@@ -184,7 +203,7 @@ func testSandboxIsolation(t *testing.T, tier string) {
 			t.Errorf("%s: probe reported %s", c.name, r.Output)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(d.dataDir, "workspaces", r.ID, "probe.txt")); err != nil {
+	if _, err := workspaceFile(t, d.dataDir, r.ID, "probe.txt"); err != nil {
 		t.Errorf("the workspace write did not reach the host: %v", err)
 	}
 }

@@ -17,7 +17,9 @@ import (
 
 	"github.com/helmr/helmr/internal/client"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/sandbox/disk"
 	"github.com/helmr/helmr/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // dev is a running `helmr dev` and the environment its CLI calls share.
@@ -240,4 +242,49 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+// workspaceFile reads a file of a finished run's workspace on a worker
+// with data dir dataDir: from its disk image (mounted read-only for the
+// read) under a workspace quota, else from its directory.
+func workspaceFile(t *testing.T, dataDir, runID, name string) ([]byte, error) {
+	t.Helper()
+	base := filepath.Join(dataDir, "workspaces", runID)
+	if _, err := os.Stat(base + ".img"); err != nil {
+		return os.ReadFile(filepath.Join(base, name))
+	}
+	dir := t.TempDir()
+	d, err := disk.Mount(base+".img", dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := d.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	return os.ReadFile(filepath.Join(dir, name))
+}
+
+// mountsUnder lists the mount points below dir.
+func mountsUnder(dir string) []string {
+	data, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+// unmountUnder detaches whatever a killed helmr process left mounted below
+// dir before the test's temporary directories are removed.
+func unmountUnder(t *testing.T, dir string) {
+	t.Cleanup(func() {
+		for _, m := range mountsUnder(dir) {
+			_ = unix.Unmount(m, unix.MNT_DETACH)
+		}
+	})
 }

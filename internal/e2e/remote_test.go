@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,12 +26,12 @@ func TestRemoteWorker(t *testing.T) {
 	tmp := t.TempDir()
 	base := append(os.Environ(), "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
 		"HELMR_WORKER_TOKEN=test-worker-token", "HELMR_PROJECT=")
-	server := start(t, bin, append(base, "HELMR_DATA_DIR="+filepath.Join(tmp, "cp"), "HELMR_ADDR=127.0.0.1:0"),
+	server := start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "cp"), "HELMR_ADDR=127.0.0.1:0"),
 		"Helmr control plane at ", "server")
-	start(t, bin, append(base, "HELMR_DATA_DIR="+filepath.Join(tmp, "worker")),
+	start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "worker")),
 		"Helmr worker leasing runs from ", "worker", "--control-url", server)
 
-	d := &dev{t: t, bin: bin, env: append(base, "HELMR_URL="+server), dataDir: filepath.Join(tmp, "worker"), url: server, api: client.New(server, "")}
+	d := &dev{t: t, bin: bin, env: append(slices.Clip(base), "HELMR_URL="+server), dataDir: filepath.Join(tmp, "worker"), url: server, api: client.New(server, "")}
 	d.deploy("examples/hello")
 	r := d.waitDone(d.trigger("hello", "hello", `{"name":"remote"}`).ID, 2*time.Minute)
 	if r.Status != runs.StatusCompleted || !strings.Contains(string(r.Output), "Hello, remote!") {
@@ -39,7 +40,7 @@ func TestRemoteWorker(t *testing.T) {
 	if !strings.Contains(strings.Join(logLines(d.events(r.ID)), "\n"), "hello: wrote hello.txt") {
 		t.Errorf("logs sent over HTTP lack the task's lines")
 	}
-	if data, err := os.ReadFile(filepath.Join(tmp, "worker", "workspaces", r.ID, "hello.txt")); err != nil || string(data) != "Hello, remote!\n" {
+	if data, err := workspaceFile(t, filepath.Join(tmp, "worker"), r.ID, "hello.txt"); err != nil || string(data) != "Hello, remote!\n" {
 		t.Errorf("worker workspace hello.txt = %q, %v", data, err)
 	}
 	// A wrong worker token is refused.
@@ -57,18 +58,19 @@ func TestLostWorker(t *testing.T) {
 	testenv.BaseRootfs(t)
 	bin := testenv.Binaries(t)
 	tmp := t.TempDir()
+	unmountUnder(t, tmp)
 	base := append(os.Environ(), "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
 		"HELMR_WORKER_TOKEN=test-worker-token", "HELMR_PROJECT=", "HELMR_WORKER_TTL=2s", "HELMR_HEARTBEAT=300ms")
-	server := start(t, bin, append(base, "HELMR_DATA_DIR="+filepath.Join(tmp, "cp"), "HELMR_ADDR=127.0.0.1:0"),
+	server := start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "cp"), "HELMR_ADDR=127.0.0.1:0"),
 		"Helmr control plane at ", "server")
 	worker := exec.Command(filepath.Join(bin, "helmr"), "worker", "--control-url", server)
-	worker.Env = append(base, "HELMR_DATA_DIR="+filepath.Join(tmp, "worker"), "HELMR_RUNTIME=process")
+	worker.Env = append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "worker"), "HELMR_RUNTIME=process")
 	if err := worker.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = worker.Process.Kill(); _ = worker.Wait() }()
 
-	d := &dev{t: t, bin: bin, env: append(base, "HELMR_URL="+server), url: server, api: client.New(server, "")}
+	d := &dev{t: t, bin: bin, env: append(slices.Clip(base), "HELMR_URL="+server), url: server, api: client.New(server, "")}
 	d.deploy(failing)
 	r := d.trigger("failing", "sleeper", "null")
 	waitFor(t, time.Minute, func() bool {
@@ -81,6 +83,39 @@ func TestLostWorker(t *testing.T) {
 	if final.Status != runs.StatusFailed || final.Error == nil || final.Error.Class != runs.ClassGuestRuntime ||
 		!strings.Contains(final.Error.Message, "stopped reporting") {
 		t.Fatalf("run after its worker died = %s %+v, want FAILED/guest_runtime saying the worker stopped reporting", final.Status, final.Error)
+	}
+
+	// The killed worker left its sandboxes' directories, workspace disks
+	// still mounted; the next worker on the same data dir clears them.
+	stale, _ := filepath.Glob(filepath.Join(tmp, "worker", "booted", "*"))
+	if len(stale) == 0 {
+		t.Fatal("the killed worker left no booted sandbox behind: the sweep below would prove nothing")
+	}
+	next := exec.Command(filepath.Join(bin, "helmr"), "worker", "--control-url", server)
+	next.Env = worker.Env
+	var nextLog syncWriter
+	nextLog.w = new(strings.Builder)
+	next.Stderr = &nextLog
+	defer func() {
+		if t.Failed() {
+			t.Logf("next worker's log:\n%s", nextLog.String())
+		}
+	}()
+	if err := next.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, func() bool {
+		for _, p := range stale {
+			if _, err := os.Stat(p); err == nil {
+				return false
+			}
+		}
+		return true
+	})
+	_ = next.Process.Signal(os.Interrupt)
+	_ = next.Wait()
+	if m := mountsUnder(tmp); len(m) != 0 {
+		t.Errorf("mounts left after the next worker stopped: %v", m)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/disk"
 	"github.com/helmr/helmr/internal/sandbox/network"
 )
 
@@ -26,9 +27,10 @@ type booted struct {
 	id       string
 	key      string
 	box      sandbox.Sandbox
-	dir      string // host dir holding workspace/ and helmr/
-	wsDir    string // host workspace, mounted at the sandbox's workspace path
-	helmrDir string // host dir mounted read-only at /opt/helmr
+	dir      string     // host dir holding workspace/ and helmr/
+	wsDir    string     // host workspace, mounted at the sandbox's workspace path
+	disk     *disk.Disk // the workspace's own filesystem, under a quota
+	helmrDir string     // host dir mounted read-only at /opt/helmr
 
 	ready  chan struct{} // closed once the adapter runs (sender set) or boot failed
 	sender sandbox.Sender
@@ -81,12 +83,20 @@ func (w *Worker) boot(ctx context.Context, key string, p prepared) (*booted, err
 	if err := os.MkdirAll(b.wsDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create workspace: %w", err)
 	}
+	if w.cfg.WorkspaceQuota > 0 {
+		d, err := disk.Create(filepath.Join(b.dir, "workspace.img"), b.wsDir, w.cfg.WorkspaceQuota, 0, 0)
+		if err != nil {
+			os.RemoveAll(b.dir)
+			return nil, err
+		}
+		b.disk = d
+	}
 	if err := writeFile(filepath.Join(b.helmrDir, "runtime", "adapter.mjs"), w.cfg.Adapter); err != nil {
-		os.RemoveAll(b.dir)
+		b.removeDir()
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(b.helmrDir, "task"), 0o755); err != nil {
-		os.RemoveAll(b.dir)
+		b.removeDir()
 		return nil, err
 	}
 	spec := p.spec
@@ -96,7 +106,7 @@ func (w *Worker) boot(ctx context.Context, key string, p prepared) (*booted, err
 	box, err := w.cfg.Runtime.Start(ctx, spec)
 	if err != nil {
 		b.forget()
-		os.RemoveAll(b.dir)
+		b.removeDir()
 		return nil, err
 	}
 	b.box = box
@@ -188,6 +198,18 @@ func (b *booted) destroy(ctx context.Context) error {
 	if b.forget != nil {
 		b.forget()
 	}
-	os.RemoveAll(b.dir)
+	return errors.Join(err, b.removeDir())
+}
+
+// removeDir unmounts the workspace disk (a claimed one's image lives on
+// under workspaces/) and removes the sandbox's host dir.
+func (b *booted) removeDir() error {
+	var err error
+	if b.disk != nil {
+		err = b.disk.Close()
+	}
+	if err == nil {
+		err = os.RemoveAll(b.dir)
+	}
 	return err
 }

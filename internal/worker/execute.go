@@ -110,6 +110,16 @@ func (w *Worker) claim(l Lease, b *booted, files map[string][]byte) error {
 			}
 		}
 	}
+	if b.disk != nil {
+		// The disk stays mounted where the sandbox has it; its image
+		// becomes the run's.
+		img := w.WorkspaceDir(l.Run.ID) + ".img"
+		if err := os.Rename(b.disk.Image, img); err != nil {
+			return fmt.Errorf("assign workspace: %w", err)
+		}
+		b.disk.Image = img
+		return nil
+	}
 	if err := os.Rename(b.wsDir, w.WorkspaceDir(l.Run.ID)); err != nil {
 		return fmt.Errorf("assign workspace: %w", err)
 	}

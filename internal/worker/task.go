@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -69,7 +70,7 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared) *r
 		// grace: the outcome is the report; destroying the sandbox ends
 		// whatever the task left behind.
 		o := w.outcome(l, b.box, sandbox.ExitStatus{}, res, logs.Tail())
-		o.Notes = append(o.Notes, b.egressNotes()...)
+		o.Notes = append(o.Notes, b.sandboxNotes()...)
 		return o
 	}
 	if b.xerr != nil && !b.box.Stats().OOMKilled {
@@ -78,7 +79,7 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared) *r
 		return failed(runs.ClassGuestRuntime, "guest agent: %v", b.xerr)
 	}
 	o := w.outcome(l, b.box, b.exit, res, logs.Tail())
-	o.Notes = append(o.Notes, b.egressNotes()...)
+	o.Notes = append(o.Notes, b.sandboxNotes()...)
 	if b.box.Stats().PidsLimitHit {
 		o.Notes = append(o.Notes, runs.SystemData{Message: "the sandbox hit its process limit: forks were refused",
 			Attrs: map[string]string{"limit": "pids"}})
@@ -179,14 +180,32 @@ func (w *Worker) awaitExit(ctx context.Context, b *booted, reported <-chan struc
 	}
 }
 
-// egressNotes are the run's events for the egress its sandbox was refused.
-func (b *booted) egressNotes() []runs.SystemData {
+// sandboxNotes are the run's events for the egress its sandbox was refused,
+// and for a workspace that reached its quota.
+func (b *booted) sandboxNotes() []runs.SystemData {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []runs.SystemData
+	if b.disk != nil && b.disk.Full() {
+		out = append(out, runs.SystemData{Message: fmt.Sprintf("the workspace reached its quota of %s: writes to it failed with ENOSPC (no space left on device)", humanBytes(b.disk.Size)),
+			Attrs: map[string]string{"limit": "workspace", "quota": strconv.FormatInt(b.disk.Size, 10)}})
+	}
 	for _, d := range b.denials {
 		out = append(out, runs.SystemData{Message: "egress policy: " + d.String(),
 			Attrs: map[string]string{"egress": "denied", "proto": d.Proto, "dest": d.Dest}})
 	}
 	return out
+}
+
+// humanBytes writes n in the largest binary unit that divides it (10Gi).
+func humanBytes(n int64) string {
+	for _, u := range []struct {
+		s string
+		v int64
+	}{{"Ti", 1 << 40}, {"Gi", 1 << 30}, {"Mi", 1 << 20}, {"Ki", 1 << 10}} {
+		if n >= u.v && n%u.v == 0 {
+			return strconv.FormatInt(n/u.v, 10) + u.s
+		}
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/disk"
 	"github.com/helmr/helmr/internal/sandbox/network"
 	"github.com/helmr/helmr/internal/workers"
 )
@@ -73,6 +74,10 @@ type Config struct {
 	// Network is the sandboxes' egress (nil: loopback only). New sets its
 	// Report to record denials in the runs' events.
 	Network *network.Config
+	// WorkspaceQuota, if positive, limits each run's workspace to that
+	// many bytes: the workspace is then a disk of its own (package disk),
+	// kept after the run as workspaces/<run id>.img.
+	WorkspaceQuota int64
 }
 
 // Worker executes runs.
@@ -111,11 +116,34 @@ func New(cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("worker data dir: %w", err)
 		}
 	}
+	if cfg.WorkspaceQuota > 0 {
+		if err := disk.Check(); err != nil {
+			return nil, fmt.Errorf("worker: a workspace quota needs %w (or set the quota to 0)", err)
+		}
+	}
+	sweepBooted(filepath.Join(cfg.DataDir, "booted"), cfg.Logger)
 	w := &Worker{cfg: cfg, log: cfg.Logger.With("worker_id", cfg.ID), warm: newWarmPool(cfg.Warm), runCtx: context.Background()}
 	if cfg.Network != nil {
 		cfg.Network.Report = w.reportDenial
 	}
 	return w, nil
+}
+
+// sweepBooted removes the booted-sandbox directories a previous worker on
+// this data dir left behind (their sandboxes died with it), unmounting
+// their workspace disks first.
+func sweepBooted(dir string, log *slog.Logger) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		if err := (&disk.Disk{Dir: filepath.Join(p, "workspace")}).Close(); err != nil {
+			log.Warn("unmount a stale workspace disk", "dir", p, "err", err)
+			continue
+		}
+		if err := os.RemoveAll(p); err != nil {
+			log.Warn("remove a stale booted sandbox", "dir", p, "err", err)
+		}
+	}
 }
 
 // reportDenial records an egress denial on the sandbox it happened in;

@@ -29,6 +29,8 @@ type Disk struct {
 	Image string // the image file
 	Dir   string // where it is mounted
 	Size  int64
+
+	readOnly bool
 }
 
 // Create makes a sparse ext4 image of size bytes at img (which must not
@@ -78,9 +80,24 @@ func Create(img, dir string, size int64, uid, gid int) (_ *Disk, err error) {
 	return d, nil
 }
 
+// Mount mounts an existing workspace image at dir (an empty directory),
+// read-only if asked: to look into a finished run's workspace.
+func Mount(img, dir string, readOnly bool) (*Disk, error) {
+	fi, err := os.Stat(img)
+	if err != nil {
+		return nil, fmt.Errorf("workspace disk: %w", err)
+	}
+	d := &Disk{Image: img, Dir: dir, Size: fi.Size(), readOnly: readOnly}
+	return d, d.mount()
+}
+
 // mount attaches the image to a free loop device (autoclear) and mounts it.
 func (d *Disk) mount() error {
-	img, err := os.OpenFile(d.Image, os.O_RDWR|unix.O_CLOEXEC, 0)
+	mode, flags := os.O_RDWR, uintptr(unix.MS_NODEV|unix.MS_NOSUID)
+	if d.readOnly {
+		mode, flags = os.O_RDONLY, flags|unix.MS_RDONLY
+	}
+	img, err := os.OpenFile(d.Image, mode|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("workspace disk: %w", err)
 	}
@@ -102,6 +119,9 @@ func (d *Disk) mount() error {
 		}
 		cfg := &unix.LoopConfig{Fd: uint32(img.Fd())}
 		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		if d.readOnly {
+			cfg.Info.Flags |= unix.LO_FLAGS_READ_ONLY
+		}
 		copy(cfg.Info.File_name[:], d.Image)
 		err = unix.IoctlLoopConfigure(int(loop.Fd()), cfg)
 		if errors.Is(err, unix.EBUSY) && attempt < 16 {
@@ -112,7 +132,7 @@ func (d *Disk) mount() error {
 			loop.Close()
 			return fmt.Errorf("workspace disk: attach %s: %w", dev, err)
 		}
-		err = unix.Mount(dev, d.Dir, "ext4", unix.MS_NODEV|unix.MS_NOSUID, "noinit_itable")
+		err = unix.Mount(dev, d.Dir, "ext4", flags, "noinit_itable")
 		loop.Close() // the mount (if any) now holds the device; autoclear frees it with the mount
 		if err != nil {
 			return fmt.Errorf("workspace disk: mount %s at %s: %w", dev, d.Dir, err)
@@ -131,6 +151,20 @@ func openLoop(dev string) (*os.File, error) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Check reports what this host lacks for workspace disks: the loop
+// device control file and mkfs.ext4.
+func Check() error {
+	f, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loop devices (%w)", err)
+	}
+	f.Close()
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		return fmt.Errorf("mkfs.ext4 from e2fsprogs (%w)", err)
+	}
+	return nil
 }
 
 // Free is how many bytes the workspace can still take.

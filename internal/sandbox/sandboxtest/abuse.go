@@ -5,8 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/helmr/helmr/internal/sandbox"

@@ -147,3 +147,15 @@ export const oversized = task({
   sandbox: huge,
   run: async () => "unreachable",
 });
+
+// Writes to its workspace until the disk refuses: under a workspace quota
+// the run fails on ENOSPC.
+export const fill = task({
+  id: "fill",
+  sandbox: sb,
+  run: async () => {
+    const chunk = Buffer.alloc(1 << 20, 120);
+    for (let i = 0; i < 4096; i++) writeFileSync(`fill-${i}.bin`, chunk);
+    return "the workspace never filled up";
+  },
+});
