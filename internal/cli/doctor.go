@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/helmr/helmr/internal/config"
+	"github.com/helmr/helmr/internal/sandbox/disk"
 	"github.com/helmr/helmr/internal/sandbox/network"
 	"github.com/helmr/helmr/internal/sandbox/process"
 )
@@ -105,8 +106,9 @@ func runDoctor(_ context.Context, a *App, args []string) error {
 	ts := tiers(a.cfg)
 	chosen, cerr := chooseTier(a.cfg)
 	egress := checkEgress(a.cfg)
+	quota := checkQuota(a.cfg)
 	if a.json {
-		out := map[string]any{"tiers": ts, "policy": a.cfg.Runtime, "selected": chosen, "egress": egress}
+		out := map[string]any{"tiers": ts, "policy": a.cfg.Runtime, "selected": chosen, "egress": egress, "workspaceQuota": quota}
 		if cerr != nil {
 			out["error"] = cerr.Error()
 		}
@@ -123,6 +125,7 @@ func runDoctor(_ context.Context, a *App, args []string) error {
 	}
 	tw.Flush()
 	fmt.Fprintf(a.Stdout, "egress policy %q: %s\n", egress.Policy, egress.Detail)
+	fmt.Fprintf(a.Stdout, "workspace quota %q: %s\n", quota.Quota, quota.Detail)
 	if cerr != nil {
 		return cerr
 	}
@@ -130,7 +133,35 @@ func runDoctor(_ context.Context, a *App, args []string) error {
 	if !egress.OK {
 		return errors.New("sandbox networking cannot work on this host under this egress policy")
 	}
+	if !quota.OK {
+		return errors.New("workspace quota: " + quota.Detail)
+	}
 	return nil
+}
+
+// quotaCheck is what doctor says about workspace quotas.
+type quotaCheck struct {
+	Quota  string `json:"quota"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+func checkQuota(cfg config.Config) quotaCheck {
+	c := quotaCheck{Quota: cfg.WorkspaceQuota}
+	n, err := cfg.WorkspaceQuotaBytes()
+	switch {
+	case err != nil:
+		c.Detail = err.Error()
+	case n == 0:
+		c.OK, c.Detail = true, "none: a run may fill the worker's disk"
+	default:
+		if err := disk.Check(); err != nil {
+			c.Detail = "unavailable on this host: needs " + err.Error() + " (HELMR_WORKSPACE_QUOTA=0 runs without)"
+		} else {
+			c.OK, c.Detail = true, "each run's workspace is an ext4 disk of its own (sparse image, loop-mounted); writes past it fail with ENOSPC"
+		}
+	}
+	return c
 }
 
 // egressCheck is what doctor says about sandbox networking.

@@ -39,6 +39,14 @@ func TestDoctor(t *testing.T) {
 			Reason    string
 		}
 		Selected string
+		Egress   struct {
+			Policy string
+			OK     bool
+		}
+		WorkspaceQuota struct {
+			Quota string
+			OK    bool
+		}
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("doctor --json printed %q: %v", out, err)
@@ -52,6 +60,18 @@ func TestDoctor(t *testing.T) {
 	}
 	if strings.Join(names, ",") != "microvm,gvisor,process" || rep.Selected == "" {
 		t.Errorf("doctor = %+v, want the three tiers strongest first and a selection", rep)
+	}
+	if rep.Egress.Policy != "open" || !rep.Egress.OK || rep.WorkspaceQuota.Quota != "10Gi" || !rep.WorkspaceQuota.OK {
+		t.Errorf("doctor egress %+v, workspace quota %+v; want open and 10Gi, both working here", rep.Egress, rep.WorkspaceQuota)
+	}
+	for env, want := range map[string]string{
+		"HELMR_EGRESS=allow:10.0.0.0/33": "egress policy",
+		"HELMR_WORKSPACE_QUOTA=1Mi":      "below the minimum",
+		"HELMR_WORKSPACE_QUOTA=ten gigs": "workspace quota",
+	} {
+		if _, errOut, code := run([]string{env}, "doctor"); code == 0 || !strings.Contains(errOut, want) {
+			t.Errorf("doctor with %s = %d %q, want an error containing %q", env, code, errOut, want)
+		}
 	}
 	human, _, _ := run(nil, "doctor")
 	if !strings.Contains(human, "selects: "+rep.Selected) {
