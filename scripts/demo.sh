@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets the machine up, then runs examples/hello end to end on the embedded
-# default (helmr dev with SQLite and the process tier): deploy, run, follow
-# its logs, print its final status.
+# default (helmr dev with SQLite, the strongest isolation tier that works
+# here, `helmr doctor` says which): deploy, run, follow its logs, print its
+# final status and what its workspace holds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -25,4 +26,15 @@ export HELMR_URL=$url
 bin/helmr deploy examples/hello
 bin/helmr run hello --payload-json '{"name":"Helmr"}' --wait
 echo "demo: the run's workspace holds:"
-ls "$HELMR_DATA_DIR"/workspaces/*/
+# Each run's workspace is a disk image of its own (HELMR_WORKSPACE_QUOTA);
+# with the quota off it is a plain directory.
+for ws in "$HELMR_DATA_DIR"/workspaces/*; do
+  if [ "${ws%.img}" != "$ws" ]; then
+    mkdir -p "$tmp/ws"
+    mount -o loop,ro "$ws" "$tmp/ws"
+    ls "$tmp/ws"
+    umount "$tmp/ws"
+  else
+    ls "$ws"
+  fi
+done
