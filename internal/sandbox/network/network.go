@@ -62,6 +62,9 @@ const (
 	udpIdleTimeout = 60 * time.Second
 	maxInFlight    = 512
 	maxReports     = 20
+
+	// DefaultMaxFlows is Config.MaxFlows's default.
+	DefaultMaxFlows = 1024
 )
 
 // Config is the worker-wide part of sandbox networking, shared by every
@@ -79,7 +82,11 @@ type Config struct {
 	// Report, if set, is told about refused connections and lookups (at
 	// most a few per sandbox, each destination once).
 	Report func(sandboxID string, d Denial)
-	Logger *slog.Logger
+	// MaxFlows bounds the TCP connections and UDP flows one sandbox has
+	// open through the worker at once, so that no sandbox can use up the
+	// worker's descriptors (default DefaultMaxFlows).
+	MaxFlows int
+	Logger   *slog.Logger
 
 	once      sync.Once
 	g         *guard
@@ -90,6 +97,9 @@ type Config struct {
 func (c *Config) init() {
 	c.once.Do(func() {
 		c.g = &guard{extra: c.Deny}
+		if c.MaxFlows <= 0 {
+			c.MaxFlows = DefaultMaxFlows
+		}
 		if c.Logger == nil {
 			c.Logger = slog.New(slog.DiscardHandler)
 		}
@@ -146,6 +156,7 @@ type Link struct {
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
+	flows    int // open TCP connections and UDP flows (MaxFlows)
 	conns    map[net.Conn]struct{}
 	resolved map[netip.Addr]time.Time // allowlist: addresses allowed names resolved to, until
 	reported map[string]bool
@@ -289,6 +300,27 @@ func (l *Link) track(conns ...net.Conn) bool {
 	return true
 }
 
+// reserve takes one of the sandbox's flows; false (and a denial) at the
+// limit. Each true is paired with a release.
+func (l *Link) reserve(proto string, dst netip.AddrPort) bool {
+	l.mu.Lock()
+	ok := l.flows < l.cfg.MaxFlows
+	if ok {
+		l.flows++
+	}
+	l.mu.Unlock()
+	if !ok {
+		l.deny(Denial{Proto: proto, Dest: dst.String(), Reason: fmt.Sprintf("the sandbox has %d connections open, its limit", l.cfg.MaxFlows)})
+	}
+	return ok
+}
+
+func (l *Link) release() {
+	l.mu.Lock()
+	l.flows--
+	l.mu.Unlock()
+}
+
 func (l *Link) untrack(conns ...net.Conn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -336,11 +368,10 @@ func (l *Link) remember(a netip.Addr, ttl time.Duration) {
 
 const minResolvedTTL = 5 * time.Minute
 
+// deny logs and reports d, each destination once and at most maxReports
+// times per sandbox, so that a sandbox retrying in a loop floods neither
+// the worker's log nor the run's events.
 func (l *Link) deny(d Denial) {
-	l.cfg.Logger.Info("egress denied", "sandbox", l.id, "proto", d.Proto, "dest", d.Dest, "reason", d.Reason)
-	if l.cfg.Report == nil {
-		return
-	}
 	key := d.Proto + " " + d.Dest
 	l.mu.Lock()
 	n := len(l.reported)
@@ -355,7 +386,10 @@ func (l *Link) deny(d Denial) {
 	if n == maxReports {
 		d = Denial{Proto: d.Proto, Dest: d.Dest, Reason: d.Reason + " (further denials are not reported)"}
 	}
-	l.cfg.Report(l.id, d)
+	l.cfg.Logger.Info("egress denied", "sandbox", l.id, "proto", d.Proto, "dest", d.Dest, "reason", d.Reason)
+	if l.cfg.Report != nil {
+		l.cfg.Report(l.id, d)
+	}
 }
 
 func addrPort(a tcpip.Address, port uint16) netip.AddrPort {
@@ -367,6 +401,11 @@ func (l *Link) forwardTCP(r *tcp.ForwarderRequest) {
 	id := r.ID()
 	dst := addrPort(id.LocalAddress, id.LocalPort)
 	if dst.Addr() == DNSAddr && dst.Port() == 53 {
+		if !l.reserve("tcp", dst) {
+			r.Complete(true)
+			return
+		}
+		defer l.release()
 		var wq waiter.Queue
 		ep, terr := r.CreateEndpoint(&wq)
 		if terr != nil {
@@ -388,6 +427,11 @@ func (l *Link) forwardTCP(r *tcp.ForwarderRequest) {
 		r.Complete(true)
 		return
 	}
+	if !l.reserve("tcp", dst) {
+		r.Complete(true)
+		return
+	}
+	defer l.release()
 	ctx, cancel := context.WithTimeout(l.ctx, dialTimeout)
 	host, err := l.dialer().DialContext(ctx, "tcp", dst.String())
 	cancel()
@@ -456,24 +500,31 @@ func (l *Link) forwardUDP(r *udp.ForwarderRequest) bool {
 			return true
 		}
 	}
+	if !l.reserve("udp", dst) {
+		return true
+	}
 	var wq waiter.Queue
 	ep, terr := r.CreateEndpoint(&wq)
 	if terr != nil {
+		l.release()
 		return true
 	}
 	guest := gonet.NewUDPConn(&wq, ep)
 	if !l.track(guest) {
 		guest.Close()
+		l.release()
 		return true
 	}
 	if isDNS {
 		go func() {
+			defer l.release()
 			defer l.untrack(guest)
 			l.serveDNSUDP(guest)
 		}()
 		return true
 	}
 	go func() {
+		defer l.release()
 		defer l.untrack(guest)
 		ctx, cancel := context.WithTimeout(l.ctx, dialTimeout)
 		c, err := l.dialer().DialContext(ctx, "udp", dst.String())

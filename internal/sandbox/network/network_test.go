@@ -31,13 +31,17 @@ type sandboxNet struct {
 }
 
 func newSandboxNet(t *testing.T, policy string, upstream netip.AddrPort) *sandboxNet {
+	return newSandboxNetConfig(t, policy, upstream, 0)
+}
+
+func newSandboxNetConfig(t *testing.T, policy string, upstream netip.AddrPort, maxFlows int) *sandboxNet {
 	t.Helper()
 	p, err := network.ParsePolicy(policy)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &sandboxNet{path: filepath.Join(t.TempDir(), "netns")}
-	cfg := &network.Config{Policy: p, Upstream: []netip.AddrPort{upstream},
+	cfg := &network.Config{Policy: p, Upstream: []netip.AddrPort{upstream}, MaxFlows: maxFlows,
 		Report: func(id string, d network.Denial) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
@@ -237,5 +241,61 @@ func TestParsePolicy(t *testing.T) {
 		if got := p.AllowsName(name); got != want {
 			t.Errorf("AllowsName(%q) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+func TestFlowLimit(t *testing.T) {
+	testenv.RequireRoot(t)
+	h := nettest.NewHost(t)
+	port := h.ServeHold(t, h.Addr)
+	s := newSandboxNetConfig(t, "open", netip.AddrPortFrom(h.Addr, 53), 3)
+	dial := func() (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := nettest.Dial(ctx, s.path, "tcp", hostPort(h.Addr, port))
+		if err != nil {
+			return nil, err
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		buf := make([]byte, 3)
+		if _, err := io.ReadFull(c, buf); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	}
+	var open []net.Conn
+	for range 3 {
+		c, err := dial()
+		if err != nil {
+			t.Fatalf("connection %d under the limit: %v", len(open)+1, err)
+		}
+		open = append(open, c)
+	}
+	if c, err := dial(); !refused(err) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("connection over the limit of 3: %v, want refused", err)
+	}
+	if rep := strings.Join(s.reported(), "\n"); !strings.Contains(rep, "the sandbox has 3 connections open, its limit") {
+		t.Errorf("denials = %q, want one naming the connection limit", rep)
+	}
+	// Closing one frees its flow.
+	open[0].Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := dial()
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection after one closed: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, c := range open[1:] {
+		c.Close()
 	}
 }

@@ -167,6 +167,35 @@ func (h *Host) Serve(t testing.TB, addr netip.Addr, port int, reply string) int 
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// ServeHold starts a TCP server on addr inside the test host that writes
+// "hi\n" to every connection and keeps it open until the client closes it.
+// It returns the port.
+func (h *Host) ServeHold(t testing.TB, addr netip.Addr) int {
+	t.Helper()
+	var ln net.Listener
+	if err := In(h.Path, func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.WriteString(c, "hi\n")
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
 // ServeUDPEcho starts a UDP echo server on addr inside the test host and
 // returns its port.
 func (h *Host) ServeUDPEcho(t testing.TB, addr netip.Addr) int {
