@@ -54,7 +54,7 @@ var (
 const GuestInterface = "eth0"
 
 const (
-	mtu        = 1500
+	mtu        = 65520
 	gatewayMAC = "\x02\x48\x4d\x00\x00\x02" // locally administered
 	guestMAC   = "\x02\x48\x4d\x00\x00\x0f"
 

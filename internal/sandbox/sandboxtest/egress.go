@@ -23,6 +23,8 @@ func testEgress(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime, roo
 	h := nettest.NewHost(t)
 	port := h.Serve(t, h.Addr, 0, "hello from the test host")
 	port2 := h.Serve(t, h.Addr2, 0, "hello from a named host")
+	const bulkSize = 24 << 20
+	bulk := h.ServeBulk(t, h.Addr, bulkSize)
 	dns := h.ServeDNS(t, h.Addr, map[string]netip.Addr{
 		"svc.helmr.test": h.Addr, "api.allowed.test": h.Addr2, "denied.test": h.Addr2,
 	})
@@ -57,6 +59,10 @@ const connect = (host, port) => new Promise(res => {
   c.on('data', d => got += d).on('end', () => res(got))
    .on('timeout', () => { c.destroy(); res('TIMEOUT'); }).on('error', e => res(e.code));
 });
+const download = (host, port) => new Promise(res => {
+  let n = 0;
+  net.connect({host, port}).on('data', d => n += d.length).on('end', () => res(n)).on('error', e => res(e.code));
+});
 const lookup = name => new Promise(res => dns.lookup(name, {family: 4}, (e, a) => res(e ? 'ERR' : a)));
 const ifaces = fs.readFileSync('/proc/net/dev', 'utf8').split('\n').slice(2).map(l => l.split(':')[0].trim()).filter(Boolean).sort();
 `
@@ -73,10 +79,11 @@ const ifaces = fs.readFileSync('/proc/net/dev', 'utf8').split('\n').slice(2).map
   console.log(await connect(`+addr(h.Local)+`, `+strconv.Itoa(hostPort)+`));
   console.log(await connect('169.254.169.254', 80));
   console.log(await connect('`+network.Gateway.String()+`', `+strconv.Itoa(hostPort)+`));
+  console.log(await download(a, `+strconv.Itoa(bulk)+`));
 })()`)
 		want := strings.Join([]string{
 			"eth0,lo", "nameserver " + network.DNSAddr.String(), h.Addr.String(), "hello from the test host",
-			"ECONNREFUSED", "ECONNREFUSED", "ECONNREFUSED",
+			"ECONNREFUSED", "ECONNREFUSED", "ECONNREFUSED", strconv.Itoa(bulkSize),
 		}, "\n") + "\n"
 		if got != want {
 			t.Errorf("open policy probe:\n%s\nwant:\n%s", got, want)

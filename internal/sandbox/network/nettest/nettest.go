@@ -19,12 +19,20 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/sys/unix"
 )
+
+// TB is the part of testing.TB the helpers use (benchmark programs under
+// bench/ provide their own).
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
 
 // Host is a test host: a network namespace with two addresses, reachable
 // from the host through a veth pair.
@@ -39,7 +47,7 @@ type Host struct {
 
 // NewHost creates a test host, removed when t ends. It needs root and
 // iproute2's ip.
-func NewHost(t testing.TB) *Host {
+func NewHost(t TB) *Host {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("nettest: needs root")
@@ -95,7 +103,7 @@ func freeSubnet() (netip.Prefix, error) {
 	return netip.Prefix{}, fmt.Errorf("nettest: no free /24 in 198.18.0.0/16")
 }
 
-func run(t testing.TB, argv ...string) {
+func run(t TB, argv ...string) {
 	t.Helper()
 	if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
@@ -144,7 +152,7 @@ func In(nsPath string, fn func() error) error {
 
 // Serve starts a TCP server on addr:port inside the test host that writes
 // reply to every connection and closes it. It returns the port.
-func (h *Host) Serve(t testing.TB, addr netip.Addr, port int, reply string) int {
+func (h *Host) Serve(t TB, addr netip.Addr, port int, reply string) int {
 	t.Helper()
 	var ln net.Listener
 	if err := In(h.Path, func() (err error) {
@@ -170,7 +178,7 @@ func (h *Host) Serve(t testing.TB, addr netip.Addr, port int, reply string) int 
 // ServeHold starts a TCP server on addr inside the test host that writes
 // "hi\n" to every connection and keeps it open until the client closes it.
 // It returns the port.
-func (h *Host) ServeHold(t testing.TB, addr netip.Addr) int {
+func (h *Host) ServeHold(t TB, addr netip.Addr) int {
 	t.Helper()
 	var ln net.Listener
 	if err := In(h.Path, func() (err error) {
@@ -196,9 +204,43 @@ func (h *Host) ServeHold(t testing.TB, addr netip.Addr) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// ServeBulk starts a TCP server on addr inside the test host that writes
+// n bytes to every connection and closes it. It returns the port.
+func (h *Host) ServeBulk(t TB, addr netip.Addr, n int64) int {
+	t.Helper()
+	var ln net.Listener
+	if err := In(h.Path, func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	buf := make([]byte, 256<<10)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				for left := n; left > 0; {
+					k, err := c.Write(buf[:min(int64(len(buf)), left)])
+					if err != nil {
+						return
+					}
+					left -= int64(k)
+				}
+			}()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
 // ServeUDPEcho starts a UDP echo server on addr inside the test host and
 // returns its port.
-func (h *Host) ServeUDPEcho(t testing.TB, addr netip.Addr) int {
+func (h *Host) ServeUDPEcho(t TB, addr netip.Addr) int {
 	t.Helper()
 	var pc net.PacketConn
 	if err := In(h.Path, func() (err error) {
@@ -234,7 +276,7 @@ type DNS struct {
 
 // ServeDNS starts a DNS server on addr:53 (UDP and TCP) inside the test
 // host. records maps names (no trailing dot) to IPv4 addresses.
-func (h *Host) ServeDNS(t testing.TB, addr netip.Addr, records map[string]netip.Addr) *DNS {
+func (h *Host) ServeDNS(t TB, addr netip.Addr, records map[string]netip.Addr) *DNS {
 	t.Helper()
 	d := &DNS{Addr: netip.AddrPortFrom(addr, 53), records: records}
 	var pc net.PacketConn
