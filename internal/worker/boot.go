@@ -83,8 +83,8 @@ func (w *Worker) boot(ctx context.Context, key string, p prepared) (*booted, err
 	if err := os.MkdirAll(b.wsDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create workspace: %w", err)
 	}
-	if w.cfg.WorkspaceQuota > 0 {
-		d, err := disk.Create(filepath.Join(b.dir, "workspace.img"), b.wsDir, w.cfg.WorkspaceQuota, 0, 0)
+	if w.disks != nil {
+		d, err := w.disks.Create(filepath.Join(b.dir, "workspace.img"), b.wsDir)
 		if err != nil {
 			os.RemoveAll(b.dir)
 			return nil, err

@@ -88,6 +88,7 @@ type Worker struct {
 	warm   *warmPool
 	runCtx context.Context // Run's context: owns background boots
 	boxes  sync.Map        // sandbox id → *booted, while the sandbox exists
+	disks  *disk.Factory   // workspace disks, under a quota
 }
 
 // New validates cfg and returns a worker.
@@ -123,6 +124,9 @@ func New(cfg Config) (*Worker, error) {
 	}
 	sweepBooted(filepath.Join(cfg.DataDir, "booted"), cfg.Logger)
 	w := &Worker{cfg: cfg, log: cfg.Logger.With("worker_id", cfg.ID), warm: newWarmPool(cfg.Warm), runCtx: context.Background()}
+	if cfg.WorkspaceQuota > 0 {
+		w.disks = disk.NewFactory(filepath.Join(cfg.DataDir, "disks"), cfg.WorkspaceQuota)
+	}
 	if cfg.Network != nil {
 		cfg.Network.Report = w.reportDenial
 	}

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -37,13 +38,21 @@ type Disk struct {
 // exist), owned at its root by uid:gid, and mounts it at dir (an existing
 // empty directory) with nodev and nosuid. The mount holds the only
 // reference to its loop device, which is released when it is unmounted.
-func Create(img, dir string, size int64, uid, gid int) (_ *Disk, err error) {
+func Create(img, dir string, size int64, uid, gid int) (*Disk, error) {
+	if err := format(img, size, uid, gid); err != nil {
+		return nil, err
+	}
+	return mountNew(img, dir, size)
+}
+
+// format writes a fresh, empty filesystem image.
+func format(img string, size int64, uid, gid int) (err error) {
 	if size < MinSize {
-		return nil, fmt.Errorf("workspace disk: %d bytes is below the minimum of %d", size, MinSize)
+		return fmt.Errorf("workspace disk: %d bytes is below the minimum of %d", size, MinSize)
 	}
 	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("workspace disk: %w", err)
+		return fmt.Errorf("workspace disk: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -53,7 +62,7 @@ func Create(img, dir string, size int64, uid, gid int) (_ *Disk, err error) {
 	err = f.Truncate(size)
 	f.Close()
 	if err != nil {
-		return nil, fmt.Errorf("workspace disk: size the image: %w", err)
+		return fmt.Errorf("workspace disk: size the image: %w", err)
 	}
 	// No reserved blocks (the quota is the user's); inode tables and the
 	// journal initialized lazily and never zeroed in the background
@@ -66,18 +75,117 @@ func Create(img, dir string, size int64, uid, gid int) (_ *Disk, err error) {
 	}
 	out, err := exec.Command("mkfs.ext4", append(args, img)...).CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("workspace disk: mkfs.ext4: %v: %s", err, out)
+		return fmt.Errorf("workspace disk: mkfs.ext4: %v: %s", err, out)
 	}
+	return nil
+}
+
+// mountNew mounts a freshly made image and clears its root.
+func mountNew(img, dir string, size int64) (*Disk, error) {
 	d := &Disk{Image: img, Dir: dir, Size: size}
 	if err := d.mount(); err != nil {
+		os.Remove(img)
 		return nil, err
 	}
 	// lost+found would show in the workspace; e2fsck recreates it if needed.
 	if err := os.Remove(filepath.Join(dir, "lost+found")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		d.Close()
+		os.Remove(img)
 		return nil, fmt.Errorf("workspace disk: %w", err)
 	}
 	return d, nil
+}
+
+// Factory makes workspace disks of one size by copying a template image
+// formatted once (only its few MiB of data; holes stay holes), which is
+// several times faster than running mkfs.ext4 for each.
+type Factory struct {
+	Size     int64
+	template string
+
+	mu  sync.Mutex
+	err error
+}
+
+// NewFactory returns a factory keeping its template in dir.
+func NewFactory(dir string, size int64) *Factory {
+	return &Factory{Size: size, template: filepath.Join(dir, fmt.Sprintf("template-%d.img", size))}
+}
+
+// Create makes a disk like the package-level Create, owned by root (the
+// tiers give the workspace to the sandbox's user).
+func (f *Factory) Create(img, dir string) (*Disk, error) {
+	if err := f.ensureTemplate(); err != nil {
+		return nil, err
+	}
+	if err := sparseCopy(f.template, img, f.Size); err != nil {
+		os.Remove(img)
+		return nil, fmt.Errorf("workspace disk: %w", err)
+	}
+	return mountNew(img, dir, f.Size)
+}
+
+func (f *Factory) ensureTemplate() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	if fi, err := os.Stat(f.template); err == nil && fi.Size() == f.Size {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(f.template), 0o700); err != nil {
+		return fmt.Errorf("workspace disk: %w", err)
+	}
+	tmp := f.template + ".new"
+	os.Remove(tmp)
+	if err := format(tmp, f.Size, 0, 0); err != nil {
+		return err
+	}
+	return os.Rename(tmp, f.template)
+}
+
+// sparseCopy copies src's data extents into a new file dst of size bytes.
+func sparseCopy(src, dst string, size int64) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	if err := out.Truncate(size); err != nil {
+		return err
+	}
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(int(in.Fd()), off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole remains
+		}
+		if err != nil {
+			return fmt.Errorf("seek data: %w", err)
+		}
+		hole, err := unix.Seek(int(in.Fd()), data, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("seek hole: %w", err)
+		}
+		for pos := data; pos < hole; {
+			inOff, outOff := pos, pos
+			n, err := unix.CopyFileRange(int(in.Fd()), &inOff, int(out.Fd()), &outOff, int(hole-pos), 0)
+			if err != nil {
+				return fmt.Errorf("copy: %w", err)
+			}
+			if n == 0 {
+				return errors.New("copy: short template")
+			}
+			pos += int64(n)
+		}
+		off = hole
+	}
+	return out.Close()
 }
 
 // Mount mounts an existing workspace image at dir (an empty directory),

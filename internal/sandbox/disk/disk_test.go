@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -94,5 +95,42 @@ func TestDiskLimitsWrites(t *testing.T) {
 	}
 	if _, err := Create(filepath.Join(tmp, "tiny.img"), t.TempDir(), 1<<20, 0, 0); err == nil {
 		t.Error("a 1 MiB disk was created")
+	}
+}
+
+func TestFactoryDisksAreIndependent(t *testing.T) {
+	testenv.RequireRoot(t)
+	tmp := t.TempDir()
+	f := NewFactory(filepath.Join(tmp, "templates"), 64<<20)
+	var disks []*Disk
+	for i := range 3 {
+		dir := filepath.Join(tmp, "ws"+strconv.Itoa(i))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		d, err := f.Create(filepath.Join(tmp, "ws"+strconv.Itoa(i)+".img"), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		disks = append(disks, d)
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Errorf("disk %d starts with %v", i, ents)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(d.Image, &st); err != nil || st.Size != 64<<20 || st.Blocks*512 > 8<<20 {
+			t.Errorf("disk %d image: size %d, %d bytes allocated (%v); want 64 MiB, sparse", i, st.Size, st.Blocks*512, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(disks[0].Dir, "only-here"), []byte("0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range disks[1:] {
+		if _, err := os.Stat(filepath.Join(d.Dir, "only-here")); err == nil {
+			t.Errorf("a file written to one disk shows in %s", d.Dir)
+		}
+		if free, err := d.Free(); err != nil || free < 48<<20 {
+			t.Errorf("disk %s: %d bytes free (%v), want most of 64 MiB", d.Dir, free, err)
+		}
 	}
 }
