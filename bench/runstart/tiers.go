@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/helmr/helmr/internal/testenv"
 )
 
@@ -63,6 +65,8 @@ func bareRunsc(runsc, rootfs string) (time.Duration, error) {
 	id := make([]byte, 6)
 	_, _ = rand.Read(id)
 	root := filepath.Join(dir, "state")
+	// runsc mounts a "null" network namespace in its state dir.
+	defer unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH)
 	cmd := exec.Command(runsc, "--root", root, "--platform", "systrap", "--network", "none", "--overlay2", "none",
 		"run", "--bundle", dir, "bare-"+hex.EncodeToString(id))
 	out, err := cmd.StdoutPipe()

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/helmr/helmr/internal/client"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox/gvisor"
@@ -109,6 +111,8 @@ func bareRunscSandboxes(n int) ([]int64, error) {
 	}
 	defer os.RemoveAll(dir)
 	state := filepath.Join(dir, "state")
+	// runsc mounts a "null" network namespace in its state dir.
+	defer unix.Unmount(filepath.Join(state, "null-netns"), unix.MNT_DETACH)
 	var cmds []*exec.Cmd
 	var names []string
 	defer func() {
