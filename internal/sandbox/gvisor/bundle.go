@@ -123,6 +123,11 @@ func (b *bundle) write(cfg *Config, spec sandbox.Spec) error {
 	if err := os.Mkdir(b.dir, 0o700); err != nil {
 		return fmt.Errorf("bundle dir: %w", err)
 	}
+	for name, content := range identityFiles(spec) {
+		if err := os.WriteFile(filepath.Join(b.dir, name), []byte(content), 0o644); err != nil {
+			return fmt.Errorf("bundle: %w", err)
+		}
+	}
 	if err := b.mountRoot(spec); err != nil {
 		return err
 	}
@@ -136,29 +141,27 @@ func (b *bundle) write(cfg *Config, spec sandbox.Spec) error {
 	return nil
 }
 
-// identityFiles are /etc/hostname, /etc/hosts and /etc/resolv.conf by
-// their paths in the root.
+// identityFiles are /etc/hostname, /etc/hosts and /etc/resolv.conf, by
+// their names in the bundle directory.
 func identityFiles(spec sandbox.Spec) map[string]string {
 	var resolv strings.Builder
 	for _, ns := range spec.DNS {
 		fmt.Fprintf(&resolv, "nameserver %s\n", ns)
 	}
 	return map[string]string{
-		"etc/hostname": spec.Hostname + "\n",
-		"etc/hosts": "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
+		"hostname": spec.Hostname + "\n",
+		"hosts": "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
 			"127.0.1.1\t" + spec.Hostname + "\n",
-		"etc/resolv.conf": resolv.String(),
+		"resolv.conf": resolv.String(),
 	}
 }
 
-// mountRoot merges a per-sandbox top layer (see writeMountpoints: the
-// mountpoints and the identity files) over spec's layers with a read-only
-// overlayfs (lower layers only, so nothing can be written through it) at
-// rootfs/ in the bundle. runsc's gofer creates missing mountpoints in the
-// root on the host, which a read-only root refuses, and the image must not
-// be written anyway: the top layer holds them. The identity files live in
-// that layer rather than being bind-mounted: every bind mount is one more
-// gofer mount for the sandbox to set up at start.
+// mountRoot merges a mountpoints layer (see writeMountpoints) over spec's
+// layers with a read-only overlayfs (lower layers only, so nothing can be
+// written through it) at rootfs/ in the bundle. runsc's gofer creates
+// missing mountpoints in the root on the host, which a read-only root
+// refuses, and the image must not be written anyway: the mountpoints
+// layer holds them.
 func (b *bundle) mountRoot(spec sandbox.Spec) error {
 	top := filepath.Join(b.dir, "mountpoints")
 	if err := writeMountpoints(top, spec); err != nil {
@@ -183,11 +186,11 @@ func (b *bundle) mountRoot(spec sandbox.Spec) error {
 // the workspace.
 var (
 	mountDirs  = []string{"proc", "sys", "dev", "tmp", "run", "opt/helmr", filepath.Dir(AgentMount[1:])}
-	mountFiles = []string{AgentMount[1:]}
+	mountFiles = []string{"etc/hostname", "etc/hosts", "etc/resolv.conf", AgentMount[1:]}
 )
 
 // writeMountpoints fills dir with an empty directory or file for every
-// mountpoint of spec's container, and with its identity files.
+// mountpoint of spec's container.
 func writeMountpoints(dir string, spec sandbox.Spec) error {
 	for _, d := range append([]string{spec.Workspace[1:], "etc"}, mountDirs...) {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
@@ -197,11 +200,6 @@ func writeMountpoints(dir string, spec sandbox.Spec) error {
 	for _, f := range mountFiles {
 		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
 			return fmt.Errorf("mountpoints: %w", err)
-		}
-	}
-	for name, content := range identityFiles(spec) {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			return fmt.Errorf("identity files: %w", err)
 		}
 	}
 	return nil
@@ -254,6 +252,9 @@ func ociSpecFor(cfg *Config, spec sandbox.Spec, b *bundle) *ociSpec {
 	}
 	mounts = append(mounts,
 		bind(cfg.AgentPath, AgentMount, true),
+		bind(filepath.Join(b.dir, "hostname"), "/etc/hostname", true),
+		bind(filepath.Join(b.dir, "hosts"), "/etc/hosts", true),
+		bind(filepath.Join(b.dir, "resolv.conf"), "/etc/resolv.conf", true),
 	)
 	res := ociResources{Pids: &ociPids{Limit: max(hostPidsPerGuest*spec.PidsLimit+cfg.MinHostPids, cfg.MinHostPids)}}
 	if spec.MemoryBytes > 0 {
