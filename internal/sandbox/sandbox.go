@@ -52,7 +52,19 @@ type Spec struct {
 	// filesystem, lowest first.
 	RootLayers []string
 	// WorkspaceHost is the host directory mounted read-write at Workspace.
+	// A build sandbox (RootUpper set) may have none: its steps write the
+	// image, workspace path included.
 	WorkspaceHost string
+	// RootUpper, if set, makes the root writable for an image build step:
+	// what the sandbox changes lands in this host directory, an overlayfs
+	// upper directory (whiteouts included) that can then serve as a layer.
+	// RootWork is its empty work directory on the same filesystem. Tiers
+	// that cannot write layers with their files' owners refuse it
+	// (ErrInvalidSpec).
+	RootUpper, RootWork string
+	// Mounts are more host directories bound into the sandbox (a build
+	// step's cache mounts).
+	Mounts []Mount
 	// Workspace is the absolute in-guest workspace path (default /workspace).
 	Workspace string
 	// HelmrHost is a host directory mounted read-only at /opt/helmr (the
@@ -73,6 +85,13 @@ type Spec struct {
 	CPU         float64 // vCPUs; 0 means unlimited
 	MemoryBytes int64   // 0 means unlimited
 	PidsLimit   int64   // 0 means the tier's default
+}
+
+// Mount binds a host directory into a sandbox.
+type Mount struct {
+	Source   string // absolute host path of a directory
+	Dest     string // absolute path inside the sandbox, outside the reserved paths
+	ReadOnly bool
 }
 
 // ExecRequest is one process to run inside a sandbox.

@@ -52,7 +52,23 @@ func (s *Spec) Normalize(defaultPids int64) error {
 	if len(s.RootLayers) == 0 {
 		return errors.New("no root layers")
 	}
-	dirs := append([]string{s.WorkspaceHost}, s.RootLayers...)
+	if (s.RootUpper == "") != (s.RootWork == "") {
+		return errors.New("RootUpper and RootWork go together")
+	}
+	var dirs []string
+	if s.WorkspaceHost != "" || s.RootUpper == "" {
+		dirs = append(dirs, s.WorkspaceHost)
+	}
+	dirs = append(dirs, s.RootLayers...)
+	if s.RootUpper != "" {
+		dirs = append(dirs, s.RootUpper, s.RootWork)
+	}
+	for _, m := range s.Mounts {
+		if !filepath.IsAbs(m.Dest) || filepath.Clean(m.Dest) != m.Dest || IsReserved(m.Dest) || m.Dest == s.Workspace {
+			return fmt.Errorf("mount destination %q must be a clean absolute path outside %v and the workspace", m.Dest, ReservedPaths)
+		}
+		dirs = append(dirs, m.Source)
+	}
 	if s.HelmrHost != "" {
 		dirs = append(dirs, s.HelmrHost)
 	}

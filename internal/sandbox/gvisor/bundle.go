@@ -176,7 +176,14 @@ func (b *bundle) mountRoot(spec sandbox.Spec) error {
 		lowers = append(lowers, escapeOverlayPath(spec.RootLayers[i]))
 	}
 	opts := "lowerdir=" + strings.Join(lowers, ":")
-	if err := unix.Mount("overlay", b.rootfs, "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+	flags := uintptr(unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV)
+	if spec.RootUpper != "" {
+		// A build step: the root is writable and its changes land in the
+		// upper directory, which becomes the step's layer.
+		opts += ",upperdir=" + escapeOverlayPath(spec.RootUpper) + ",workdir=" + escapeOverlayPath(spec.RootWork)
+		flags &^= unix.MS_RDONLY
+	}
+	if err := unix.Mount("overlay", b.rootfs, "overlay", flags, opts); err != nil {
 		return fmt.Errorf("mount root overlay: %w", err)
 	}
 	return nil
@@ -192,7 +199,11 @@ var (
 // writeMountpoints fills dir with an empty directory or file for every
 // mountpoint of spec's container.
 func writeMountpoints(dir string, spec sandbox.Spec) error {
-	for _, d := range append([]string{spec.Workspace[1:], "etc"}, mountDirs...) {
+	dirs := append([]string{spec.Workspace[1:], "etc"}, mountDirs...)
+	for _, m := range spec.Mounts {
+		dirs = append(dirs, m.Dest[1:])
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return fmt.Errorf("mountpoints: %w", err)
 		}
@@ -245,7 +256,12 @@ func ociSpecFor(cfg *Config, spec sandbox.Spec, b *bundle) *ociSpec {
 		tmpfs("/tmp", "1777"),
 		tmpfs("/run", "755"),
 		tmpfs("/dev/shm", "1777"),
-		bind(spec.WorkspaceHost, spec.Workspace, false),
+	}
+	if spec.WorkspaceHost != "" {
+		mounts = append(mounts, bind(spec.WorkspaceHost, spec.Workspace, false))
+	}
+	for _, m := range spec.Mounts {
+		mounts = append(mounts, bind(m.Source, m.Dest, m.ReadOnly))
 	}
 	if spec.HelmrHost != "" {
 		mounts = append(mounts, bind(spec.HelmrHost, "/opt/helmr", true))
@@ -282,7 +298,7 @@ func ociSpecFor(cfg *Config, spec sandbox.Spec, b *bundle) *ociSpec {
 			},
 			NoNewPrivileges: true,
 		},
-		Root:     ociRoot{Path: b.rootfs, Readonly: true},
+		Root:     ociRoot{Path: b.rootfs, Readonly: spec.RootUpper == ""},
 		Hostname: spec.Hostname,
 		Mounts:   mounts,
 		Linux: ociLinux{

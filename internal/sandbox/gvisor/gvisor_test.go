@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -208,4 +209,89 @@ func mounted(t *testing.T, path string) bool {
 		}
 	}
 	return false
+}
+
+// TestBuildStep: a sandbox with a writable root (an image build step)
+// writes its changes, deletions included, into the upper directory and
+// nothing else: not the base layer, not the runtime's identity files or
+// mountpoints, not its cache mount, which keeps what the step put there.
+// The upper directory then serves as a layer of the next sandbox.
+func TestBuildStep(t *testing.T) {
+	rt := newRuntime(t)
+	rootfs := sandboxtest.BaseRootFS(t)
+	work := t.TempDir()
+	upper, wdir, cache := filepath.Join(work, "upper"), filepath.Join(work, "work"), t.TempDir()
+	for _, d := range []string{upper, wdir} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := os.ReadFile(filepath.Join(rootfs, "etc/debian_version"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{ID: "build-" + randomID(t), RootLayers: []string{rootfs}, RootUpper: upper, RootWork: wdir,
+		Mounts: []sandbox.Mount{{Source: cache, Dest: "/var/cache/helmr-test"}}, Workspace: "/srv/app"}
+	sb, err := rt.Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	st, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		Argv: []string{"sh", "-c", `set -e
+echo built > /etc/built
+rm /etc/debian_version
+mkdir -p /srv/app && echo v1 > /srv/app/version
+echo cached > /var/cache/helmr-test/n
+echo "10.9.9.9 evil" >> /etc/hosts 2>/dev/null || true`},
+		Env: []string{"PATH=/usr/bin:/bin"}, Cwd: "/",
+	})
+	if err != nil || st.Code != 0 {
+		t.Fatalf("build step = %+v, %v", st, err)
+	}
+	if err := sb.Destroy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var layer []string
+	filepath.WalkDir(upper, func(p string, d os.DirEntry, err error) error {
+		if rel, _ := filepath.Rel(upper, p); rel != "." {
+			layer = append(layer, rel)
+		}
+		return nil
+	})
+	for _, want := range []string{"etc/built", "etc/debian_version", "srv/app/version"} {
+		if !slices.Contains(layer, want) {
+			t.Errorf("layer %v lacks %s", layer, want)
+		}
+	}
+	for _, p := range layer {
+		if strings.HasPrefix(p, "etc/host") || strings.HasPrefix(p, "etc/resolv") || strings.HasPrefix(p, "proc") ||
+			strings.HasPrefix(p, "opt/helmr") || strings.HasPrefix(p, "var/cache/helmr-test") {
+			t.Errorf("layer holds %s, which belongs to the runtime or the cache mount", p)
+		}
+	}
+	var wh syscall.Stat_t
+	if err := syscall.Lstat(filepath.Join(upper, "etc/debian_version"), &wh); err != nil || wh.Mode&syscall.S_IFMT != syscall.S_IFCHR || wh.Rdev != 0 {
+		t.Errorf("deleted file is %+v (%v) in the layer, want an overlay whiteout (char 0/0)", wh, err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(rootfs, "etc/debian_version")); string(after) != string(before) {
+		t.Error("the base layer changed")
+	}
+	if b, err := os.ReadFile(filepath.Join(cache, "n")); err != nil || string(b) != "cached\n" {
+		t.Errorf("cache mount holds %q, %v", b, err)
+	}
+
+	// The layer over the base: the next sandbox sees the step's result.
+	next, err := rt.Start(context.Background(), sandbox.Spec{ID: "use-" + randomID(t), RootLayers: []string{rootfs, upper}, WorkspaceHost: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Destroy(context.Background())
+	var out strings.Builder
+	st, err = next.Exec(context.Background(), sandbox.ExecRequest{
+		Argv: []string{"sh", "-c", "cat /etc/built /srv/app/version; test -e /etc/debian_version && echo still-there; grep -c evil /etc/hosts || true"},
+		Env:  []string{"PATH=/usr/bin:/bin"}, OnOutput: func(_ string, b []byte) { out.Write(b) },
+	})
+	if err != nil || st.Code != 0 || out.String() != "built\nv1\n0\n" {
+		t.Errorf("next sandbox saw %q (%+v, %v), want the step's files, the deletion, and its own /etc/hosts", out.String(), st, err)
+	}
 }

@@ -74,8 +74,10 @@ func (s *Sandbox) start(ctx context.Context) error {
 		}
 		s.link = link
 	}
-	if err := sandbox.ChownTree(s.spec.WorkspaceHost, int(s.spec.UID), int(s.spec.GID)); err != nil {
-		return fmt.Errorf("workspace ownership: %w", err)
+	if s.spec.WorkspaceHost != "" {
+		if err := sandbox.ChownTree(s.spec.WorkspaceHost, int(s.spec.UID), int(s.spec.GID)); err != nil {
+			return fmt.Errorf("workspace ownership: %w", err)
+		}
 	}
 	conn, err := s.startRunsc()
 	if err != nil {

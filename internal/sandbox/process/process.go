@@ -214,6 +214,12 @@ func (r *Runtime) normalize(spec *sandbox.Spec) error {
 	if err := spec.Normalize(r.cfg.DefaultPids); err != nil {
 		return err
 	}
+	if spec.RootUpper != "" || len(spec.Mounts) > 0 {
+		// Its user namespace maps the image's root to an unprivileged host
+		// uid: files the step writes would land in the layer with shifted
+		// owners, and the image's root-owned directories are not writable.
+		return fmt.Errorf("the process tier cannot run image build steps (writable root, cache mounts); use the gvisor tier")
+	}
 	if spec.UID >= r.cfg.UIDCount || spec.GID >= r.cfg.UIDCount {
 		return fmt.Errorf("uid/gid %d/%d outside the mapped range 0..%d", spec.UID, spec.GID, r.cfg.UIDCount-1)
 	}

@@ -179,3 +179,20 @@ ls /sys/class/net; grep -E ' /sys ' /proc/self/mounts | cut -d' ' -f4 | cut -d, 
 		t.Errorf("hardening probe = %q, %+v, %v; want %q", got, st, err, want)
 	}
 }
+
+// TestRefusesBuildSteps: the process tier cannot write image layers with
+// their owners, so a writable root or cache mounts are refused up front.
+func TestRefusesBuildSteps(t *testing.T) {
+	requiresProcessTier(t)
+	rt := newRuntime(t)
+	layer, tmp := t.TempDir(), t.TempDir()
+	for _, spec := range []sandbox.Spec{
+		{ID: "build", RootLayers: []string{layer}, RootUpper: filepath.Join(tmp), RootWork: t.TempDir()},
+		{ID: "mounts", RootLayers: []string{layer}, WorkspaceHost: t.TempDir(), Mounts: []sandbox.Mount{{Source: t.TempDir(), Dest: "/cache"}}},
+	} {
+		_, err := rt.Start(context.Background(), spec)
+		if !errors.Is(err, sandbox.ErrInvalidSpec) || !strings.Contains(err.Error(), "use the gvisor tier") {
+			t.Errorf("Start(%s) = %v, want ErrInvalidSpec pointing at the gvisor tier", spec.ID, err)
+		}
+	}
+}
