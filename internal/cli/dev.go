@@ -155,6 +155,7 @@ func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane,
 		Images: &images.Resolver{
 			BasesDir:  filepath.Join(cfg.CacheDir, "bases"),
 			LayersDir: filepath.Join(cfg.DataDir, "layers"),
+			CachesDir: filepath.Join(cfg.DataDir, "caches"),
 		},
 	})
 }

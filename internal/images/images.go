@@ -43,8 +43,13 @@ type Image struct {
 type Resolver struct {
 	// BasesDir holds <name>/rootfs and <name>/config.json per built-in base.
 	BasesDir string
-	// LayersDir caches layers produced by copy steps, by content key.
+	// LayersDir caches the layers steps produce, by the key of their
+	// inputs (copy: the copied bytes; run: the step and everything before).
 	LayersDir string
+	// CachesDir holds the named caches run steps mount, per scope.
+	CachesDir string
+	// Runner executes run steps; nil: images with run steps fail.
+	Runner StepRunner
 }
 
 type baseConfig struct {
@@ -66,8 +71,9 @@ func (r *Resolver) Bases() []string {
 	return out
 }
 
-// Prepare resolves img against files (the deployment's files).
-func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, files map[string][]byte) (Image, error) {
+// Prepare resolves img against files (the deployment's files), building
+// what its steps make that the layer cache does not hold yet.
+func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, files map[string][]byte, opts PrepareOptions) (Image, error) {
 	if img == nil || len(img.Steps) == 0 || img.Steps[0].Kind != deployments.StepFrom {
 		return Image{}, fmt.Errorf("%w: the image declares no from(...) step", ErrPreparation)
 	}
@@ -94,6 +100,12 @@ func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, 
 			}
 			out.Layers = append(out.Layers, layer)
 			key = filepath.Base(layer) // the layer's content key: later steps and the digest follow the bytes
+		case deployments.StepRun:
+			layer, err := r.runLayer(ctx, key, i+1, out, s, opts)
+			if err != nil {
+				return Image{}, fmt.Errorf("%w: step %d (run %s): %w", ErrPreparation, i+1, quoteArgv(s.Argv), err)
+			}
+			out.Layers = append(out.Layers, layer)
 		case deployments.StepWorkdir:
 			out.Workdir = s.Path
 		case deployments.StepEnv:
@@ -101,7 +113,7 @@ func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, 
 		case deployments.StepUser:
 			out.User = s.User
 		default:
-			return Image{}, fmt.Errorf("%w: step %d: %q steps need image builds, which this worker does not support yet (supported: from a built-in base, copy, workdir, env, user)", ErrPreparation, i+1, s.Kind)
+			return Image{}, fmt.Errorf("%w: step %d: %q steps are not supported yet (supported: from a built-in base, run, copy, workdir, env, user)", ErrPreparation, i+1, s.Kind)
 		}
 	}
 	out.Digest = "sha256:" + hashKey(key, out.User, out.Workdir, strings.Join(out.Env, "\x00"))
@@ -189,6 +201,25 @@ func (r *Resolver) copyLayer(key string, s deployments.Step, files map[string][]
 		}
 	}
 	return dir, nil
+}
+
+// quoteArgv shows an argv as a shell would read it, shortened.
+func quoteArgv(argv []string) string {
+	var b strings.Builder
+	for i, a := range argv {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if a == "" || strings.ContainsAny(a, " \t\n'\"$\\") {
+			b.WriteString("'" + strings.ReplaceAll(a, "'", `'\''`) + "'")
+		} else {
+			b.WriteString(a)
+		}
+	}
+	if s := b.String(); len(s) > 120 {
+		return s[:117] + "..."
+	}
+	return b.String()
 }
 
 func hashKey(parts ...string) string {

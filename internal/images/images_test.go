@@ -48,7 +48,7 @@ func TestPrepareCopyEnvUser(t *testing.T) {
 		deployments.Step{Kind: "workdir", Path: "/app"},
 		deployments.Step{Kind: "user", User: "node"},
 	)
-	got, err := r.Prepare(context.Background(), m, files)
+	got, err := r.Prepare(context.Background(), m, files, PrepareOptions{})
 	if err != nil {
 		t.Fatalf("Prepare() = %v", err)
 	}
@@ -76,12 +76,12 @@ func TestPrepareCopyEnvUser(t *testing.T) {
 		t.Errorf("FindNode() = %q, %v", node, err)
 	}
 	// The same steps again reuse the cached layers and give the same digest.
-	again, err := r.Prepare(context.Background(), m, files)
+	again, err := r.Prepare(context.Background(), m, files, PrepareOptions{})
 	if err != nil || again.Digest != got.Digest || !cmp.Equal(again.Layers, got.Layers) {
 		t.Errorf("second Prepare = %+v, %v; want the same layers and digest", again, err)
 	}
 	files["context/src/a.ts"] = []byte("changed")
-	changed, _ := r.Prepare(context.Background(), m, files)
+	changed, _ := r.Prepare(context.Background(), m, files, PrepareOptions{})
 	if changed.Digest == got.Digest || changed.Layers[2] == got.Layers[2] || changed.Layers[1] != got.Layers[1] {
 		t.Errorf("changing a copied file: digest %s→%s, layers %v→%v; want only the second copy layer rebuilt", got.Digest, changed.Digest, got.Layers, changed.Layers)
 	}
@@ -97,13 +97,13 @@ func TestPrepareErrors(t *testing.T) {
 		{"unknown base", &deployments.ImageManifest{Steps: []deployments.Step{{Kind: "from", Ref: "node:24"}}}, "helmr/tiny"},
 		{"base not built", &deployments.ImageManifest{Steps: []deployments.Step{{Kind: "from", Ref: "helmr/absent"}}}, "build-base-rootfs.sh"},
 		{"escaping base name", &deployments.ImageManifest{Steps: []deployments.Step{{Kind: "from", Ref: "helmr/../x"}}}, "not available"},
-		{"run step", img(deployments.Step{Kind: "run", Argv: []string{"true"}}), `"run" steps need image builds`},
+		{"run step without a runner", img(deployments.Step{Kind: "run", Argv: []string{"true"}}), "run steps need the gvisor tier"},
 		{"missing copy source", img(deployments.Step{Kind: "copy", Dest: "/x", Source: &deployments.Source{Type: "file", Path: "nope"}}), "no files"},
 		{"unknown user", img(deployments.Step{Kind: "user", User: "ghost"}), ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := r.Prepare(context.Background(), c.m, map[string][]byte{})
+			got, err := r.Prepare(context.Background(), c.m, map[string][]byte{}, PrepareOptions{})
 			if c.name == "unknown user" {
 				_, _, _, err = got.ResolveUser()
 			}
@@ -113,7 +113,7 @@ func TestPrepareErrors(t *testing.T) {
 		})
 	}
 	noNode := img(deployments.Step{Kind: "env", Key: "PATH", Value: "/nowhere"})
-	got, _ := r.Prepare(context.Background(), noNode, nil)
+	got, _ := r.Prepare(context.Background(), noNode, nil, PrepareOptions{})
 	if _, err := got.FindNode(); !errors.Is(err, ErrPreparation) || !strings.Contains(err.Error(), "node") {
 		t.Errorf("FindNode() without node on PATH = %v", err)
 	}
@@ -156,13 +156,13 @@ func TestBaseDigestFollowsContent(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(r.BasesDir, "tiny", digestFile)); err != nil {
 		t.Errorf("digest not cached: %v", err)
 	}
-	before, err := r.Prepare(context.Background(), img(), nil)
+	before, err := r.Prepare(context.Background(), img(), nil, PrepareOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	os.Remove(filepath.Join(r.BasesDir, "tiny", digestFile)) // as a rebuilt base has none
 	os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("rebuilt\n"), 0o644)
-	after, err := r.Prepare(context.Background(), img(), nil)
+	after, err := r.Prepare(context.Background(), img(), nil, PrepareOptions{})
 	if err != nil || after.Digest == before.Digest {
 		t.Errorf("image digest %s did not change with the base's content (%v)", after.Digest, err)
 	}

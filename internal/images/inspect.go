@@ -8,18 +8,62 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
-// Lookup finds p (an absolute in-image path) in the layer stack, top layer
-// first, and returns its host path.
+// Lookup finds p (an absolute in-image path) in the layer stack as
+// overlayfs would, top layer first, and returns its host path: a whiteout
+// (a run step deleted it, or a parent) hides it, and an opaque directory
+// hides what lower layers hold below it.
 func (img Image) Lookup(p string) (string, bool) {
+	rel := strings.TrimPrefix(path.Clean("/"+p), "/")
+	var parts []string
+	if rel != "" {
+		parts = strings.Split(rel, "/")
+	}
 	for i := len(img.Layers) - 1; i >= 0; i-- {
-		full := filepath.Join(img.Layers[i], filepath.FromSlash(path.Clean(p)))
-		if _, err := os.Lstat(full); err == nil {
-			return full, true
+		opaque := false
+		dir := img.Layers[i]
+		for j, part := range parts {
+			dir = filepath.Join(dir, part)
+			fi, err := os.Lstat(dir)
+			if err != nil {
+				break // not in this layer: look lower, unless an opaque dir hides it
+			}
+			if isWhiteout(fi) {
+				return "", false
+			}
+			if j == len(parts)-1 {
+				return dir, true
+			}
+			if !fi.IsDir() {
+				return "", false // a file where p needs a directory
+			}
+			opaque = opaque || isOpaque(dir)
+		}
+		if len(parts) == 0 {
+			return img.Layers[i], true
+		}
+		if opaque {
+			return "", false
 		}
 	}
 	return "", false
+}
+
+// isWhiteout reports an overlayfs whiteout: a character device 0/0.
+func isWhiteout(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && fi.Mode()&os.ModeCharDevice != 0 && st.Rdev == 0
+}
+
+// isOpaque reports an overlayfs opaque directory.
+func isOpaque(dir string) bool {
+	buf := make([]byte, 1)
+	n, err := unix.Getxattr(dir, "trusted.overlay.opaque", buf)
+	return err == nil && n == 1 && buf[0] == 'y'
 }
 
 // EnvValue returns the last value the image sets for key.

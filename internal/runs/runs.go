@@ -116,7 +116,7 @@ type StatusData struct {
 
 // LogData is the payload of a log event.
 type LogData struct {
-	Stream string `json:"stream"` // "stdout" or "stderr"
+	Stream string `json:"stream"` // "stdout", "stderr", or "build" (image build output)
 	Line   string `json:"line"`
 }
 

@@ -53,7 +53,12 @@ func (w *Worker) attempt(ctx context.Context, l Lease) *runs.Outcome {
 	if l.Task.Sandbox == nil {
 		return failed(runs.ClassImagePreparation, "task %s declares no sandbox", l.Task.ID)
 	}
-	img, err := w.cfg.Images.Prepare(ctx, l.Task.Sandbox.Image, files)
+	build := newLogSink(w.cfg.Control, l.Run.ID, w.log)
+	img, err := w.cfg.Images.Prepare(ctx, l.Task.Sandbox.Image, files, images.PrepareOptions{
+		Scope:  l.Run.Project,
+		Output: func(_ int, _ string, data []byte) { build.Write("build", data) },
+	})
+	build.Close()
 	if err != nil {
 		return failed(runs.ClassImagePreparation, "%v", err)
 	}

@@ -135,8 +135,8 @@ func (s *logSink) flush() {
 func (s *logSink) Close() {
 	s.once.Do(func() {
 		s.mu.Lock()
-		for _, stream := range []string{"stdout", "stderr"} {
-			if p := s.partial[stream]; len(p) > 0 {
+		for stream, p := range s.partial {
+			if len(p) > 0 {
 				s.addLocked(stream, string(p))
 			}
 		}

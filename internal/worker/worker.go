@@ -124,6 +124,9 @@ func New(cfg Config) (*Worker, error) {
 	}
 	sweepBooted(filepath.Join(cfg.DataDir, "booted"), cfg.Logger)
 	w := &Worker{cfg: cfg, log: cfg.Logger.With("worker_id", cfg.ID), warm: newWarmPool(cfg.Warm), runCtx: context.Background()}
+	if cfg.Images.Runner == nil {
+		cfg.Images.Runner = stepRunner{w}
+	}
 	if cfg.WorkspaceQuota > 0 {
 		w.disks = disk.NewFactory(filepath.Join(cfg.DataDir, "disks"), cfg.WorkspaceQuota)
 	}

@@ -1,0 +1,87 @@
+package e2e
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/helmr/helmr/internal/runs"
+)
+
+// TestImageBuild runs tasks whose images have run steps on the gVisor tier:
+// the steps' files and deletions are in the task's image, an unchanged
+// rebuild runs no step, a named cache keeps its contents across builds, a
+// failing step fails the run naming the step with its output. On the
+// process tier, run steps fail the run with a clear message.
+func TestImageBuild(t *testing.T) { forEachTier(t, testImageBuild) }
+
+func testImageBuild(t *testing.T, tier string) {
+	d := startDev(t, tier)
+	d.deploy("internal/e2e/testdata/build")
+	if tier == "process" {
+		r := d.waitDone(d.trigger("build", "first", "null").ID, time.Minute)
+		if r.Status != runs.StatusFailed || r.Error == nil || r.Error.Class != runs.ClassImagePreparation ||
+			!strings.Contains(r.Error.Message, "use the gvisor tier") {
+			t.Fatalf("run = %s %+v, want FAILED/image_preparation pointing at the gvisor tier", r.Status, r.Error)
+		}
+		return
+	}
+	type report struct {
+		Built, Count, Tag, Cwd string
+		DebianVersion          bool
+	}
+	runTask := func(task string) (report, []string) {
+		t.Helper()
+		r := d.waitDone(d.trigger("build", task, "null").ID, 5*time.Minute)
+		if r.Status != runs.StatusCompleted {
+			t.Fatalf("%s = %s %+v", task, r.Status, r.Error)
+		}
+		var rep report
+		if err := json.Unmarshal(r.Output, &rep); err != nil {
+			t.Fatal(err)
+		}
+		var build []string
+		for _, ev := range d.events(r.ID) {
+			var l runs.LogData
+			if ev.Type == runs.EventLog && json.Unmarshal(ev.Data, &l) == nil && l.Stream == "build" {
+				build = append(build, l.Line)
+			}
+		}
+		return rep, build
+	}
+	rep, build := runTask("first")
+	if rep != (report{Built: "built-by-step", Count: "1", Tag: "a", Cwd: "/workspace"}) {
+		t.Errorf("first image = %+v, want the steps' files, /etc/debian_version deleted, count 1, the task in its workspace", rep)
+	}
+	if all := strings.Join(build, "\n"); !strings.Contains(all, "step 3: run sh -c") || !strings.Contains(all, "counted a") {
+		t.Errorf("build log of the first run:\n%s\nwant each step's header and output", all)
+	}
+	// Nothing changed: the image comes from the cache, no step runs.
+	rep, build = runTask("first")
+	if rep.Count != "1" {
+		t.Errorf("rebuild changed the image: %+v", rep)
+	}
+	if all := strings.Join(build, "\n"); strings.Contains(all, "counted") || strings.Count(all, "(cached)") != 2 {
+		t.Errorf("build log of the unchanged rebuild:\n%s\nwant both run steps cached, none run", all)
+	}
+	// A changed step runs again, after the unchanged first step, and sees
+	// what the shared cache kept from the first build.
+	rep, build = runTask("second")
+	if rep.Count != "2" || rep.Tag != "b" || rep.Built != "built-by-step" {
+		t.Errorf("second image = %+v, want count 2 (the cache persisted), tag b", rep)
+	}
+	if all := strings.Join(build, "\n"); !strings.Contains(all, "step 1: run sh -c 'echo built-by-step > /etc/helmr-built && rm /etc/debian_version' (cached)") || !strings.Contains(all, "counted b") {
+		t.Errorf("build log of the changed image:\n%s\nwant step 1 cached and step 3 run", all)
+	}
+
+	r := d.waitDone(d.trigger("build", "badstep", "null").ID, 2*time.Minute)
+	if r.Status != runs.StatusFailed || r.Error == nil || r.Error.Class != runs.ClassImagePreparation {
+		t.Fatalf("badstep = %s %+v, want FAILED/image_preparation", r.Status, r.Error)
+	}
+	for _, want := range []string{"step 1 (run sh -c 'echo about to fail; echo on stderr >&2; exit 7')", "exit code 7", "about to fail", "on stderr"} {
+		if !strings.Contains(r.Error.Message, want) {
+			t.Errorf("badstep error %q lacks %q", r.Error.Message, want)
+		}
+	}
+}

@@ -1,0 +1,32 @@
+import { existsSync, readFileSync } from "node:fs";
+import { cache, image, sandbox, task } from "@helmr/sdk";
+
+const counter = cache("counter");
+
+// Each build of a counting step adds one to the number the cache keeps, and
+// copies it into the image: the image shows how many builds the cache saw.
+const counting = (tag: string) =>
+  image(`built-${tag}`)
+    .from("helmr/bookworm-node22")
+    .run(["sh", "-c", "echo built-by-step > /etc/helmr-built && rm /etc/debian_version"])
+    .workdir("/srv/app")
+    .run(["sh", "-c", `n=$(cat /cache/n 2>/dev/null || echo 0); echo $((n+1)) > /cache/n; cp /cache/n count; echo ${tag} > tag; echo counted ${tag}`], {
+      cache: [{ mountPath: "/cache", cache: counter }],
+    });
+
+const report = async () => ({
+  built: readFileSync("/etc/helmr-built", "utf8").trim(),
+  debianVersion: existsSync("/etc/debian_version"),
+  count: readFileSync("/srv/app/count", "utf8").trim(),
+  tag: readFileSync("/srv/app/tag", "utf8").trim(),
+  cwd: process.cwd(),
+});
+
+export const first = task({ id: "first", sandbox: sandbox("first").image(counting("a")), run: report });
+export const second = task({ id: "second", sandbox: sandbox("second").image(counting("b")), run: report });
+
+const failing = image("failing-step")
+  .from("helmr/bookworm-node22")
+  .run(["sh", "-c", "echo about to fail; echo on stderr >&2; exit 7"]);
+
+export const badstep = task({ id: "badstep", sandbox: sandbox("badstep").image(failing), run: async () => "unreachable" });

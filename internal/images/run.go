@@ -1,0 +1,199 @@
+package images
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/sandbox"
+)
+
+// StepRunner runs an image's run steps in a sandbox of the worker's
+// isolation tier, never on the host.
+type StepRunner interface {
+	RunStep(ctx context.Context, req StepRequest) error
+}
+
+// StepRequest is one run step to execute.
+type StepRequest struct {
+	Layers      []string // the image so far, lowest first, read-only
+	Upper, Work string   // empty dirs on one filesystem: the step's changes land in Upper
+	Argv        []string
+	Env         []string // the image's environment so far
+	Workdir     string   // absolute; exists in the image or in Upper
+	UID, GID    uint32   // the image's user so far
+	Caches      []sandbox.Mount
+	// Output receives the step's stdout and stderr as they come.
+	Output func(stream string, data []byte)
+}
+
+// ErrStepFailed is a run step that exited non-zero; the error's message
+// names the step and ends with its last lines of output.
+var ErrStepFailed = errors.New("image build step failed")
+
+// PrepareOptions are what a build needs beyond the image: where named
+// caches live and where step output goes.
+type PrepareOptions struct {
+	// Scope keeps the named caches of different projects apart
+	// (project name).
+	Scope string
+	// Output, if set, receives each step's output, step numbered from 1.
+	Output func(step int, stream string, data []byte)
+}
+
+var cacheNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// stepLocks serialises builds of the same step in one process.
+var stepLocks sync.Map // layer dir → *sync.Mutex
+
+// runLayer returns the layer of run step s (number n) on top of img: the
+// cached one for key, or the step's changes after running it.
+func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s deployments.Step, opts PrepareOptions) (string, error) {
+	dir := filepath.Join(r.LayersDir, "run-"+key)
+	mu, _ := stepLocks.LoadOrStore(dir, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	say := func(format string, args ...any) {
+		if opts.Output != nil {
+			opts.Output(n, "build", []byte(fmt.Sprintf(format, args...)+"\n"))
+		}
+	}
+	if _, err := os.Stat(dir); err == nil {
+		say("step %d: run %s (cached)", n, quoteArgv(s.Argv))
+		return dir, nil
+	}
+	if r.Runner == nil {
+		return "", errors.New("this worker cannot run build steps (no sandbox tier that writes image layers: run steps need the gvisor tier)")
+	}
+	if len(s.Argv) == 0 {
+		return "", errors.New("run step with an empty argv")
+	}
+	uid, gid, _, err := img.ResolveUser()
+	if err != nil {
+		return "", err
+	}
+	var caches []sandbox.Mount
+	for _, c := range s.Cache {
+		if !cacheNamePattern.MatchString(c.Cache) || !cacheNamePattern.MatchString(opts.Scope) {
+			return "", fmt.Errorf("cache %q (scope %q): names must match %s", c.Cache, opts.Scope, cacheNamePattern)
+		}
+		host := filepath.Join(r.CachesDir, opts.Scope, c.Cache)
+		if err := os.MkdirAll(host, 0o755); err != nil {
+			return "", fmt.Errorf("cache %s: %w", c.Cache, err)
+		}
+		// The step's user owns a fresh cache, so an unprivileged step can fill it.
+		if err := os.Chown(host, int(uid), int(gid)); err != nil {
+			return "", fmt.Errorf("cache %s: %w", c.Cache, err)
+		}
+		caches = append(caches, sandbox.Mount{Source: host, Dest: c.MountPath})
+	}
+	if err := os.MkdirAll(r.LayersDir, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(r.LayersDir, ".build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	upper, work := filepath.Join(tmp, "upper"), filepath.Join(tmp, "work")
+	for _, d := range []string{upper, work} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return "", err
+		}
+	}
+	workdir := img.Workdir
+	if workdir == "" {
+		workdir = "/"
+	}
+	if err := makeWorkdir(upper, img, workdir, uid, gid); err != nil {
+		return "", err
+	}
+	say("step %d: run %s", n, quoteArgv(s.Argv))
+	tail := &tailBuffer{max: 20}
+	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}, img.Env...)
+	err = r.Runner.RunStep(ctx, StepRequest{
+		Layers: img.Layers, Upper: upper, Work: work, Argv: s.Argv, Env: env,
+		Workdir: workdir, UID: uid, GID: gid, Caches: caches,
+		Output: func(stream string, data []byte) {
+			tail.Write(data)
+			if opts.Output != nil {
+				opts.Output(n, stream, data)
+			}
+		},
+	})
+	if err != nil {
+		if errors.Is(err, ErrStepFailed) {
+			return "", fmt.Errorf("%w; its last output:\n%s", err, tail.String())
+		}
+		return "", err
+	}
+	if err := os.Rename(upper, dir); err != nil {
+		return "", fmt.Errorf("keep the step's layer: %w", err)
+	}
+	return dir, nil
+}
+
+// makeWorkdir creates, in the step's upper layer, the image's workdir where
+// the image lacks it (as Dockerfile's WORKDIR does): the directories the
+// image already has are created with their modes and owners, as overlayfs
+// copies them up; the new ones belong to the step's user.
+func makeWorkdir(upper string, img Image, workdir string, uid, gid uint32) error {
+	if _, ok := img.Lookup(workdir); ok {
+		return nil
+	}
+	cur := "/"
+	for _, part := range strings.Split(strings.Trim(workdir, "/"), "/") {
+		cur = filepath.Join(cur, part)
+		dst := filepath.Join(upper, cur)
+		mode, u, g := os.FileMode(0o755), int(uid), int(gid)
+		if p, ok := img.Lookup(cur); ok {
+			fi, err := os.Stat(p)
+			if err != nil || !fi.IsDir() {
+				return fmt.Errorf("workdir %s: %s is not a directory in the image", workdir, cur)
+			}
+			st := fi.Sys().(*syscall.Stat_t)
+			mode, u, g = fi.Mode().Perm(), int(st.Uid), int(st.Gid)
+		}
+		if err := os.Mkdir(dst, mode); err != nil && !os.IsExist(err) {
+			return fmt.Errorf("workdir %s: %w", workdir, err)
+		}
+		if err := os.Chown(dst, u, g); err != nil {
+			return fmt.Errorf("workdir %s: %w", workdir, err)
+		}
+		if err := os.Chmod(dst, mode); err != nil {
+			return fmt.Errorf("workdir %s: %w", workdir, err)
+		}
+	}
+	return nil
+}
+
+// tailBuffer keeps the last max lines written to it.
+type tailBuffer struct {
+	max     int
+	lines   []string
+	partial string
+}
+
+func (t *tailBuffer) Write(p []byte) {
+	parts := strings.Split(t.partial+string(p), "\n")
+	t.partial = parts[len(parts)-1]
+	t.lines = append(t.lines, parts[:len(parts)-1]...)
+	if len(t.lines) > t.max {
+		t.lines = t.lines[len(t.lines)-t.max:]
+	}
+}
+
+func (t *tailBuffer) String() string {
+	out := append([]string(nil), t.lines...)
+	if t.partial != "" {
+		out = append(out, t.partial)
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,63 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/helmr/helmr/internal/images"
+	"github.com/helmr/helmr/internal/sandbox"
+)
+
+// Build sandboxes: limits for each run step of an image build.
+const (
+	buildStepTimeout = time.Hour
+	buildMemory      = 4 << 30
+	buildCPU         = 2
+)
+
+// stepRunner runs image build steps in sandboxes of the worker's tier,
+// under the worker's egress policy.
+type stepRunner struct{ w *Worker }
+
+var _ images.StepRunner = stepRunner{}
+
+// RunStep implements images.StepRunner.
+func (r stepRunner) RunStep(ctx context.Context, req images.StepRequest) error {
+	ctx, cancel := context.WithTimeout(ctx, buildStepTimeout)
+	defer cancel()
+	spec := sandbox.Spec{
+		ID: newSandboxID(), RootLayers: req.Layers, RootUpper: req.Upper, RootWork: req.Work,
+		Mounts: req.Caches, UID: req.UID, GID: req.GID, Hostname: "helmr-build",
+		CPU: buildCPU, MemoryBytes: buildMemory, Network: r.w.cfg.Network,
+	}
+	box, err := r.w.cfg.Runtime.Start(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("start a build sandbox: %w", err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := box.Destroy(dctx); err != nil {
+			r.w.log.Warn("destroy build sandbox", "err", err)
+		}
+	}()
+	st, err := box.Exec(ctx, sandbox.ExecRequest{Argv: req.Argv, Env: req.Env, Cwd: req.Workdir, OnOutput: req.Output})
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: stopped after %s", images.ErrStepFailed, buildStepTimeout)
+		}
+		return err
+	}
+	if box.Stats().OOMKilled {
+		return fmt.Errorf("%w: killed at the build memory limit of %d MiB", images.ErrStepFailed, buildMemory>>20)
+	}
+	if st.Code != 0 || st.Signal != "" {
+		how := fmt.Sprintf("exit code %d", st.Code)
+		if st.Signal != "" {
+			how = "signal " + st.Signal
+		}
+		return fmt.Errorf("%w: %s", images.ErrStepFailed, how)
+	}
+	return nil
+}
