@@ -3,6 +3,7 @@ package guest
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,7 +29,12 @@ var agentCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL}
 // None of it limits the agent's own effective capabilities, so it runs
 // before Setup, ahead of init (see Prepare). It needs a binary built without
 // cgo (syscall.AllThreadsSyscall).
-func LimitExec() error {
+func LimitExec() error { return LimitExecKeeping(nil) }
+
+// LimitExecKeeping is LimitExec leaving keep in the bounding set: uid 0
+// processes the agent starts then hold those capabilities (an image build
+// step's root, inside a guest kernel of its own; see BuildCapsEnv).
+func LimitExecKeeping(keep []uintptr) error {
 	if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
@@ -37,6 +43,9 @@ func LimitExec() error {
 		return err
 	}
 	for c := uintptr(0); c <= last; c++ {
+		if slices.Contains(keep, c) {
+			continue
+		}
 		if err := allThreads(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); err != nil {
 			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -57,4 +58,28 @@ func RunLimitExec(args []string) error {
 		return fmt.Errorf("%s: set RLIMIT_NPROC: %w", LimitExecMode, err)
 	}
 	return syscall.Exec(args[1], args[2:], os.Environ())
+}
+
+// BuildCapsEnv names the variable through which a tier with a guest
+// kernel of its own (gVisor) asks `helmr-agent serve` to leave these
+// capabilities (comma-separated numbers) in the bounding set, so that an
+// image build step running as root can do what package managers do as
+// root (chown, setuid to their own users, ...): the default capabilities
+// of a container, confined to the guest.
+const BuildCapsEnv = "HELMR_AGENT_BUILD_CAPS"
+
+// ParseCaps reads BuildCapsEnv's value.
+func ParseCaps(v string) ([]uintptr, error) {
+	var out []uintptr
+	for _, f := range strings.Split(v, ",") {
+		if f == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(f, 10, 8)
+		if err != nil || n > 63 {
+			return nil, fmt.Errorf("%s=%q: want capability numbers", BuildCapsEnv, v)
+		}
+		out = append(out, uintptr(n))
+	}
+	return out, nil
 }

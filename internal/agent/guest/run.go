@@ -64,7 +64,11 @@ func RunInit(conn io.ReadWriteCloser, prepare func() error, log *slog.Logger) er
 // bounding and ambient sets (LimitExec, which needs CAP_SETPCAP), so that
 // what it starts has no capability, uid 0 included.
 func RunServe(conn io.ReadWriteCloser, log *slog.Logger) error {
-	if err := LimitExec(); err != nil {
+	keep, err := ParseCaps(os.Getenv(BuildCapsEnv))
+	if err != nil {
+		return err
+	}
+	if err := LimitExecKeeping(keep); err != nil {
 		return fmt.Errorf("limit what the agent starts: %w", err)
 	}
 	reaper := NewReaper(log)

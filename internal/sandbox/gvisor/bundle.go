@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -105,6 +106,17 @@ func agentCaps(uid uint32) []string {
 		return []string{"CAP_SETGID", "CAP_SETPCAP"}
 	}
 	return []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}
+}
+
+// buildCaps are the capabilities a build step's root holds inside the
+// Sentry: the default set of Docker and containerd.
+var buildCaps = []struct {
+	name string
+	num  int
+}{
+	{"CAP_CHOWN", 0}, {"CAP_DAC_OVERRIDE", 1}, {"CAP_FOWNER", 3}, {"CAP_FSETID", 4}, {"CAP_KILL", 5},
+	{"CAP_SETGID", 6}, {"CAP_SETUID", 7}, {"CAP_SETPCAP", 8}, {"CAP_NET_BIND_SERVICE", 10},
+	{"CAP_NET_RAW", 13}, {"CAP_SYS_CHROOT", 18}, {"CAP_MKNOD", 27}, {"CAP_AUDIT_WRITE", 29}, {"CAP_SETFCAP", 31},
 }
 
 // bundle is one sandbox's directory: config.json, the identity files, the
@@ -281,6 +293,20 @@ func ociSpecFor(cfg *Config, spec sandbox.Spec, b *bundle) *ociSpec {
 	}
 	nproc := uint64(spec.PidsLimit)
 	caps := agentCaps(spec.UID)
+	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		guest.ChildNprocEnv + "=" + strconv.FormatUint(nproc, 10)}
+	if spec.RootUpper != "" {
+		// A build step's root gets a container's default capabilities,
+		// inside the Sentry (package managers chown and switch users).
+		var nums []string
+		for _, c := range buildCaps {
+			if !slices.Contains(caps, c.name) {
+				caps = append(caps, c.name)
+			}
+			nums = append(nums, strconv.Itoa(c.num))
+		}
+		env = append(env, guest.BuildCapsEnv+"="+strings.Join(nums, ","))
+	}
 	return &ociSpec{
 		Version: "1.0.2",
 		Process: ociProcess{
@@ -289,8 +315,7 @@ func ociSpecFor(cfg *Config, spec sandbox.Spec, b *bundle) *ociSpec {
 			// The agent caps what it starts at spec.PidsLimit processes per
 			// uid (RLIMIT_NPROC, which the Sentry enforces on clone) and
 			// stays uncapped itself: see guest.ChildNprocEnv.
-			Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-				guest.ChildNprocEnv + "=" + strconv.FormatUint(nproc, 10)},
+			Env: env,
 			Cwd: "/",
 			Capabilities: ociCaps{
 				Bounding: caps, Effective: caps, Permitted: caps,

@@ -241,6 +241,8 @@ func TestBuildStep(t *testing.T) {
 echo built > /etc/built
 rm /etc/debian_version
 mkdir -p /srv/app && echo v1 > /srv/app/version
+chown 1000:1001 /srv/app/version
+setpriv --reuid=1000 --regid=1001 --clear-groups id -u > /srv/app/setuid-worked
 echo cached > /var/cache/helmr-test/n
 echo "10.9.9.9 evil" >> /etc/hosts 2>/dev/null || true`},
 		Env: []string{"PATH=/usr/bin:/bin"}, Cwd: "/",
@@ -268,6 +270,15 @@ echo "10.9.9.9 evil" >> /etc/hosts 2>/dev/null || true`},
 			strings.HasPrefix(p, "opt/helmr") || strings.HasPrefix(p, "var/cache/helmr-test") {
 			t.Errorf("layer holds %s, which belongs to the runtime or the cache mount", p)
 		}
+	}
+	// The step's root had a container's capabilities (inside the Sentry):
+	// it could give files away and switch users, as package managers do.
+	var own syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(upper, "srv/app/version"), &own); err != nil || own.Uid != 1000 || own.Gid != 1001 {
+		t.Errorf("chowned file in the layer: %d:%d (%v), want 1000:1001", own.Uid, own.Gid, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(upper, "srv/app/setuid-worked")); err != nil || string(b) != "1000\n" {
+		t.Errorf("setuid in the build step: %q, %v", b, err)
 	}
 	var wh syscall.Stat_t
 	if err := syscall.Lstat(filepath.Join(upper, "etc/debian_version"), &wh); err != nil || wh.Mode&syscall.S_IFMT != syscall.S_IFCHR || wh.Rdev != 0 {
