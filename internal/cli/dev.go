@@ -150,7 +150,7 @@ func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane,
 	}
 	return worker.New(worker.Config{
 		ID: workerID(), DataDir: cfg.DataDir, Slots: cfg.Slots, Warm: cfg.Warm, Heartbeat: cfg.Heartbeat,
-		Runtime: rt, Control: control, Logger: log, Network: nc, WorkspaceQuota: quota,
+		Runtime: rt, Control: control, Logger: log, Network: nc, WorkspaceQuota: quota, ExtraCACerts: cfg.ExtraCACerts,
 		Adapter: adapter,
 		Images: &images.Resolver{
 			BasesDir:  filepath.Join(cfg.CacheDir, "bases"),

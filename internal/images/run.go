@@ -75,7 +75,7 @@ func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s
 	if len(s.Argv) == 0 {
 		return "", errors.New("run step with an empty argv")
 	}
-	uid, gid, _, err := img.ResolveUser()
+	uid, gid, home, err := img.ResolveUser()
 	if err != nil {
 		return "", err
 	}
@@ -117,7 +117,7 @@ func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s
 	}
 	say("step %d: run %s", n, quoteArgv(s.Argv))
 	tail := &tailBuffer{max: 20}
-	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}, img.Env...)
+	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home}, img.Env...)
 	err = r.Runner.RunStep(ctx, StepRequest{
 		Layers: img.Layers, Upper: upper, Work: work, Argv: s.Argv, Env: env,
 		Workdir: workdir, UID: uid, GID: gid, Caches: caches,

@@ -2,7 +2,11 @@ package worker
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/helmr/helmr/internal/images"
@@ -18,7 +22,43 @@ const (
 
 // stepRunner runs image build steps in sandboxes of the worker's tier,
 // under the worker's egress policy.
-type stepRunner struct{ w *Worker }
+type stepRunner struct {
+	w     *Worker
+	caDir string // holds caFile: extra CA certificates for build steps
+}
+
+// Where build steps find the operator's extra CA certificates.
+const (
+	caMount = "/etc/helmr-ca"
+	caFile  = "extra-ca.pem"
+)
+
+// installCACerts checks that path holds PEM certificates and copies it
+// into dir, which build sandboxes mount.
+func installCACerts(path, dir string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("extra CA certificates: %w", err)
+	}
+	n := 0
+	for rest := data; ; n++ {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if _, err := x509.ParseCertificate(b.Bytes); b.Type != "CERTIFICATE" || err != nil {
+			return "", fmt.Errorf("extra CA certificates %s: block %d is not a certificate", path, n+1)
+		}
+	}
+	if n == 0 {
+		return "", fmt.Errorf("extra CA certificates %s: no PEM certificate in it", path)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	return dir, os.WriteFile(filepath.Join(dir, caFile), data, 0o644)
+}
 
 var _ images.StepRunner = stepRunner{}
 
@@ -31,6 +71,11 @@ func (r stepRunner) RunStep(ctx context.Context, req images.StepRequest) error {
 		Mounts: req.Caches, UID: req.UID, GID: req.GID, Hostname: "helmr-build",
 		CPU: buildCPU, MemoryBytes: buildMemory, Network: r.w.cfg.Network,
 	}
+	env := req.Env
+	if r.caDir != "" {
+		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: r.caDir, Dest: caMount, ReadOnly: true})
+		env = append(append([]string(nil), env...), "NODE_EXTRA_CA_CERTS="+caMount+"/"+caFile)
+	}
 	box, err := r.w.cfg.Runtime.Start(ctx, spec)
 	if err != nil {
 		return fmt.Errorf("start a build sandbox: %w", err)
@@ -42,7 +87,7 @@ func (r stepRunner) RunStep(ctx context.Context, req images.StepRequest) error {
 			r.w.log.Warn("destroy build sandbox", "err", err)
 		}
 	}()
-	st, err := box.Exec(ctx, sandbox.ExecRequest{Argv: req.Argv, Env: req.Env, Cwd: req.Workdir, OnOutput: req.Output})
+	st, err := box.Exec(ctx, sandbox.ExecRequest{Argv: req.Argv, Env: env, Cwd: req.Workdir, OnOutput: req.Output})
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w: stopped after %s", images.ErrStepFailed, buildStepTimeout)

@@ -78,6 +78,10 @@ type Config struct {
 	// many bytes: the workspace is then a disk of its own (package disk),
 	// kept after the run as workspaces/<run id>.img.
 	WorkspaceQuota int64
+	// ExtraCACerts, if set, is a PEM file of CA certificates that build
+	// steps trust besides their image's (Node.js tools, through
+	// NODE_EXTRA_CA_CERTS): for a TLS-inspecting egress proxy.
+	ExtraCACerts string
 }
 
 // Worker executes runs.
@@ -125,7 +129,15 @@ func New(cfg Config) (*Worker, error) {
 	sweepBooted(filepath.Join(cfg.DataDir, "booted"), cfg.Logger)
 	w := &Worker{cfg: cfg, log: cfg.Logger.With("worker_id", cfg.ID), warm: newWarmPool(cfg.Warm), runCtx: context.Background()}
 	if cfg.Images.Runner == nil {
-		cfg.Images.Runner = stepRunner{w}
+		sr := stepRunner{w: w}
+		if cfg.ExtraCACerts != "" {
+			dir, err := installCACerts(cfg.ExtraCACerts, filepath.Join(cfg.DataDir, "ca"))
+			if err != nil {
+				return nil, err
+			}
+			sr.caDir = dir
+		}
+		cfg.Images.Runner = sr
 	}
 	if cfg.WorkspaceQuota > 0 {
 		w.disks = disk.NewFactory(filepath.Join(cfg.DataDir, "disks"), cfg.WorkspaceQuota)

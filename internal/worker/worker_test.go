@@ -1,11 +1,19 @@
 package worker
 
 import (
+	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
@@ -296,5 +304,37 @@ func TestCapabilitiesDigests(t *testing.T) {
 	}
 	if got, want := kw.cfg.Capabilities.Digests, []string{"kernel:runsc@sha256:abc", "rootfs:helmr/base@" + base}; !slices.Equal(got, want) {
 		t.Errorf("digests = %q, want %q", got, want)
+	}
+}
+
+func TestInstallCACerts(t *testing.T) {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "proxy CA"}, NotBefore: time.Now(),
+		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(t.TempDir(), "ca.pem")
+	os.WriteFile(good, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	dir := filepath.Join(t.TempDir(), "ca")
+	got, err := installCACerts(good, dir)
+	if err != nil || got != dir {
+		t.Fatalf("installCACerts(good) = %q, %v", got, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, caFile)); err != nil || !bytes.Contains(b, []byte("BEGIN CERTIFICATE")) {
+		t.Errorf("installed file = %q, %v", b, err)
+	}
+	for name, content := range map[string]string{
+		"empty": "", "junk": "not a certificate", "key": string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: []byte{1}})),
+	} {
+		p := filepath.Join(t.TempDir(), name)
+		os.WriteFile(p, []byte(content), 0o600)
+		if _, err := installCACerts(p, t.TempDir()); err == nil {
+			t.Errorf("installCACerts(%s) accepted it", name)
+		}
+	}
+	if _, err := installCACerts(filepath.Join(t.TempDir(), "missing"), t.TempDir()); err == nil {
+		t.Error("a missing file was accepted")
 	}
 }
