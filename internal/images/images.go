@@ -106,6 +106,17 @@ func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, 
 				return Image{}, fmt.Errorf("%w: step %d (run %s): %w", ErrPreparation, i+1, quoteArgv(s.Argv), err)
 			}
 			out.Layers = append(out.Layers, layer)
+		case deployments.StepCopyFrom:
+			from, err := r.Prepare(ctx, s.Image, files, PrepareOptions{Scope: opts.Scope})
+			if err != nil {
+				return Image{}, fmt.Errorf("%w: step %d (copyFrom %s): the source image: %w", ErrPreparation, i+1, s.Image.Name, err)
+			}
+			key = hashKey(key, from.Digest)
+			layer, err := r.copyFromLayer(key, out, from, s)
+			if err != nil {
+				return Image{}, fmt.Errorf("%w: step %d (copyFrom %s %s): %w", ErrPreparation, i+1, s.Image.Name, s.Src, err)
+			}
+			out.Layers = append(out.Layers, layer)
 		case deployments.StepWorkdir:
 			out.Workdir = s.Path
 		case deployments.StepEnv:
@@ -113,7 +124,7 @@ func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, 
 		case deployments.StepUser:
 			out.User = s.User
 		default:
-			return Image{}, fmt.Errorf("%w: step %d: %q steps are not supported yet (supported: from a built-in base, run, copy, workdir, env, user)", ErrPreparation, i+1, s.Kind)
+			return Image{}, fmt.Errorf("%w: step %d: unknown step kind %q", ErrPreparation, i+1, s.Kind)
 		}
 	}
 	out.Digest = "sha256:" + hashKey(key, out.User, out.Workdir, strings.Join(out.Env, "\x00"))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -112,8 +113,8 @@ func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s
 	if workdir == "" {
 		workdir = "/"
 	}
-	if err := makeWorkdir(upper, img, workdir, uid, gid); err != nil {
-		return "", err
+	if err := makeDirs(upper, img, workdir, uid, gid); err != nil {
+		return "", fmt.Errorf("workdir %s: %w", workdir, err)
 	}
 	say("step %d: run %s", n, quoteArgv(s.Argv))
 	tail := &tailBuffer{max: 20}
@@ -140,35 +141,62 @@ func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s
 	return dir, nil
 }
 
-// makeWorkdir creates, in the step's upper layer, the image's workdir where
-// the image lacks it (as Dockerfile's WORKDIR does): the directories the
-// image already has are created with their modes and owners, as overlayfs
-// copies them up; the new ones belong to the step's user.
-func makeWorkdir(upper string, img Image, workdir string, uid, gid uint32) error {
-	if _, ok := img.Lookup(workdir); ok {
+// makeDirs creates directory dir of the image in layer where the image
+// lacks it (as Dockerfile's WORKDIR does): the parents the image already
+// has are created in the layer with their modes and owners, as overlayfs
+// copies them up; the new ones belong to uid:gid.
+func makeDirs(layer string, img Image, dir string, uid, gid uint32) error {
+	if _, ok := img.Lookup(dir); ok {
 		return nil
 	}
 	cur := "/"
-	for _, part := range strings.Split(strings.Trim(workdir, "/"), "/") {
+	for _, part := range strings.Split(strings.Trim(dir, "/"), "/") {
+		if part == "" {
+			continue
+		}
 		cur = filepath.Join(cur, part)
-		dst := filepath.Join(upper, cur)
+		dst := filepath.Join(layer, cur)
 		mode, u, g := os.FileMode(0o755), int(uid), int(gid)
 		if p, ok := img.Lookup(cur); ok {
 			fi, err := os.Stat(p)
 			if err != nil || !fi.IsDir() {
-				return fmt.Errorf("workdir %s: %s is not a directory in the image", workdir, cur)
+				return fmt.Errorf("%s is not a directory in the image", cur)
 			}
 			st := fi.Sys().(*syscall.Stat_t)
 			mode, u, g = fi.Mode().Perm(), int(st.Uid), int(st.Gid)
 		}
-		if err := os.Mkdir(dst, mode); err != nil && !os.IsExist(err) {
-			return fmt.Errorf("workdir %s: %w", workdir, err)
+		if err := os.MkdirAll(dst, mode); err != nil {
+			return err
 		}
 		if err := os.Chown(dst, u, g); err != nil {
-			return fmt.Errorf("workdir %s: %w", workdir, err)
+			return err
 		}
 		if err := os.Chmod(dst, mode); err != nil {
-			return fmt.Errorf("workdir %s: %w", workdir, err)
+			return err
+		}
+	}
+	return nil
+}
+
+// copyDirMeta gives dir and its parents in layer the modes and owners the
+// image has for them.
+func copyDirMeta(layer string, img Image, dir string) error {
+	for cur := path.Clean(dir); cur != "/" && cur != "."; cur = path.Dir(cur) {
+		p, ok := img.Lookup(cur)
+		if !ok {
+			continue
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		dst := filepath.Join(layer, cur)
+		if err := os.Chown(dst, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+		if err := os.Chmod(dst, fi.Mode().Perm()); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -190,3 +190,65 @@ func TestLookupFollowsWhiteouts(t *testing.T) {
 		}
 	}
 }
+
+func TestCopyFrom(t *testing.T) {
+	testenv.RequireRoot(t) // merges the source image's layers with an overlay mount
+	r := testResolver(t)
+	f := &fakeRunner{}
+	r.Runner, r.CachesDir = f, t.TempDir()
+	files := map[string][]byte{"context/tool.sh": []byte("#!/bin/sh\necho tool\n")}
+	builder := img(deployments.Step{Kind: "copy", Dest: "/src/tool.sh", Source: &deployments.Source{Type: "file", Path: "tool.sh"}},
+		run("compile"))
+	builder.Name = "builder"
+	target := func(src, dest string) *deployments.ImageManifest {
+		return img(deployments.Step{Kind: "copyFrom", Image: builder, Src: src, Dest: dest})
+	}
+	got, err := r.Prepare(context.Background(), target("/steps", "/opt/built"), files, PrepareOptions{Scope: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := got.Lookup("/opt/built/compile"); !ok {
+		t.Errorf("the copied directory's contents are missing: %v", got.Layers)
+	} else if fi, _ := os.Stat(p); fi.Mode().Perm() != 0o644 {
+		t.Errorf("copied file mode %v, want 0644 as in the source", fi.Mode())
+	}
+	if _, ok := got.Lookup("/src/tool.sh"); ok {
+		t.Error("copyFrom brought in more than its source path")
+	}
+	// A file into a directory destination; it comes from a lower layer of
+	// the source image, so the merged view is what is copied.
+	one, err := r.Prepare(context.Background(), target("/src/tool.sh", "/usr/local/bin/"), files, PrepareOptions{Scope: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := one.Lookup("/usr/local/bin/tool.sh")
+	if !ok {
+		t.Fatal("the copied file is missing")
+	}
+	if b, _ := os.ReadFile(p); string(b) != "#!/bin/sh\necho tool\n" {
+		t.Errorf("copied file = %q", b)
+	}
+	// Rebuilt unchanged: same layer, the builder's step not run again.
+	runs := len(f.calls)
+	again, err := r.Prepare(context.Background(), target("/src/tool.sh", "/usr/local/bin/"), files, PrepareOptions{Scope: "p"})
+	if err != nil || again.Digest != one.Digest || len(f.calls) != runs {
+		t.Errorf("unchanged rebuild: digest %s vs %s, %d more steps run (%v)", again.Digest, one.Digest, len(f.calls)-runs, err)
+	}
+	// The source's content changed: a new layer.
+	files["context/tool.sh"] = []byte("#!/bin/sh\necho tool v2\n")
+	changed, err := r.Prepare(context.Background(), target("/src/tool.sh", "/usr/local/bin/"), files, PrepareOptions{Scope: "p"})
+	if err != nil || changed.Digest == one.Digest {
+		t.Fatalf("after changing the source image: digest %s (%v), want a new one", changed.Digest, err)
+	}
+	if p, _ := changed.Lookup("/usr/local/bin/tool.sh"); p != "" {
+		if b, _ := os.ReadFile(p); string(b) != "#!/bin/sh\necho tool v2\n" {
+			t.Errorf("copied file after the change = %q", b)
+		}
+	}
+	if _, err := r.Prepare(context.Background(), target("/nope", "/x"), files, PrepareOptions{Scope: "p"}); err == nil || !strings.Contains(err.Error(), "/nope is not in the source image") {
+		t.Errorf("copyFrom of a missing path = %v", err)
+	}
+	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), "helmr-image-") {
+		t.Error("a merged view of the source image is still mounted")
+	}
+}

@@ -175,7 +175,8 @@ func TestOutcomes(t *testing.T) {
 		{"agent failure", &fakeRuntime{exec: func(context.Context, sandbox.ExecRequest) (sandbox.ExitStatus, error) {
 			return sandbox.ExitStatus{}, errors.New("agent connection lost")
 		}}, lease(60), runs.StatusFailed, runs.ClassGuestRuntime},
-		{"run step", &fakeRuntime{exec: reply("")}, lease(60, deployments.Step{Kind: "run", Argv: []string{"true"}}), runs.StatusFailed, runs.ClassImagePreparation},
+		{"run step on a tier that cannot build", &fakeRuntime{startErr: fmt.Errorf("%w: the process tier cannot run image build steps", sandbox.ErrInvalidSpec)},
+			lease(60, deployments.Step{Kind: "run", Argv: []string{"true"}}), runs.StatusFailed, runs.ClassImagePreparation},
 		{"reported, exit never comes", &fakeRuntime{exec: func(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExitStatus, error) {
 			req.OnMessage([]byte(`{"type":"result","output":7}`))
 			<-ctx.Done() // the sandbox's destruction ends it
