@@ -75,6 +75,16 @@ func testImageBuild(t *testing.T, tier string) {
 		t.Errorf("build log of the changed image:\n%s\nwant step 1 cached and step 3 run", all)
 	}
 
+	seeded := d.waitDone(d.trigger("build", "seeded", "null").ID, 2*time.Minute)
+	if seeded.Status != runs.StatusCompleted || string(seeded.Output) != `"seeded"` {
+		t.Errorf("seeded = %s %s %+v, want the image's /workspace content in the run's workspace", seeded.Status, seeded.Output, seeded.Error)
+	}
+	shadow := d.waitDone(d.trigger("build", "shadow", "null").ID, 2*time.Minute)
+	if shadow.Status != runs.StatusFailed || shadow.Error == nil || shadow.Error.Class != runs.ClassImagePreparation ||
+		!strings.Contains(shadow.Error.Message, "files under /opt/helmr") {
+		t.Errorf("shadow = %s %+v, want FAILED/image_preparation about /opt/helmr", shadow.Status, shadow.Error)
+	}
+
 	r := d.waitDone(d.trigger("build", "badstep", "null").ID, 2*time.Minute)
 	if r.Status != runs.StatusFailed || r.Error == nil || r.Error.Class != runs.ClassImagePreparation {
 		t.Fatalf("badstep = %s %+v, want FAILED/image_preparation", r.Status, r.Error)

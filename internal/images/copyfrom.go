@@ -184,3 +184,23 @@ func copyEntry(src, dst string, fi fs.FileInfo) error {
 	}
 	return os.Chtimes(dst, fi.ModTime(), fi.ModTime())
 }
+
+// CopyTree copies what the image holds under directory src into the
+// existing directory dst (its contents; dst keeps its own metadata), with
+// modes, owners, symlinks and times. It reports false, copying nothing,
+// when the image has no such directory.
+func (img Image) CopyTree(src, dst string) (bool, error) {
+	p, ok := img.Lookup(src)
+	if !ok {
+		return false, nil
+	}
+	if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+		return false, fmt.Errorf("%s is not a directory in the image", src)
+	}
+	root, release, err := mergedView(img.Layers)
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	return true, copyTree(filepath.Join(root, filepath.FromSlash(path.Clean(src))), dst, true)
+}

@@ -170,3 +170,14 @@ func TestBaseDigestFollowsContent(t *testing.T) {
 		t.Error("BaseDigest of a non-base succeeded")
 	}
 }
+
+func TestNodeVersionOK(t *testing.T) {
+	for v, want := range map[string]bool{
+		"22.18.0": true, "v22.18.0": true, "22.23.3": true, "24.1.0": true, "22.17.9": false, "18.19.0": false,
+		"22.18": true, "garbage": false, "": false, "23.0.0-nightly2026": true,
+	} {
+		if got := NodeVersionOK(v); got != want {
+			t.Errorf("NodeVersionOK(%q) = %v, want %v", v, got, want)
+		}
+	}
+}

@@ -98,6 +98,39 @@ func (img Image) FindNode() (string, error) {
 // MinNodeVersion is the oldest Node.js the guest adapter supports.
 const MinNodeVersion = "22.18"
 
+// NodeVersionOK reports whether version ("22.23.3", "v24.1.0") is at least
+// MinNodeVersion.
+func NodeVersionOK(version string) bool {
+	have := versionParts(strings.TrimPrefix(version, "v"))
+	want := versionParts(MinNodeVersion)
+	if have == nil {
+		return false
+	}
+	for i := range want {
+		var h int
+		if i < len(have) {
+			h = have[i]
+		}
+		if h != want[i] {
+			return h > want[i]
+		}
+	}
+	return true
+}
+
+func versionParts(v string) []int {
+	v, _, _ = strings.Cut(v, "-") // a pre-release counts as its version
+	var out []int
+	for _, f := range strings.Split(v, ".") {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
 // ResolveUser maps the image's user ("root", "name", "uid", "uid:gid") to
 // numeric ids using the image's /etc/passwd, and returns the user's home.
 func (img Image) ResolveUser() (uid, gid uint32, home string, err error) {

@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
+	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/sandbox"
 	"github.com/helmr/helmr/internal/sandbox/disk"
 	"github.com/helmr/helmr/internal/sandbox/network"
@@ -91,6 +93,13 @@ func (w *Worker) boot(ctx context.Context, key string, p prepared) (*booted, err
 		}
 		b.disk = d
 	}
+	// What the image holds at the workspace path starts the workspace
+	// (like a fresh volume in Docker): dependencies installed there at
+	// build time are the run's to use.
+	if _, err := p.img.CopyTree(p.spec.Workspace, b.wsDir); err != nil {
+		b.removeDir()
+		return nil, fmt.Errorf("%w: seed the workspace from the image's %s: %w", images.ErrPreparation, p.spec.Workspace, err)
+	}
 	if err := writeFile(filepath.Join(b.helmrDir, "runtime", "adapter.mjs"), w.cfg.Adapter); err != nil {
 		b.removeDir()
 		return nil, err
@@ -110,6 +119,10 @@ func (w *Worker) boot(ctx context.Context, key string, p prepared) (*booted, err
 		return nil, err
 	}
 	b.box = box
+	if err := w.checkNode(ctx, box, p); err != nil {
+		b.destroy(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	execCtx, cancel := context.WithCancelCause(context.Background())
 	b.cancel = cancel
 	env := append(append([]string(nil), p.env...), "HELMR_SANDBOX_ID="+b.id)
@@ -212,4 +225,33 @@ func (b *booted) removeDir() error {
 		err = os.RemoveAll(b.dir)
 	}
 	return err
+}
+
+// checkNode makes sure, once per image, that the image's node is one the
+// guest adapter supports (images.MinNodeVersion or newer).
+func (w *Worker) checkNode(ctx context.Context, box sandbox.Sandbox, p prepared) error {
+	if _, ok := w.nodeOK.Load(p.img.Digest); ok {
+		return nil
+	}
+	var out strings.Builder
+	st, err := box.Exec(ctx, sandbox.ExecRequest{
+		Argv: []string{p.node, "-p", "process.versions.node"}, Env: p.env, Cwd: "/",
+		OnOutput: func(stream string, data []byte) {
+			if stream == "stdout" && out.Len() < 64 {
+				out.Write(data)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("check the image's node: %w", err)
+	}
+	v := strings.TrimSpace(out.String())
+	if st.Code != 0 || v == "" {
+		return fmt.Errorf("%w: the image's %s does not run (exit code %d)", images.ErrPreparation, p.node, st.Code)
+	}
+	if !images.NodeVersionOK(v) {
+		return fmt.Errorf("%w: the image's node is v%s; TypeScript tasks need Node.js %s or newer", images.ErrPreparation, v, images.MinNodeVersion)
+	}
+	w.nodeOK.Store(p.img.Digest, v)
+	return nil
 }

@@ -71,6 +71,9 @@ func (w *Worker) attempt(ctx context.Context, l Lease) *runs.Outcome {
 	if b == nil {
 		warm = false
 		if b, err = w.boot(ctx, key, p); err != nil {
+			if errors.Is(err, images.ErrPreparation) {
+				return failed(runs.ClassImagePreparation, "%v", err)
+			}
 			return failed(runs.ClassGuestRuntime, "start %s sandbox: %v", w.cfg.Runtime.Name(), err)
 		}
 	}
@@ -136,6 +139,7 @@ type prepared struct {
 	spec sandbox.Spec // without ID and host dirs, which booting fills in
 	env  []string
 	node string
+	img  images.Image
 }
 
 // prepare checks the image can run the task and derives the sandbox spec
@@ -152,6 +156,11 @@ func (w *Worker) prepare(l Lease, img images.Image, files map[string][]byte) (pr
 	if err != nil {
 		return prepared{}, err
 	}
+	if p, ok := img.Lookup("/opt/helmr"); ok {
+		if ents, err := os.ReadDir(p); err != nil || len(ents) > 0 {
+			return prepared{}, fmt.Errorf("%w: the image has files under /opt/helmr, which Helmr mounts over at run time: install them elsewhere (for example /opt/<your-app>)", images.ErrPreparation)
+		}
+	}
 	wsPath := l.Task.Sandbox.Workspace
 	if wsPath == "" {
 		wsPath = "/workspace"
@@ -160,6 +169,7 @@ func (w *Worker) prepare(l Lease, img images.Image, files map[string][]byte) (pr
 	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home,
 		"HOSTNAME=helmr-sandbox"}, img.Env...)
 	return prepared{
+		img:  img,
 		node: node,
 		env:  dedupeEnv(env),
 		spec: sandbox.Spec{

@@ -93,6 +93,7 @@ type Worker struct {
 	runCtx context.Context // Run's context: owns background boots
 	boxes  sync.Map        // sandbox id → *booted, while the sandbox exists
 	disks  *disk.Factory   // workspace disks, under a quota
+	nodeOK sync.Map        // image digest → its node's version, once checked
 }
 
 // New validates cfg and returns a worker.

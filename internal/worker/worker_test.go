@@ -76,6 +76,8 @@ type fakeRuntime struct {
 	exec     func(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExitStatus, error)
 	stats    sandbox.Stats
 	spec     sandbox.Spec
+	// nodeVersion is what the image's node reports (default 22.23.3).
+	nodeVersion string
 }
 
 func (r *fakeRuntime) Name() string { return "fake" }
@@ -95,6 +97,14 @@ type fakeSandbox struct{ r *fakeRuntime }
 // Exec plays the adapter: it reports itself started, waits for the start
 // message, then behaves as the test's exec func says.
 func (s fakeSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExitStatus, error) {
+	if req.Started == nil && slices.Equal(req.Argv[1:], []string{"-p", "process.versions.node"}) {
+		v := s.r.nodeVersion
+		if v == "" {
+			v = "22.23.3"
+		}
+		req.OnOutput("stdout", []byte(v+"\n"))
+		return sandbox.ExitStatus{}, nil
+	}
 	started := make(chan []byte, 1)
 	req.Started(fakeSender(started))
 	select {
@@ -175,6 +185,7 @@ func TestOutcomes(t *testing.T) {
 		{"agent failure", &fakeRuntime{exec: func(context.Context, sandbox.ExecRequest) (sandbox.ExitStatus, error) {
 			return sandbox.ExitStatus{}, errors.New("agent connection lost")
 		}}, lease(60), runs.StatusFailed, runs.ClassGuestRuntime},
+		{"node too old", &fakeRuntime{nodeVersion: "18.19.0", exec: reply(`{"type":"result","output":1}`)}, lease(60), runs.StatusFailed, runs.ClassImagePreparation},
 		{"run step on a tier that cannot build", &fakeRuntime{startErr: fmt.Errorf("%w: the process tier cannot run image build steps", sandbox.ErrInvalidSpec)},
 			lease(60, deployments.Step{Kind: "run", Argv: []string{"true"}}), runs.StatusFailed, runs.ClassImagePreparation},
 		{"reported, exit never comes", &fakeRuntime{exec: func(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExitStatus, error) {

@@ -30,3 +30,20 @@ const failing = image("failing-step")
   .run(["sh", "-c", "echo about to fail; echo on stderr >&2; exit 7"]);
 
 export const badstep = task({ id: "badstep", sandbox: sandbox("badstep").image(failing), run: async () => "unreachable" });
+
+// Dependencies installed at the workspace path start the run's workspace.
+const seededImage = image("seeded")
+  .from("helmr/bookworm-node22")
+  .workdir("/workspace")
+  .run(["sh", "-c", "mkdir -p node_modules/dep && echo seeded > node_modules/dep/index.txt"]);
+
+export const seeded = task({
+  id: "seeded",
+  sandbox: sandbox("seeded").image(seededImage),
+  run: async () => readFileSync("node_modules/dep/index.txt", "utf8").trim(),
+});
+
+// An image that puts files where Helmr mounts its own.
+const shadowing = image("shadowing").from("helmr/bookworm-node22").run(["sh", "-c", "mkdir -p /opt/helmr && touch /opt/helmr/mine"]);
+
+export const shadow = task({ id: "shadow", sandbox: sandbox("shadow").image(shadowing), run: async () => "unreachable" });
