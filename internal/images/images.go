@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
 )
@@ -81,6 +82,7 @@ func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, 
 	if err != nil {
 		return Image{}, err
 	}
+	began, runSteps, ran := time.Now(), 0, 0
 	base, err := r.BaseDigest(img.Steps[0].Ref)
 	if err != nil {
 		return Image{}, fmt.Errorf("%w: %w", ErrPreparation, err)
@@ -101,7 +103,8 @@ func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, 
 			out.Layers = append(out.Layers, layer)
 			key = filepath.Base(layer) // the layer's content key: later steps and the digest follow the bytes
 		case deployments.StepRun:
-			layer, err := r.runLayer(ctx, key, i+1, out, s, opts)
+			runSteps++
+			layer, err := r.runLayer(ctx, key, i+1, out, s, opts, &ran)
 			if err != nil {
 				return Image{}, fmt.Errorf("%w: step %d (run %s): %w", ErrPreparation, i+1, quoteArgv(s.Argv), err)
 			}
@@ -128,6 +131,10 @@ func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, 
 		}
 	}
 	out.Digest = "sha256:" + hashKey(key, out.User, out.Workdir, strings.Join(out.Env, "\x00"))
+	if runSteps > 0 && opts.Output != nil {
+		opts.Output(0, "build", []byte(fmt.Sprintf("image %s ready in %s: %d run steps ran, %d cached\n",
+			img.Name, time.Since(began).Round(10*time.Microsecond), ran, runSteps-ran)))
+	}
 	return out, nil
 }
 

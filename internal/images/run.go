@@ -56,7 +56,7 @@ var stepLocks sync.Map // layer dir → *sync.Mutex
 
 // runLayer returns the layer of run step s (number n) on top of img: the
 // cached one for key, or the step's changes after running it.
-func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s deployments.Step, opts PrepareOptions) (string, error) {
+func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s deployments.Step, opts PrepareOptions, ran *int) (string, error) {
 	dir := filepath.Join(r.LayersDir, "run-"+key)
 	mu, _ := stepLocks.LoadOrStore(dir, &sync.Mutex{})
 	mu.(*sync.Mutex).Lock()
@@ -138,6 +138,7 @@ func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s
 	if err := os.Rename(upper, dir); err != nil {
 		return "", fmt.Errorf("keep the step's layer: %w", err)
 	}
+	*ran++
 	return dir, nil
 }
 
