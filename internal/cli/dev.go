@@ -156,6 +156,7 @@ func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane,
 			BasesDir:  filepath.Join(cfg.CacheDir, "bases"),
 			LayersDir: filepath.Join(cfg.DataDir, "layers"),
 			CachesDir: filepath.Join(cfg.DataDir, "caches"),
+			ImagesDir: filepath.Join(cfg.DataDir, "images"),
 		},
 	})
 }

@@ -47,6 +47,8 @@ type Resolver struct {
 	// LayersDir caches the layers steps produce, by the key of their
 	// inputs (copy: the copied bytes; run: the step and everything before).
 	LayersDir string
+	// ImagesDir holds OCI image layouts that "oci:<name>" bases name.
+	ImagesDir string
 	// CachesDir holds the named caches run steps mount, per scope.
 	CachesDir string
 	// Runner executes run steps; nil: images with run steps fail.
@@ -78,14 +80,10 @@ func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, 
 	if img == nil || len(img.Steps) == 0 || img.Steps[0].Kind != deployments.StepFrom {
 		return Image{}, fmt.Errorf("%w: the image declares no from(...) step", ErrPreparation)
 	}
-	out, err := r.base(img.Steps[0].Ref)
+	began, runSteps, ran := time.Now(), 0, 0
+	out, base, err := r.resolveBase(ctx, img.Steps[0].Ref)
 	if err != nil {
 		return Image{}, err
-	}
-	began, runSteps, ran := time.Now(), 0, 0
-	base, err := r.BaseDigest(img.Steps[0].Ref)
-	if err != nil {
-		return Image{}, fmt.Errorf("%w: %w", ErrPreparation, err)
 	}
 	key := img.Steps[0].Ref + "@" + base
 	for i, s := range img.Steps[1:] {
