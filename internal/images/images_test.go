@@ -94,7 +94,8 @@ func TestPrepareErrors(t *testing.T) {
 		m    *deployments.ImageManifest
 		want string
 	}{
-		{"unknown base", &deployments.ImageManifest{Steps: []deployments.Step{{Kind: "from", Ref: "node:24"}}}, "helmr/tiny"},
+		{"unreachable registry", &deployments.ImageManifest{Steps: []deployments.Step{{Kind: "from", Ref: "127.0.0.1:1/none/base:v1"}}}, "helmr/tiny"},
+		{"not a reference", &deployments.ImageManifest{Steps: []deployments.Step{{Kind: "from", Ref: "Not A Ref!"}}}, "not a built-in base"},
 		{"base not built", &deployments.ImageManifest{Steps: []deployments.Step{{Kind: "from", Ref: "helmr/absent"}}}, "build-base-rootfs.sh"},
 		{"escaping base name", &deployments.ImageManifest{Steps: []deployments.Step{{Kind: "from", Ref: "helmr/../x"}}}, "not available"},
 		{"run step without a runner", img(deployments.Step{Kind: "run", Argv: []string{"true"}}), "run steps need the gvisor tier"},

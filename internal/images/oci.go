@@ -131,7 +131,7 @@ func (r *Resolver) remoteImage(ctx context.Context, ref string) (v1.Image, error
 	img, err := remote.Image(parsed, remote.WithContext(ctx),
 		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}))
 	if err != nil {
-		return nil, fmt.Errorf("pull: %w", err)
+		return nil, fmt.Errorf("pull: %w (built-in bases on this worker: %s)", err, strings.Join(r.Bases(), ", "))
 	}
 	return img, nil
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -129,7 +130,7 @@ func checkTestImage(t *testing.T, got Image) {
 
 func TestRegistryBase(t *testing.T) {
 	testenv.RequireRoot(t) // unpacking keeps owners
-	srv := httptest.NewServer(registry.New())
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer srv.Close()
 	u, _ := url.Parse(srv.URL)
 	ref := u.Host + "/team/base:v1"
