@@ -39,6 +39,7 @@ func commands() []command {
 		{"runs", "list runs, or `runs show ID`", runRuns},
 		{"logs", "print a run's logs (-f to follow)", runLogs},
 		{"cancel", "cancel a run", runCancel},
+		{"image", "`image build PATH TASK`: build a task's image here (--no-cache, --oci DIR, --ext4 FILE)", runImage},
 		{"doctor", "show which isolation tiers work on this host, and which one runs sandboxes", runDoctor},
 		{"version", "print the version", func(_ context.Context, a *App, _ []string) error {
 			fmt.Fprintln(a.Stdout, "helmr", Version)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/helmr/helmr/internal/client"
 	"github.com/helmr/helmr/internal/config"
-	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/sandbox"
 	"github.com/helmr/helmr/internal/sandbox/gvisor"
 	"github.com/helmr/helmr/internal/sandbox/network"
@@ -152,12 +151,7 @@ func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane,
 		ID: workerID(), DataDir: cfg.DataDir, Slots: cfg.Slots, Warm: cfg.Warm, Heartbeat: cfg.Heartbeat,
 		Runtime: rt, Control: control, Logger: log, Network: nc, WorkspaceQuota: quota, ExtraCACerts: cfg.ExtraCACerts,
 		Adapter: adapter,
-		Images: &images.Resolver{
-			BasesDir:  filepath.Join(cfg.CacheDir, "bases"),
-			LayersDir: filepath.Join(cfg.DataDir, "layers"),
-			CachesDir: filepath.Join(cfg.DataDir, "caches"),
-			ImagesDir: filepath.Join(cfg.DataDir, "images"),
-		},
+		Images:  resolverFor(cfg.DataDir, cfg.CacheDir),
 	})
 }
 

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +75,27 @@ func testImageBuild(t *testing.T, tier string) {
 	}
 	if all := strings.Join(build, "\n"); !strings.Contains(all, "step 1: run sh -c 'echo built-by-step > /etc/helmr-built && rm /etc/debian_version' (cached)") || !strings.Contains(all, "counted b") {
 		t.Errorf("build log of the changed image:\n%s\nwant step 1 cached and step 3 run", all)
+	}
+
+	// The same image built by the CLI on this machine shares the worker's
+	// layer cache; --no-cache runs the steps again; exports are written.
+	out := d.mustHelmr("image", "build", "internal/e2e/testdata/build", "first")
+	if !strings.Contains(out, "(cached)") || strings.Contains(out, "counted") {
+		t.Errorf("helmr image build after the runs:\n%s\nwant every step cached", out)
+	}
+	exported := t.TempDir()
+	out = d.mustHelmr("image", "build", "internal/e2e/testdata/build", "first", "--no-cache",
+		"--oci", filepath.Join(exported, "oci"), "--ext4", filepath.Join(exported, "root.ext4"))
+	if !strings.Contains(out, "counted a") || !strings.Contains(out, "wrote OCI image layout") {
+		t.Errorf("helmr image build --no-cache:\n%s\nwant the steps run and the exports written", out)
+	}
+	for _, p := range []string{"oci/index.json", "oci/oci-layout", "root.ext4"} {
+		if _, err := os.Stat(filepath.Join(exported, p)); err != nil {
+			t.Errorf("export %s: %v", p, err)
+		}
+	}
+	if _, errOut, code := d.helmr("image", "build", "internal/e2e/testdata/build", "nosuch"); code == 0 || !strings.Contains(errOut, `no task "nosuch"`) {
+		t.Errorf("image build of an unknown task = %d %q", code, errOut)
 	}
 
 	seeded := d.waitDone(d.trigger("build", "seeded", "null").ID, 2*time.Minute)

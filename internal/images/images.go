@@ -108,7 +108,7 @@ func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, 
 			}
 			out.Layers = append(out.Layers, layer)
 		case deployments.StepCopyFrom:
-			from, err := r.Prepare(ctx, s.Image, files, PrepareOptions{Scope: opts.Scope})
+			from, err := r.Prepare(ctx, s.Image, files, PrepareOptions{Scope: opts.Scope, NoCache: opts.NoCache})
 			if err != nil {
 				return Image{}, fmt.Errorf("%w: step %d (copyFrom %s): the source image: %w", ErrPreparation, i+1, s.Image.Name, err)
 			}

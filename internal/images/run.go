@@ -47,6 +47,9 @@ type PrepareOptions struct {
 	Scope string
 	// Output, if set, receives each step's output, step numbered from 1.
 	Output func(step int, stream string, data []byte)
+	// NoCache runs every run step again; the new layers replace the
+	// cached ones.
+	NoCache bool
 }
 
 var cacheNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -66,7 +69,8 @@ func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s
 			opts.Output(n, "build", []byte(fmt.Sprintf(format, args...)+"\n"))
 		}
 	}
-	if _, err := os.Stat(dir); err == nil {
+	_, statErr := os.Stat(dir)
+	if statErr == nil && !opts.NoCache {
 		say("step %d: run %s (cached)", n, quoteArgv(s.Argv))
 		return dir, nil
 	}
@@ -134,6 +138,13 @@ func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s
 			return "", fmt.Errorf("%w; its last output:\n%s", err, tail.String())
 		}
 		return "", err
+	}
+	if statErr == nil {
+		// --no-cache: the old layer moves aside (sandboxes may still have
+		// it mounted; removing it is the collector's job) for the new one.
+		if err := os.Rename(dir, filepath.Join(r.LayersDir, ".replaced-"+filepath.Base(tmp))); err != nil {
+			return "", fmt.Errorf("replace the cached layer: %w", err)
+		}
 	}
 	if err := os.Rename(upper, dir); err != nil {
 		return "", fmt.Errorf("keep the step's layer: %w", err)

@@ -252,3 +252,24 @@ func TestCopyFrom(t *testing.T) {
 		t.Error("a merged view of the source image is still mounted")
 	}
 }
+
+func TestNoCacheRunsAgain(t *testing.T) {
+	r := testResolver(t)
+	f := &fakeRunner{}
+	r.Runner, r.CachesDir = f, t.TempDir()
+	m := img(run("one"))
+	first, err := r.Prepare(context.Background(), m, nil, PrepareOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := r.Prepare(context.Background(), m, nil, PrepareOptions{NoCache: true})
+	if err != nil || len(f.calls) != 2 {
+		t.Fatalf("--no-cache rebuild: %d steps run in all (%v), want 2", len(f.calls), err)
+	}
+	if !slices.Equal(again.Layers, first.Layers) {
+		t.Errorf("layers %v, want the same paths with the new content", again.Layers)
+	}
+	if _, ok := again.Lookup("/steps/one"); !ok {
+		t.Error("the rebuilt layer is empty")
+	}
+}

@@ -5,12 +5,14 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/network"
 )
 
 // Build sandboxes: limits for each run step of an image build.
@@ -20,11 +22,29 @@ const (
 	buildCPU         = 2
 )
 
-// stepRunner runs image build steps in sandboxes of the worker's tier,
-// under the worker's egress policy.
+// stepRunner runs image build steps in sandboxes of a tier, under an
+// egress policy.
 type stepRunner struct {
-	w     *Worker
+	rt    sandbox.Runtime
+	net   *network.Config
+	log   *slog.Logger
 	caDir string // holds caFile: extra CA certificates for build steps
+}
+
+// NewStepRunner returns what runs image build steps in sandboxes of rt
+// under the egress policy nc, for builds outside a worker (helmr image
+// build). extraCA is a PEM file build steps trust (or ""); it is copied
+// into dataDir.
+func NewStepRunner(rt sandbox.Runtime, nc *network.Config, extraCA, dataDir string, log *slog.Logger) (images.StepRunner, error) {
+	sr := stepRunner{rt: rt, net: nc, log: log}
+	if extraCA != "" {
+		dir, err := installCACerts(extraCA, filepath.Join(dataDir, "ca"))
+		if err != nil {
+			return nil, err
+		}
+		sr.caDir = dir
+	}
+	return sr, nil
 }
 
 // Where build steps find the operator's extra CA certificates.
@@ -69,14 +89,14 @@ func (r stepRunner) RunStep(ctx context.Context, req images.StepRequest) error {
 	spec := sandbox.Spec{
 		ID: newSandboxID(), RootLayers: req.Layers, RootUpper: req.Upper, RootWork: req.Work,
 		Mounts: req.Caches, UID: req.UID, GID: req.GID, Hostname: "helmr-build",
-		CPU: buildCPU, MemoryBytes: buildMemory, Network: r.w.cfg.Network,
+		CPU: buildCPU, MemoryBytes: buildMemory, Network: r.net,
 	}
 	env := req.Env
 	if r.caDir != "" {
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: r.caDir, Dest: caMount, ReadOnly: true})
 		env = append(append([]string(nil), env...), "NODE_EXTRA_CA_CERTS="+caMount+"/"+caFile)
 	}
-	box, err := r.w.cfg.Runtime.Start(ctx, spec)
+	box, err := r.rt.Start(ctx, spec)
 	if err != nil {
 		return fmt.Errorf("start a build sandbox: %w", err)
 	}
@@ -84,7 +104,7 @@ func (r stepRunner) RunStep(ctx context.Context, req images.StepRequest) error {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if err := box.Destroy(dctx); err != nil {
-			r.w.log.Warn("destroy build sandbox", "err", err)
+			r.log.Warn("destroy build sandbox", "err", err)
 		}
 	}()
 	st, err := box.Exec(ctx, sandbox.ExecRequest{Argv: req.Argv, Env: env, Cwd: req.Workdir, OnOutput: req.Output})

@@ -130,13 +130,9 @@ func New(cfg Config) (*Worker, error) {
 	sweepBooted(filepath.Join(cfg.DataDir, "booted"), cfg.Logger)
 	w := &Worker{cfg: cfg, log: cfg.Logger.With("worker_id", cfg.ID), warm: newWarmPool(cfg.Warm), runCtx: context.Background()}
 	if cfg.Images.Runner == nil {
-		sr := stepRunner{w: w}
-		if cfg.ExtraCACerts != "" {
-			dir, err := installCACerts(cfg.ExtraCACerts, filepath.Join(cfg.DataDir, "ca"))
-			if err != nil {
-				return nil, err
-			}
-			sr.caDir = dir
+		sr, err := NewStepRunner(cfg.Runtime, cfg.Network, cfg.ExtraCACerts, cfg.DataDir, w.log)
+		if err != nil {
+			return nil, err
 		}
 		cfg.Images.Runner = sr
 	}
