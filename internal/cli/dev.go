@@ -143,13 +143,17 @@ func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane,
 	if err != nil {
 		return nil, err
 	}
+	layerMax, err := cfg.LayerCacheBytes()
+	if err != nil {
+		return nil, err
+	}
 	adapter, err := tsbundle.Adapter()
 	if err != nil {
 		return nil, fmt.Errorf("bundle the guest adapter: %w", err)
 	}
 	return worker.New(worker.Config{
 		ID: workerID(), DataDir: cfg.DataDir, Slots: cfg.Slots, Warm: cfg.Warm, Heartbeat: cfg.Heartbeat,
-		Runtime: rt, Control: control, Logger: log, Network: nc, WorkspaceQuota: quota, ExtraCACerts: cfg.ExtraCACerts,
+		Runtime: rt, Control: control, Logger: log, Network: nc, WorkspaceQuota: quota, ExtraCACerts: cfg.ExtraCACerts, LayerCacheMax: layerMax,
 		Adapter: adapter,
 		Images:  resolverFor(cfg.DataDir, cfg.CacheDir),
 	})

@@ -35,6 +35,7 @@ type Config struct {
 	WorkspaceQuota string        // size limit of each run's workspace (10Gi); 0: none
 	DNSUpstream    string        // resolvers sandboxes' DNS goes to: IP[:port],...; empty: the host's resolv.conf
 	ExtraCACerts   string        // PEM file of CA certificates build steps trust (a TLS-inspecting proxy)
+	LayerCache     string        // size bound of the image layer cache (20Gi); 0: none
 	Slots          int           // runs a worker executes at once
 	Warm           int           // sandboxes kept booted ahead of runs (per image and resources)
 	WorkerTTL      time.Duration // a worker silent this long loses its started runs
@@ -58,6 +59,7 @@ func Default() Config {
 		Runtime:        "auto",
 		Egress:         "open",
 		WorkspaceQuota: "10Gi",
+		LayerCache:     "20Gi",
 		SandboxDir:     "/run/helmr/sandboxes",
 		Slots:          4,
 		Warm:           1,
@@ -75,7 +77,7 @@ func (c Config) FromEnv(getenv func(string) string) (Config, error) {
 	str := map[string]*string{
 		"HELMR_ADDR": &c.Addr, "HELMR_DATA_DIR": &c.DataDir, "HELMR_DATABASE_URL": &c.DatabaseURL,
 		"HELMR_CACHE_DIR": &c.CacheDir, "HELMR_WORKER_TOKEN": &c.WorkerToken, "HELMR_AGENT_PATH": &c.AgentPath, "HELMR_RUNSC": &c.RunscPath, "HELMR_SANDBOX_DIR": &c.SandboxDir,
-		"HELMR_RUNTIME": &c.Runtime, "HELMR_EGRESS": &c.Egress, "HELMR_WORKSPACE_QUOTA": &c.WorkspaceQuota, "HELMR_DNS_UPSTREAM": &c.DNSUpstream, "HELMR_EXTRA_CA_CERTS": &c.ExtraCACerts, "HELMR_NODE": &c.Node, "HELMR_URL": &c.URL,
+		"HELMR_RUNTIME": &c.Runtime, "HELMR_EGRESS": &c.Egress, "HELMR_WORKSPACE_QUOTA": &c.WorkspaceQuota, "HELMR_DNS_UPSTREAM": &c.DNSUpstream, "HELMR_EXTRA_CA_CERTS": &c.ExtraCACerts, "HELMR_LAYER_CACHE": &c.LayerCache, "HELMR_NODE": &c.Node, "HELMR_URL": &c.URL,
 		"HELMR_PROJECT": &c.Project, "HELMR_ENV": &c.Env, "HELMR_PROFILE": &c.Profile,
 	}
 	for k, p := range str {
@@ -194,6 +196,9 @@ func (c Config) Validate() error {
 	if _, err := c.WorkspaceQuotaBytes(); err != nil {
 		errs = append(errs, err)
 	}
+	if _, err := c.LayerCacheBytes(); err != nil {
+		errs = append(errs, err)
+	}
 	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
 		errs = append(errs, fmt.Errorf("control plane URL %q must be http(s)", c.URL))
 	}
@@ -212,6 +217,18 @@ func (c Config) WorkspaceQuotaBytes() (int64, error) {
 	}
 	if n < disk.MinSize {
 		return 0, fmt.Errorf("workspace quota %s is below the minimum of %dMi (0 turns the quota off)", c.WorkspaceQuota, disk.MinSize>>20)
+	}
+	return n, nil
+}
+
+// LayerCacheBytes parses LayerCache: 0 means no bound.
+func (c Config) LayerCacheBytes() (int64, error) {
+	if c.LayerCache == "0" || c.LayerCache == "" {
+		return 0, nil
+	}
+	n, err := deployments.ParseMemory(c.LayerCache)
+	if err != nil {
+		return 0, fmt.Errorf("layer cache bound: %s", strings.Replace(err.Error(), "memory ", "", 1))
 	}
 	return n, nil
 }

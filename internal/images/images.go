@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
@@ -53,6 +54,9 @@ type Resolver struct {
 	CachesDir string
 	// Runner executes run steps; nil: images with run steps fail.
 	Runner StepRunner
+
+	pinMu sync.Mutex
+	pins  map[string]int // cache entries a build step runs on (see Collect)
 }
 
 type baseConfig struct {
@@ -129,6 +133,7 @@ func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, 
 		}
 	}
 	out.Digest = "sha256:" + hashKey(key, out.User, out.Workdir, strings.Join(out.Env, "\x00"))
+	r.markUsed(out.Layers)
 	if runSteps > 0 && opts.Output != nil {
 		opts.Output(0, "build", []byte(fmt.Sprintf("image %s ready in %s: %d run steps ran, %d cached\n",
 			img.Name, time.Since(began).Round(10*time.Microsecond), ran, runSteps-ran)))

@@ -121,6 +121,8 @@ func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s
 		return "", fmt.Errorf("workdir %s: %w", workdir, err)
 	}
 	say("step %d: run %s", n, quoteArgv(s.Argv))
+	unpin := r.pin(img.Layers)
+	defer unpin()
 	tail := &tailBuffer{max: 20}
 	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home}, img.Env...)
 	err = r.Runner.RunStep(ctx, StepRequest{

@@ -32,6 +32,7 @@ type booted struct {
 	dir      string     // host dir holding workspace/ and helmr/
 	wsDir    string     // host workspace, mounted at the sandbox's workspace path
 	disk     *disk.Disk // the workspace's own filesystem, under a quota
+	layers   []string   // the image layers its root is made of
 	helmrDir string     // host dir mounted read-only at /opt/helmr
 
 	ready  chan struct{} // closed once the adapter runs (sender set) or boot failed
@@ -110,6 +111,7 @@ func (w *Worker) boot(ctx context.Context, key string, p prepared) (*booted, err
 	}
 	spec := p.spec
 	spec.ID, spec.WorkspaceHost, spec.HelmrHost = b.id, b.wsDir, b.helmrDir
+	b.layers = spec.RootLayers
 	w.boxes.Store(b.id, b)
 	b.forget = func() { w.boxes.Delete(b.id) }
 	box, err := w.cfg.Runtime.Start(ctx, spec)

@@ -37,6 +37,7 @@ func (w *Worker) execute(ctx context.Context, l Lease) {
 		log.Error("report outcome failed", "err", err)
 	}
 	log.Info("run finished", "status", o.Status)
+	w.maybeCollect()
 }
 
 func failed(class runs.FailureClass, format string, args ...any) *runs.Outcome {

@@ -78,6 +78,10 @@ type Config struct {
 	// many bytes: the workspace is then a disk of its own (package disk),
 	// kept after the run as workspaces/<run id>.img.
 	WorkspaceQuota int64
+	// LayerCacheMax bounds the image layer cache: after runs, the least
+	// recently used layers no sandbox runs on are removed until it fits
+	// (0: no bound).
+	LayerCacheMax int64
 	// ExtraCACerts, if set, is a PEM file of CA certificates that build
 	// steps trust besides their image's (Node.js tools, through
 	// NODE_EXTRA_CA_CERTS): for a TLS-inspecting egress proxy.
@@ -94,6 +98,9 @@ type Worker struct {
 	boxes  sync.Map        // sandbox id → *booted, while the sandbox exists
 	disks  *disk.Factory   // workspace disks, under a quota
 	nodeOK sync.Map        // image digest → its node's version, once checked
+
+	gcMu   sync.Mutex
+	gcLast time.Time // when the layer cache was last collected
 }
 
 // New validates cfg and returns a worker.
@@ -160,6 +167,40 @@ func sweepBooted(dir string, log *slog.Logger) {
 			log.Warn("remove a stale booted sandbox", "dir", p, "err", err)
 		}
 	}
+}
+
+// Layer cache collection: at most this often, sparing layers used this
+// recently.
+const (
+	collectEvery = time.Minute
+	collectGrace = 10 * time.Minute
+)
+
+// maybeCollect starts a layer cache collection unless one ran recently.
+func (w *Worker) maybeCollect() {
+	if w.cfg.LayerCacheMax <= 0 {
+		return
+	}
+	w.gcMu.Lock()
+	if time.Since(w.gcLast) < collectEvery {
+		w.gcMu.Unlock()
+		return
+	}
+	w.gcLast = time.Now()
+	w.gcMu.Unlock()
+	var inUse []string
+	w.boxes.Range(func(_, v any) bool {
+		inUse = append(inUse, v.(*booted).layers...)
+		return true
+	})
+	go func() {
+		st, err := w.cfg.Images.Collect(w.cfg.LayerCacheMax, inUse, collectGrace)
+		if err != nil {
+			w.log.Warn("collect image layers", "err", err)
+		} else if st.Removed > 0 {
+			w.log.Info("collected image layers", "removed", st.Removed, "freed_mib", st.RemovedBytes>>20, "kept_mib", st.KeptBytes>>20)
+		}
+	}()
 }
 
 // reportDenial records an egress denial on the sandbox it happened in;
