@@ -74,6 +74,8 @@ type Step struct {
 	// copy
 	Dest   string  `json:"dest,omitempty"`
 	Source *Source `json:"source,omitempty"`
+	Owner  string  `json:"owner,omitempty"` // "user", "user:group" or "uid:gid" in the image
+	Mode   *uint32 `json:"mode,omitempty"`  // every copied file's mode; default: 0644, 0755 if executable
 	// copyFrom
 	Image *ImageManifest `json:"image,omitempty"`
 	Src   string         `json:"src,omitempty"`
@@ -96,4 +98,7 @@ type CacheMount struct {
 type Source struct {
 	Type string `json:"type"` // "file" or "directory"
 	Path string `json:"path"`
+	// Executables (filled in by deploy) are the project-relative paths of
+	// the source's files that have an executable bit.
+	Executables []string `json:"executables,omitempty"`
 }

@@ -213,6 +213,12 @@ func validateCopy(task, f string, s Step, files map[string][]byte, add addFunc) 
 		add(task, f+".source", "source path %q escapes the task project", s.Source.Path)
 		return
 	}
+	if s.Mode != nil && *s.Mode > 0o7777 {
+		add(task, f+".mode", "copy mode %#o is not a file mode", *s.Mode)
+	}
+	if s.Owner != "" && !ownerPattern.MatchString(s.Owner) {
+		add(task, f+".owner", "copy owner %q: want user, user:group or uid:gid", s.Owner)
+	}
 	if files == nil || s.Source.Type != "file" {
 		return
 	}
@@ -220,6 +226,8 @@ func validateCopy(task, f string, s Step, files map[string][]byte, add addFunc) 
 		add(task, f+".source", "file %q is not part of the deployment", s.Source.Path)
 	}
 }
+
+var ownerPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?$`)
 
 // ValidFilePath reports whether p may name a deployment file: clean,
 // relative, slash-separated, under bundles/ or context/, no "..".

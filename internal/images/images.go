@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
@@ -98,7 +99,7 @@ func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, 
 		key = hashKey(key, string(step))
 		switch s.Kind {
 		case deployments.StepCopy:
-			layer, err := r.copyLayer(key, s, files)
+			layer, err := r.copyLayer(key, out, s, files)
 			if err != nil {
 				return Image{}, fmt.Errorf("%w: step %d (copy to %s): %w", ErrPreparation, i+1, s.Dest, err)
 			}
@@ -168,8 +169,19 @@ func (r *Resolver) base(ref string) (Image, error) {
 }
 
 // copyLayer materializes a copy step as a layer directory, once per key.
-func (r *Resolver) copyLayer(key string, s deployments.Step, files map[string][]byte) (string, error) {
+func (r *Resolver) copyLayer(key string, img Image, s deployments.Step, files map[string][]byte) (string, error) {
 	src := path.Clean(s.Source.Path)
+	uid, gid := uint32(0), uint32(0)
+	if s.Owner != "" {
+		var err error
+		if uid, gid, _, err = (Image{Layers: img.Layers, User: s.Owner}).ResolveUser(); err != nil {
+			return "", fmt.Errorf("owner: %w", err)
+		}
+	}
+	executable := map[string]bool{}
+	for _, e := range s.Source.Executables {
+		executable[e] = true
+	}
 	var entries []string
 	for p := range files {
 		if rel, ok := strings.CutPrefix(p, "context/"); ok && (rel == src || src == "." || strings.HasPrefix(rel, src+"/")) {
@@ -181,9 +193,9 @@ func (r *Resolver) copyLayer(key string, s deployments.Step, files map[string][]
 	}
 	sort.Strings(entries)
 	h := sha256.New()
-	h.Write([]byte(key))
+	fmt.Fprintf(h, "%s\x00%d:%d", key, uid, gid)
 	for _, e := range entries {
-		fmt.Fprintf(h, "\x00%s\x00%x", e, sha256.Sum256(files["context/"+e]))
+		fmt.Fprintf(h, "\x00%s\x00%x\x00%v", e, sha256.Sum256(files["context/"+e]), executable[e])
 	}
 	dir := filepath.Join(r.LayersDir, hex.EncodeToString(h.Sum(nil)))
 	if _, err := os.Stat(dir); err == nil {
@@ -209,10 +221,23 @@ func (r *Resolver) copyLayer(key string, s deployments.Step, files map[string][]
 			dest = path.Join(s.Dest, path.Base(e))
 		}
 		full := filepath.Join(tmp, filepath.FromSlash(dest))
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		if err := mkdirOwned(img, tmp, filepath.Dir(full), uid, gid); err != nil {
 			return "", err
 		}
-		if err := os.WriteFile(full, files["context/"+e], 0o644); err != nil {
+		mode := os.FileMode(0o644)
+		if executable[e] {
+			mode = 0o755
+		}
+		if s.Mode != nil {
+			mode = os.FileMode(*s.Mode)
+		}
+		if err := os.WriteFile(full, files["context/"+e], 0o600); err != nil {
+			return "", err
+		}
+		if err := os.Chown(full, int(uid), int(gid)); err != nil {
+			return "", err
+		}
+		if err := os.Chmod(full, mode); err != nil {
 			return "", err
 		}
 	}
@@ -222,6 +247,33 @@ func (r *Resolver) copyLayer(key string, s deployments.Step, files map[string][]
 		}
 	}
 	return dir, nil
+}
+
+// mkdirOwned creates dir (under the layer root) and its missing parents:
+// those the image has with the image's mode and owner (as overlayfs would
+// show them), new ones owned by uid:gid.
+func mkdirOwned(img Image, root, dir string, uid, gid uint32) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if err := mkdirOwned(img, root, filepath.Dir(dir), uid, gid); err != nil {
+		return err
+	}
+	mode, u, g := os.FileMode(0o755), int(uid), int(gid)
+	rel, _ := filepath.Rel(root, dir)
+	if p, ok := img.Lookup("/" + filepath.ToSlash(rel)); ok {
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			st := fi.Sys().(*syscall.Stat_t)
+			mode, u, g = fi.Mode().Perm(), int(st.Uid), int(st.Gid)
+		}
+	}
+	if err := os.Mkdir(dir, mode); err != nil && !os.IsExist(err) {
+		return err
+	}
+	if err := os.Chown(dir, u, g); err != nil {
+		return err
+	}
+	return os.Chmod(dir, mode)
 }
 
 // quoteArgv shows an argv as a shell would read it, shortened.

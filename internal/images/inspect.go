@@ -145,13 +145,37 @@ func (img Image) ResolveUser() (uid, gid uint32, home string, err error) {
 		return 0, 0, "", err
 	}
 	if group != "" {
-		g, perr := strconv.ParseUint(group, 10, 32)
-		if perr != nil {
-			return 0, 0, "", fmt.Errorf("%w: user %q: group must be numeric", ErrPreparation, u)
+		g, ok := img.lookupGroup(group)
+		if !ok {
+			return 0, 0, "", fmt.Errorf("%w: user %q: no group %q in the image's /etc/group", ErrPreparation, u, group)
 		}
-		gid = uint32(g)
+		gid = g
 	}
 	return uid, gid, home, nil
+}
+
+// lookupGroup resolves a group name or number with the image's /etc/group.
+func (img Image) lookupGroup(group string) (uint32, bool) {
+	if g, err := strconv.ParseUint(group, 10, 32); err == nil {
+		return uint32(g), true
+	}
+	p, ok := img.Lookup("/etc/group")
+	if !ok {
+		return 0, false
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) >= 3 && f[0] == group {
+			if g, err := strconv.ParseUint(f[2], 10, 32); err == nil {
+				return uint32(g), true
+			}
+		}
+	}
+	return 0, false
 }
 
 type passwdEntry struct {

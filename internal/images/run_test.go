@@ -273,3 +273,49 @@ func TestNoCacheRunsAgain(t *testing.T) {
 		t.Error("the rebuilt layer is empty")
 	}
 }
+
+func TestCopyModesAndOwner(t *testing.T) {
+	testenv.RequireRoot(t)
+	r := testResolver(t)
+	files := map[string][]byte{"context/bin/run.sh": []byte("#!/bin/sh\n"), "context/bin/data.txt": []byte("d\n")}
+	src := &deployments.Source{Type: "directory", Path: "bin", Executables: []string{"bin/run.sh"}}
+	stat := func(im Image, p string) (os.FileMode, uint32, uint32) {
+		t.Helper()
+		hp, ok := im.Lookup(p)
+		if !ok {
+			t.Fatalf("%s missing", p)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(hp, &st); err != nil {
+			t.Fatal(err)
+		}
+		return os.FileMode(st.Mode & 0o7777), st.Uid, st.Gid
+	}
+	plain, err := r.Prepare(context.Background(), img(deployments.Step{Kind: "copy", Dest: "/usr/bin/", Source: src}), files, PrepareOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, u, _ := stat(plain, "/usr/bin/run.sh"); m != 0o755 || u != 0 {
+		t.Errorf("executable copied as %o owned by %d, want 0755 root", m, u)
+	}
+	if m, _, _ := stat(plain, "/usr/bin/data.txt"); m != 0o644 {
+		t.Errorf("plain file copied as %o, want 0644", m)
+	}
+	mode := uint32(0o640)
+	owned, err := r.Prepare(context.Background(), img(deployments.Step{Kind: "copy", Dest: "/usr/bin/app/", Source: src, Owner: "node", Mode: &mode}), files, PrepareOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, u, g := stat(owned, "/usr/bin/app/run.sh"); m != 0o640 || u != 1000 || g != 1001 {
+		t.Errorf("owned copy: %o %d:%d, want 0640 1000:1001", m, u, g)
+	}
+	if _, u, _ := stat(owned, "/usr/bin/app"); u != 1000 {
+		t.Errorf("the new directory is owned by %d, want the copy's owner", u)
+	}
+	if m, u, _ := stat(owned, "/usr/bin"); u != 0 || m != 0o755 {
+		t.Errorf("the image's /usr/bin became %o owned by %d; the copy must not change it", m, u)
+	}
+	if _, err := r.Prepare(context.Background(), img(deployments.Step{Kind: "copy", Dest: "/x", Source: src, Owner: "ghost"}), files, PrepareOptions{}); err == nil {
+		t.Error("a copy owned by an unknown user was prepared")
+	}
+}

@@ -3,8 +3,10 @@ package build
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -86,4 +88,52 @@ func keys(m map[string][]byte) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestCopySourcesIgnoreAndModes: directory copy sources skip what the
+// project's .helmrignore excludes, and the manifest lists the executable
+// files of each copy source.
+func TestCopySourcesIgnoreAndModes(t *testing.T) {
+	requireNode(t)
+	dir := t.TempDir()
+	write := func(p, content string, mode os.FileMode) {
+		t.Helper()
+		full := filepath.Join(dir, p)
+		os.MkdirAll(filepath.Dir(full), 0o755)
+		if err := os.WriteFile(full, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("helmr.config.ts", `import { defineConfig } from "@helmr/sdk";
+export default defineConfig({ project: "ign", dirs: ["./tasks"] });
+`, 0o644)
+	write("tasks/t.ts", `import { image, sandbox, source, task } from "@helmr/sdk";
+const img = image("i").from("helmr/bookworm-node22").copy("/app/", source.directory("app"));
+export const t = task({ id: "t", sandbox: sandbox("s").image(img), run: async () => 1 });
+`, 0o644)
+	write(".helmrignore", "# build output\n*.log\n**/*.log\napp/secret\n**/cache\n!app/keep.log\n", 0o644)
+	write("app/run.sh", "#!/bin/sh\n", 0o755)
+	write("app/main.js", "1\n", 0o644)
+	write("app/debug.log", "x\n", 0o644)
+	write("app/keep.log", "kept\n", 0o644)
+	write("app/secret/key", "k\n", 0o600)
+	write("app/deep/cache/blob", "b\n", 0o644)
+	res, err := Build(context.Background(), dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for k := range res.Files {
+		if strings.HasPrefix(k, "context/") {
+			got = append(got, strings.TrimPrefix(k, "context/"))
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"app/keep.log", "app/main.js", "app/run.sh"}; !slices.Equal(got, want) {
+		t.Errorf("copied files = %v, want %v", got, want)
+	}
+	src := res.Manifest.Tasks[0].Sandbox.Image.Steps[1].Source
+	if !slices.Equal(src.Executables, []string{"app/run.sh"}) {
+		t.Errorf("executables = %v, want [app/run.sh]", src.Executables)
+	}
 }

@@ -13,13 +13,18 @@ import (
 // addContext adds the project files that copy steps reference to files,
 // under deployments.ContextPath. Symlinks that leave the project are refused.
 func addContext(root string, m deployments.Manifest, files map[string][]byte) error {
+	rules, err := loadIgnore(root)
+	if err != nil {
+		return fmt.Errorf("%w: ignore file: %v", ErrBuild, err)
+	}
 	var total int64
 	var add func(img *deployments.ImageManifest) error
 	add = func(img *deployments.ImageManifest) error {
 		if img == nil {
 			return nil
 		}
-		for _, s := range img.Steps {
+		for i := range img.Steps {
+			s := &img.Steps[i]
 			if s.Kind == deployments.StepCopyFrom {
 				if err := add(s.Image); err != nil {
 					return err
@@ -32,9 +37,11 @@ func addContext(root string, m deployments.Manifest, files map[string][]byte) er
 			if !filepath.IsLocal(rel) && rel != "." {
 				return fmt.Errorf("%w: copy source %q escapes the project", ErrBuild, s.Source.Path)
 			}
-			if err := addTree(root, rel, files, &total); err != nil {
+			exec, err := addTree(root, rel, s.Source.Type == "directory", rules, files, &total)
+			if err != nil {
 				return err
 			}
+			s.Source.Executables = exec
 		}
 		return nil
 	}
@@ -48,11 +55,22 @@ func addContext(root string, m deployments.Manifest, files map[string][]byte) er
 	return nil
 }
 
-func addTree(root, rel string, files map[string][]byte, total *int64) error {
+// addTree adds the files of the copy source rel (a directory's, minus what
+// the ignore rules exclude) and returns those with an executable bit.
+func addTree(root, rel string, dir bool, rules ignoreRules, files map[string][]byte, total *int64) ([]string, error) {
 	base := filepath.Join(root, filepath.FromSlash(rel))
-	return filepath.WalkDir(base, func(p string, e fs.DirEntry, err error) error {
+	var executables []string
+	err := filepath.WalkDir(base, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return fmt.Errorf("%w: copy source %s: %v", ErrBuild, rel, err)
+		}
+		r, _ := filepath.Rel(root, p)
+		r = filepath.ToSlash(r)
+		if dir && p != base && rules.ignored(r) {
+			if e.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		if e.IsDir() {
 			if e.Name() == "node_modules" && p != base || e.Name() == ".git" {
@@ -77,8 +95,11 @@ func addTree(root, rel string, files map[string][]byte, total *int64) error {
 		if *total > MaxContextBytes {
 			return fmt.Errorf("%w: copied project files exceed %d bytes", ErrBuild, MaxContextBytes)
 		}
-		r, _ := filepath.Rel(root, p)
-		files[deployments.ContextPath(filepath.ToSlash(r))] = data
+		files[deployments.ContextPath(r)] = data
+		if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
+			executables = append(executables, r)
+		}
 		return nil
 	})
+	return executables, err
 }

@@ -3,6 +3,14 @@ import type { ImageManifest, StepManifest } from "./manifest-types.js";
 import { type Source, sourceManifest } from "./source.js";
 import { assertAbsolutePath, assertName, assertString, describe } from "./validate.js";
 
+/** Options of a copy step. */
+export interface CopyOptions {
+  /** "user", "user:group" or "uid:gid" in the image; default root. */
+  owner?: string;
+  /** The mode of every copied file, such as 0o644; default: as in the project (executable or not). */
+  mode?: number;
+}
+
 /** A named cache mounted at mountPath while a run step executes. */
 export interface CacheMount {
   mountPath: string;
@@ -59,13 +67,32 @@ export class Image {
     return this.#with(step);
   }
 
-  /** copy copies a project file or directory to dest inside the image. */
-  copy(dest: string, src: Source): Image {
+  /**
+   * copy copies a project file or directory to dest inside the image. Files
+   * keep their executable bit unless options.mode (say 0o640) sets every
+   * copied file's mode; options.owner ("user", "user:group" or "uid:gid",
+   * resolved in the image) owns what is copied (default root).
+   * Directory sources skip what .helmrignore (or .dockerignore) excludes.
+   */
+  copy(dest: string, src: Source, options: CopyOptions = {}): Image {
     assertAbsolutePath(`image "${this.name}" copy dest`, dest);
     if (src?.type !== "file" && src?.type !== "directory") {
       throw new TypeError(`image "${this.name}" copy source must be source.file(...) or source.directory(...)`);
     }
-    return this.#with({ kind: "copy", dest, source: sourceManifest(src) });
+    const step: StepManifest & { kind: "copy" } = { kind: "copy", dest, source: sourceManifest(src) };
+    if (options.owner !== undefined) {
+      if (typeof options.owner !== "string" || !/^[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?$/.test(options.owner)) {
+        throw new TypeError(`image "${this.name}" copy owner must be "user", "user:group" or "uid:gid", got ${describe(options.owner)}`);
+      }
+      step.owner = options.owner;
+    }
+    if (options.mode !== undefined) {
+      if (!Number.isInteger(options.mode) || options.mode < 0 || options.mode > 0o7777) {
+        throw new TypeError(`image "${this.name}" copy mode must be a file mode such as 0o644, got ${describe(options.mode)}`);
+      }
+      step.mode = options.mode;
+    }
+    return this.#with(step);
   }
 
   /** copyFrom copies src from another image's filesystem to dest. */

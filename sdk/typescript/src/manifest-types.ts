@@ -28,7 +28,7 @@ export interface SourceManifest {
 export type StepManifest =
   | { kind: "from"; ref: string }
   | { kind: "run"; argv: string[]; cache?: CacheMountManifest[] }
-  | { kind: "copy"; dest: string; source: SourceManifest }
+  | { kind: "copy"; dest: string; source: SourceManifest; owner?: string; mode?: number }
   | { kind: "copyFrom"; image: ImageManifest; src: string; dest: string }
   | { kind: "workdir"; path: string }
   | { kind: "env"; key: string; value: string }

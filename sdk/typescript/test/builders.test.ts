@@ -83,7 +83,16 @@ describe("image and sandbox", () => {
     assert.deepStrictEqual(s.toManifest().resources, {});
   });
 
+  it("copy options: owner and mode", () => {
+    const m = image("c").from("a").copy("/app/", source.directory("src"), { owner: "node:node", mode: 0o640 }).toManifest();
+    assert.deepStrictEqual(m.steps[1], { kind: "copy", dest: "/app/", source: { type: "directory", path: "src" }, owner: "node:node", mode: 0o640 });
+    const plain = image("c").from("a").copy("/app/x", source.file("x")).toManifest();
+    assert.deepStrictEqual(plain.steps[1], { kind: "copy", dest: "/app/x", source: { type: "file", path: "x" } });
+  });
+
   const bad: Array<[string, () => unknown, RegExp]> = [
+    ["bad copy owner", () => image("i").from("a").copy("/x", source.file("y"), { owner: "a b" }), /copy owner must be/],
+    ["bad copy mode", () => image("i").from("a").copy("/x", source.file("y"), { mode: 0o10000 }), /copy mode must be/],
     ["image without from", () => sandbox("s").image(image("i")).toManifest(), /has no base/],
     ["step before from", () => image("i").run(["true"]), /call \.from\(ref\) before \.run/],
     ["second from", () => image("i").from("a").from("b"), /first step/],
@@ -163,7 +172,16 @@ describe("task", () => {
   });
 
   const sb1 = sandbox("s").image(image("i").from("debian"));
+  it("copy options: owner and mode", () => {
+    const m = image("c").from("a").copy("/app/", source.directory("src"), { owner: "node:node", mode: 0o640 }).toManifest();
+    assert.deepStrictEqual(m.steps[1], { kind: "copy", dest: "/app/", source: { type: "directory", path: "src" }, owner: "node:node", mode: 0o640 });
+    const plain = image("c").from("a").copy("/app/x", source.file("x")).toManifest();
+    assert.deepStrictEqual(plain.steps[1], { kind: "copy", dest: "/app/x", source: { type: "file", path: "x" } });
+  });
+
   const bad: Array<[string, () => unknown, RegExp]> = [
+    ["bad copy owner", () => image("i").from("a").copy("/x", source.file("y"), { owner: "a b" }), /copy owner must be/],
+    ["bad copy mode", () => image("i").from("a").copy("/x", source.file("y"), { mode: 0o10000 }), /copy mode must be/],
     ["a bad id", () => task({ id: "", sandbox: sb1 }), /task id must be/],
     ["a missing sandbox", () => task({ id: "t", sandbox: undefined as never }), /sandbox must be a sandbox/],
     ["a sandbox without image", () => task({ id: "t", sandbox: sandbox("s") }), /has no image/],
