@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/helmr/helmr/internal/testenv"
+	"github.com/helmr/helmr/internal/vault"
+	"github.com/helmr/helmr/internal/vault/vaulttest"
 
 	"github.com/jackc/pgx/v5"
 
@@ -127,4 +129,20 @@ func BenchmarkAppendEvents100(b *testing.B) {
 
 func BenchmarkAppendEvents100Parallel(b *testing.B) {
 	storetest.BenchmarkAppendEvents(b, openTest, 100, 10, true)
+}
+
+func TestVaultStore(t *testing.T) {
+	testURL(t)
+	vaulttest.Run(t, func(t *testing.T) vault.Store { return openTest(t).(countingStore).Store },
+		func(t *testing.T, s vault.Store) []byte {
+			// Every stored byte of the vault's tables, as text.
+			var dump string
+			err := s.(*Store).pool.QueryRow(t.Context(), `SELECT
+				COALESCE((SELECT string_agg(t::text, '|') FROM vault_keys t), '') ||
+				COALESCE((SELECT string_agg(encode(ciphertext, 'escape') || t::text, '|') FROM secrets t), '')`).Scan(&dump)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return []byte(dump)
+		})
 }

@@ -3,11 +3,14 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/helmr/helmr/internal/store/storetest"
+	"github.com/helmr/helmr/internal/vault"
+	"github.com/helmr/helmr/internal/vault/vaulttest"
 )
 
 // countingStore lets the suite count rows in every table.
@@ -104,4 +107,29 @@ func TestPragmas(t *testing.T) {
 			t.Errorf("PRAGMA %s = %q, %v; want %q", tt.pragma, got, err, tt.want)
 		}
 	}
+}
+
+func TestVaultStore(t *testing.T) {
+	var paths = map[vault.Store]string{}
+	vaulttest.Run(t, func(t *testing.T) vault.Store {
+		p := filepath.Join(t.TempDir(), "helmr.db")
+		s, err := Open(context.Background(), p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		paths[s] = p
+		return s
+	}, func(t *testing.T, s vault.Store) []byte {
+		// Every byte SQLite wrote: the database file and its WAL.
+		var all []byte
+		for _, suffix := range []string{"", "-wal"} {
+			b, _ := os.ReadFile(paths[s] + suffix)
+			all = append(all, b...)
+		}
+		if len(all) == 0 {
+			t.Fatal("nothing to search: the database files are empty")
+		}
+		return all
+	})
 }

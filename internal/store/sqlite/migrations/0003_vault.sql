@@ -1,0 +1,20 @@
+-- 0003: the secrets vault (package vault). Values are sealed with a data
+-- key; data keys are stored only wrapped by the operator's master key.
+-- Keep in step with postgres/migrations/0003_vault.sql.
+
+CREATE TABLE vault_keys (
+    version    INTEGER PRIMARY KEY,
+    wrapped    BLOB NOT NULL,
+    created_at TEXT NOT NULL
+);
+
+CREATE TABLE secrets (
+    project     TEXT NOT NULL,
+    env         TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    key_version INTEGER NOT NULL REFERENCES vault_keys (version),
+    ciphertext  BLOB NOT NULL,
+    created_at  TEXT NOT NULL,
+    updated_at  TEXT NOT NULL,
+    PRIMARY KEY (project, env, name)
+);
