@@ -18,10 +18,12 @@ import (
 
 // App is one invocation of the CLI.
 type App struct {
+	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 	Getenv         func(string) string
 	cfg            config.Config
 	json           bool
+	dev            bool // helmr dev: development defaults (a generated vault key)
 }
 
 type command struct {
@@ -40,6 +42,7 @@ func commands() []command {
 		{"logs", "print a run's logs (-f to follow)", runLogs},
 		{"cancel", "cancel a run", runCancel},
 		{"image", "`image build PATH TASK`: build a task's image here (--no-cache, --oci DIR, --ext4 FILE)", runImage},
+		{"secret", "`secret set NAME` (value on stdin), `secret list`, `secret delete NAME`, `secret rotate-key --new-key-file F`", runSecret},
 		{"doctor", "show which isolation tiers work on this host, and which one runs sandboxes", runDoctor},
 		{"version", "print the version", func(_ context.Context, a *App, _ []string) error {
 			fmt.Fprintln(a.Stdout, "helmr", Version)
@@ -171,6 +174,6 @@ func (a *App) rememberProject(project string) {
 
 // Run is the entry point used by cmd/helmr.
 func Run(ctx context.Context, args []string) int {
-	a := &App{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+	a := &App{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
 	return a.Main(ctx, args)
 }

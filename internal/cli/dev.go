@@ -29,6 +29,7 @@ import (
 func runDev(ctx context.Context, a *App, args []string) error {
 	fs := a.serverFlags("dev")
 	a.workerFlags(fs)
+	a.dev = true
 	cp, log, err := a.bootControlPlane(ctx, fs, args)
 	if err != nil {
 		return err

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +19,7 @@ import (
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/store/postgres"
 	"github.com/helmr/helmr/internal/store/sqlite"
+	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/workers"
 )
 
@@ -25,6 +28,7 @@ type store interface {
 	runs.Store
 	deployments.Store
 	workers.Store
+	vault.Store
 	Close() error
 }
 
@@ -53,14 +57,19 @@ type controlPlane struct {
 	stopWatch func()
 }
 
-func startControlPlane(ctx context.Context, cfg config.Config, log *slog.Logger) (*controlPlane, error) {
+func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *slog.Logger) (*controlPlane, error) {
 	st, desc, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
+	v, err := openVault(ctx, cfg, st, dev, log)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	svc := runs.NewService(st, st, st, runs.NewBroker(), log)
 	svc.WorkerTTL = cfg.WorkerTTL
-	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, WorkerToken: cfg.WorkerToken, Logger: log})
+	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		st.Close()
@@ -117,7 +126,7 @@ func (a *App) bootControlPlane(ctx context.Context, fs *flagSet, args []string) 
 		return nil, nil, err
 	}
 	log := a.logger()
-	cp, err := startControlPlane(ctx, a.cfg, log)
+	cp, err := startControlPlane(ctx, a.cfg, a.dev, log)
 	return cp, log, err
 }
 
@@ -134,4 +143,48 @@ func runServer(ctx context.Context, a *App, args []string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return cp.Close(sctx)
+}
+
+// openVault opens the secrets vault with the operator's master key. helmr
+// dev without one makes a development key in its data dir (mode 0600); a
+// server without one runs with the vault off (the secrets endpoints say
+// so). A key that does not open the stored data keys stops the start.
+func openVault(ctx context.Context, cfg config.Config, st vault.Store, dev bool, log *slog.Logger) (*vault.Vault, error) {
+	var key []byte
+	var err error
+	switch {
+	case cfg.MasterKey != "" || cfg.MasterKeyFile != "":
+		key, err = vault.LoadMasterKey(cfg.MasterKey, cfg.MasterKeyFile)
+	case dev:
+		key, err = devMasterKey(filepath.Join(cfg.DataDir, "master.key"), log)
+	default:
+		log.Warn("no HELMR_MASTER_KEY: the secrets vault is off")
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	v, err := vault.Open(ctx, st, key)
+	if err != nil {
+		return nil, fmt.Errorf("open the secrets vault: %w", err)
+	}
+	return v, nil
+}
+
+// devMasterKey reads helmr dev's master key file, making one first.
+func devMasterKey(path string, log *slog.Logger) ([]byte, error) {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		k := make([]byte, 32)
+		if _, err := rand.Read(k); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(k)+"\n"), 0o600); err != nil {
+			return nil, fmt.Errorf("write the development master key: %w", err)
+		}
+		log.Info("made a development master key for the secrets vault", "path", path)
+	}
+	return vault.LoadMasterKey("", path)
 }

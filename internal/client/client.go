@@ -16,6 +16,7 @@ import (
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/vault"
 )
 
 // Client talks to one control plane.
@@ -216,4 +217,27 @@ func (c *Client) WaitHealthy(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// SetSecret seals value as secret name of the project environment; the
+// answer is metadata only.
+func (c *Client) SetSecret(ctx context.Context, project, env, name string, value []byte) (vault.Meta, error) {
+	var m vault.Meta
+	_, err := c.do(ctx, http.MethodPut, "/v1/secrets/"+url.PathEscape(name), scope(project, env), map[string]string{"value": string(value)}, &m)
+	return m, err
+}
+
+// ListSecrets returns the metadata of a project environment's secrets.
+func (c *Client) ListSecrets(ctx context.Context, project, env string) ([]vault.Meta, error) {
+	var out struct {
+		Secrets []vault.Meta `json:"secrets"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/secrets", scope(project, env), nil, &out)
+	return out.Secrets, err
+}
+
+// DeleteSecret removes a secret.
+func (c *Client) DeleteSecret(ctx context.Context, project, env, name string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/v1/secrets/"+url.PathEscape(name), scope(project, env), nil, nil)
+	return err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/worker"
 )
 
@@ -23,6 +24,8 @@ type Config struct {
 	Logger      *slog.Logger
 	// LeaseWait bounds how long a worker's lease request waits for work.
 	LeaseWait time.Duration
+	// Vault holds the secrets; nil: the secrets endpoints answer 503.
+	Vault *vault.Vault
 }
 
 // Server is the control plane's HTTP API.
@@ -70,6 +73,9 @@ func (s *Server) routes() []route {
 		{"POST /v1/runs/{id}/cancel", s.cancelRun},
 		{"GET /v1/runs/{id}/events", s.listEvents},
 		{"GET /v1/runs/{id}/events/stream", s.streamEvents},
+		{"GET /v1/secrets", s.listSecrets},
+		{"PUT /v1/secrets/{name}", s.setSecret},
+		{"DELETE /v1/secrets/{name}", s.deleteSecret},
 		{"POST /v1/worker/lease", w(s.workerLease)},
 		{"POST /v1/worker/heartbeat", w(s.workerHeartbeat)},
 		{"GET /v1/worker/deployments/{id}/files", w(s.workerFiles)},

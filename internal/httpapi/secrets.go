@@ -1,0 +1,79 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+
+	"github.com/helmr/helmr/internal/vault"
+)
+
+// The vault's endpoints manage secrets by name and show metadata only: no
+// response carries a value.
+
+func (s *Server) secretsVault() (*vault.Vault, error) {
+	if s.cfg.Vault == nil {
+		return nil, &Error{Status: http.StatusServiceUnavailable, Code: "vault_unavailable",
+			Message: "this control plane has no vault: start it with HELMR_MASTER_KEY or HELMR_MASTER_KEY_FILE"}
+	}
+	return s.cfg.Vault, nil
+}
+
+func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) error {
+	v, err := s.secretsVault()
+	if err != nil {
+		return err
+	}
+	project, env, err := scope(r)
+	if err != nil {
+		return err
+	}
+	var body struct {
+		Value *string `json:"value"`
+	}
+	dec := json.NewDecoder(io.LimitReader(r.Body, 2*vault.MaxValueBytes+1024))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil || body.Value == nil {
+		return badRequest(`the body must be {"value": "..."}`)
+	}
+	m, err := v.Set(r.Context(), project, env, r.PathValue("name"), []byte(*body.Value))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, m)
+}
+
+func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) error {
+	v, err := s.secretsVault()
+	if err != nil {
+		return err
+	}
+	project, env, err := scope(r)
+	if err != nil {
+		return err
+	}
+	ms, err := v.List(r.Context(), project, env)
+	if err != nil {
+		return err
+	}
+	if ms == nil {
+		ms = []vault.Meta{}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"secrets": ms})
+}
+
+func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) error {
+	v, err := s.secretsVault()
+	if err != nil {
+		return err
+	}
+	project, env, err := scope(r)
+	if err != nil {
+		return err
+	}
+	if err := v.Delete(r.Context(), project, env, r.PathValue("name")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
