@@ -15,7 +15,9 @@ import (
 
 func runRun(ctx context.Context, a *App, args []string) error {
 	fs := a.flags("run")
-	payload := fs.String("payload-json", "null", "the run's JSON payload (stored in plaintext: never put secrets here)")
+	payload := fs.String("payload-json", "null", "the run's JSON payload (stored in plaintext as audit data: never put secrets here; one holding a secret's value is refused)")
+	bindings := secretFlags{}
+	fs.Var(bindings, "secret", "bind a secret the task declares: NAME=vault:NAME (repeatable)")
 	key := fs.String("idempotency-key", "", "a repeat with the same key returns the same run")
 	wait := fs.Bool("wait", false, "follow the run's logs and wait for it to finish; exit non-zero unless it completed")
 	pos, err := parse(fs, args)
@@ -35,7 +37,7 @@ func runRun(ctx context.Context, a *App, args []string) error {
 	if err := a.requireProject(); err != nil {
 		return err
 	}
-	r, created, err := c.TriggerRun(ctx, a.cfg.Project, a.cfg.Env, pos[0], json.RawMessage(*payload), *key)
+	r, created, err := c.TriggerRunWith(ctx, a.cfg.Project, a.cfg.Env, pos[0], json.RawMessage(*payload), *key, bindings)
 	if err != nil {
 		return err
 	}
@@ -254,5 +256,22 @@ func runCancel(ctx context.Context, a *App, args []string) error {
 		return a.printJSON(r)
 	}
 	fmt.Fprintf(a.Stdout, "run %s %s\n", r.ID, r.Status)
+	return nil
+}
+
+// secretFlags collects --secret NAME=SOURCE bindings.
+type secretFlags map[string]string
+
+func (f secretFlags) String() string { return "" }
+
+func (f secretFlags) Set(v string) error {
+	name, src, ok := strings.Cut(v, "=")
+	if !ok || name == "" || src == "" {
+		return fmt.Errorf("want NAME=vault:NAME, got %q", v)
+	}
+	if _, dup := f[name]; dup {
+		return fmt.Errorf("secret %s bound twice", name)
+	}
+	f[name] = src
 	return nil
 }

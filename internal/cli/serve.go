@@ -69,6 +69,9 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 	}
 	svc := runs.NewService(st, st, st, runs.NewBroker(), log)
 	svc.WorkerTTL = cfg.WorkerTTL
+	if v != nil {
+		svc.Vault = v
+	}
 	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

@@ -142,10 +142,19 @@ func (c *Client) CreateDeployment(ctx context.Context, env string, m deployments
 // TriggerRun starts a run; created is false when the idempotency key
 // matched an existing run.
 func (c *Client) TriggerRun(ctx context.Context, project, env, task string, payload json.RawMessage, key string) (runs.Run, bool, error) {
+	return c.TriggerRunWith(ctx, project, env, task, payload, key, nil)
+}
+
+// TriggerRunWith is TriggerRun binding the task's secrets (name →
+// "vault:NAME").
+func (c *Client) TriggerRunWith(ctx context.Context, project, env, task string, payload json.RawMessage, key string, secrets map[string]string) (runs.Run, bool, error) {
 	var r runs.Run
 	body := map[string]any{"payload": payload}
 	if key != "" {
 		body["idempotencyKey"] = key
+	}
+	if len(secrets) > 0 {
+		body["secrets"] = secrets
 	}
 	st, err := c.do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(task)+"/runs", scope(project, env), body, &r)
 	return r, st == http.StatusCreated, err

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"encoding/base64"
+	"fmt"
 	"net/http"
 	"net/url"
 	"time"
@@ -69,4 +71,23 @@ func (w Worker) Status(ctx context.Context, runID string) (runs.Status, error) {
 	}
 	_, err := w.C.do(ctx, http.MethodGet, "/v1/worker/runs/"+url.PathEscape(runID)+"/status", nil, nil, &out)
 	return out.Status, err
+}
+
+// RunSecrets implements worker.ControlPlane.
+func (w Worker) RunSecrets(ctx context.Context, runID string) (map[string][]byte, error) {
+	var out struct {
+		Secrets map[string]string `json:"secrets"`
+	}
+	if _, err := w.C.do(ctx, http.MethodGet, "/v1/worker/runs/"+url.PathEscape(runID)+"/secrets", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	vals := map[string][]byte{}
+	for k, v := range out.Secrets {
+		b, err := base64.StdEncoding.DecodeString(v)
+		if err != nil {
+			return nil, fmt.Errorf("secret %s: %w", k, err)
+		}
+		vals[k] = b
+	}
+	return vals, nil
 }

@@ -12,8 +12,9 @@ import (
 
 // TriggerRequest is the body of POST /v1/tasks/{id}/runs.
 type TriggerRequest struct {
-	Payload        json.RawMessage `json:"payload"`
-	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
+	Payload        json.RawMessage   `json:"payload"`
+	IdempotencyKey string            `json:"idempotencyKey,omitempty"`
+	Secrets        map[string]string `json:"secrets,omitempty"`
 }
 
 func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request) error {
@@ -34,6 +35,7 @@ func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request) error {
 	}
 	run, created, err := s.cfg.Runs.Trigger(r.Context(), runs.TriggerRequest{
 		Project: project, Env: env, TaskID: r.PathValue("id"), Payload: req.Payload, IdempotencyKey: key,
+		Secrets: req.Secrets,
 	})
 	if err != nil {
 		return err

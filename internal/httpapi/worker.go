@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"time"
@@ -101,6 +102,20 @@ func (s *Server) workerStatus(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, map[string]any{"status": run.Status})
+}
+
+// workerSecrets hands the worker running a run the values of its bound
+// secrets (base64), and only while it runs.
+func (s *Server) workerSecrets(w http.ResponseWriter, r *http.Request) error {
+	vals, err := s.cfg.Runs.RunSecrets(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	out := map[string]string{}
+	for k, v := range vals {
+		out[k] = base64.StdEncoding.EncodeToString(v)
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"secrets": out})
 }
 
 func (s *Server) workerHeartbeat(w http.ResponseWriter, r *http.Request) error {

@@ -78,6 +78,9 @@ type Run struct {
 	Output            json.RawMessage `json:"output,omitempty"`
 	Error             *Error          `json:"error,omitempty"`
 	IdempotencyKey    string          `json:"idempotencyKey,omitempty"`
+	// Secrets binds the task's declared secrets to their sources
+	// ("vault:NAME"); never values.
+	Secrets map[string]string `json:"secrets,omitempty"`
 	WorkerID          string          `json:"workerId,omitempty"`
 	Tier              string          `json:"tier,omitempty"`
 	MaxDurationSec    int             `json:"maxDuration"`

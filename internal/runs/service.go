@@ -33,6 +33,8 @@ type Service struct {
 	// WorkerTTL: a worker silent for longer counts as gone (default
 	// WorkerTTL). Set before use.
 	WorkerTTL time.Duration
+	// Vault, if set, resolves runs' secret bindings. Set before use.
+	Vault SecretVault
 
 	store   Store
 	tasks   TaskLookup
@@ -58,6 +60,8 @@ type TriggerRequest struct {
 	TaskID         string
 	Payload        json.RawMessage
 	IdempotencyKey string
+	// Secrets binds the task's declared secrets: name → "vault:NAME".
+	Secrets map[string]string
 }
 
 // Trigger creates a QUEUED run of the latest deployment of the task. With an
@@ -79,6 +83,12 @@ func (s *Service) Trigger(ctx context.Context, req TriggerRequest) (Run, bool, e
 	if err != nil {
 		return Run{}, false, fmt.Errorf("task %q in %s/%s: %w", req.TaskID, req.Project, req.Env, ErrNotFound)
 	}
+	if err := s.checkBindings(ctx, req, task); err != nil {
+		return Run{}, false, err
+	}
+	if err := s.checkPayload(ctx, req); err != nil {
+		return Run{}, false, err
+	}
 	maxDur := task.Spec.MaxDuration
 	if maxDur <= 0 {
 		maxDur = DefaultMaxDuration
@@ -86,7 +96,7 @@ func (s *Service) Trigger(ctx context.Context, req TriggerRequest) (Run, bool, e
 	r, created, err := s.store.CreateRun(ctx, Run{
 		Project: req.Project, Env: req.Env, TaskID: req.TaskID,
 		DeploymentID: task.DeploymentID, DeploymentVersion: task.DeploymentVersion,
-		Status: StatusQueued, Payload: req.Payload, IdempotencyKey: req.IdempotencyKey,
+		Status: StatusQueued, Payload: req.Payload, IdempotencyKey: req.IdempotencyKey, Secrets: req.Secrets,
 		MaxDurationSec: maxDur, Needs: needsOf(task), CreatedAt: s.now(),
 	})
 	if err != nil {

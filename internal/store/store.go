@@ -10,6 +10,8 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/binary"
+	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -73,3 +75,24 @@ const (
 	DefaultDeploymentsLimit = 50
 	MaxDeploymentsLimit     = 1000
 )
+
+// EncodeBindings is a run's secret bindings as stored (a JSON object).
+func EncodeBindings(b map[string]string) string {
+	if len(b) == 0 {
+		return "{}"
+	}
+	data, _ := json.Marshal(b)
+	return string(data)
+}
+
+// DecodeBindings reads stored secret bindings; none is nil.
+func DecodeBindings(runID, s string) (map[string]string, error) {
+	if s == "" || s == "{}" {
+		return nil, nil
+	}
+	var b map[string]string
+	if err := json.Unmarshal([]byte(s), &b); err != nil {
+		return nil, fmt.Errorf("decode secret bindings of run %s: %w", runID, err)
+	}
+	return b, nil
+}

@@ -46,7 +46,9 @@ func failed(class runs.FailureClass, format string, args ...any) *runs.Outcome {
 
 // attempt prepares the run, claims a booted sandbox for it (or boots one),
 // and runs the task; nil means canceled.
-func (w *Worker) attempt(ctx context.Context, l Lease) *runs.Outcome {
+func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
+	var red *redactor
+	defer func() { o = red.Outcome(o) }()
 	files, err := w.cfg.Control.Files(ctx, l.Run.DeploymentID)
 	if err != nil {
 		return failed(runs.ClassImagePreparation, "fetch deployment %s: %v", l.Run.DeploymentID, err)
@@ -67,6 +69,11 @@ func (w *Worker) attempt(ctx context.Context, l Lease) *runs.Outcome {
 	if err != nil {
 		return failed(runs.ClassImagePreparation, "%v", err)
 	}
+	sec, err := w.secretsFor(ctx, l)
+	if err != nil {
+		return failed(runs.ClassImagePreparation, "%v", err)
+	}
+	red = sec.redact
 	key := bootKey(w.cfg.Runtime.Name(), p)
 	b, warm := w.warm.claim(ctx, key), true
 	if b == nil {
@@ -103,7 +110,7 @@ func (w *Worker) attempt(ctx context.Context, l Lease) *runs.Outcome {
 		}
 		return failed(runs.ClassGuestRuntime, "report start: %v", err)
 	}
-	return w.runTask(ctx, l, b, p)
+	return w.runTask(ctx, l, b, p, sec)
 }
 
 // claim gives a booted sandbox to a run: its workspace becomes the run's

@@ -92,3 +92,8 @@ func (c *Local) Status(ctx context.Context, runID string) (runs.Status, error) {
 	r, err := c.Runs.Get(ctx, runID)
 	return r.Status, err
 }
+
+// RunSecrets implements ControlPlane.
+func (c *Local) RunSecrets(ctx context.Context, runID string) (map[string][]byte, error) {
+	return c.Runs.RunSecrets(ctx, runID)
+}

@@ -25,6 +25,10 @@ type logSink struct {
 	runID string
 	log   *slog.Logger
 
+	// redact, if set before the first Write, scrubs secret values from
+	// every line.
+	redact *redactor
+
 	mu      sync.Mutex
 	partial map[string][]byte
 	pending []runs.LogData
@@ -77,6 +81,7 @@ func (s *logSink) Write(stream string, data []byte) {
 }
 
 func (s *logSink) addLocked(stream, line string) {
+	line = s.redact.String(line)
 	s.pending = append(s.pending, runs.LogData{Stream: stream, Line: line})
 	if stream == "stderr" {
 		s.tail = append(s.tail, line)

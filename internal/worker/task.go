@@ -17,7 +17,7 @@ import (
 // runTask starts the task in the booted sandbox's adapter and waits for it
 // under the run's maxDuration, watching for cancellation; nil means
 // canceled.
-func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared) *runs.Outcome {
+func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared, sec runSecrets) *runs.Outcome {
 	maxDur := time.Duration(l.Run.MaxDurationSec) * time.Second
 	if maxDur <= 0 {
 		maxDur = runs.DefaultMaxDuration * time.Second
@@ -29,6 +29,7 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared) *r
 	go w.watchCancel(ctx, l.Run.ID, cancel)
 
 	logs := newLogSink(w.cfg.Control, l.Run.ID, w.log)
+	logs.redact = sec.redact
 	defer logs.Close()
 	var mu sync.Mutex
 	var result *adapterMessage
@@ -45,7 +46,7 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared) *r
 	start, _ := json.Marshal(startMessage{
 		Type: "start", Module: "/opt/helmr/task/" + l.Task.Module, Export: l.Task.Export,
 		Payload: l.Run.Payload, Run: map[string]any{"id": l.Run.ID, "taskId": l.Run.TaskID},
-		Env: map[string]string{"HELMR_RUN_ID": l.Run.ID, "HELMR_TASK_ID": l.Run.TaskID},
+		Env: startEnv(l, sec),
 	})
 	if err := b.sender.Send(start); err != nil {
 		return failed(runs.ClassGuestRuntime, "send the start message to the adapter: %v", err)
@@ -208,4 +209,15 @@ func humanBytes(n int64) string {
 		}
 	}
 	return strconv.FormatInt(n, 10) + " bytes"
+}
+
+// startEnv is the environment the adapter adds for the task: the run's ids
+// and its env-placed secrets.
+func startEnv(l Lease, sec runSecrets) map[string]string {
+	env := map[string]string{}
+	for k, v := range sec.env {
+		env[k] = v
+	}
+	env["HELMR_RUN_ID"], env["HELMR_TASK_ID"] = l.Run.ID, l.Run.TaskID
+	return env
 }

@@ -43,6 +43,9 @@ type ControlPlane interface {
 	Logs(ctx context.Context, runID string, lines []runs.LogData, at time.Time) error
 	Finish(ctx context.Context, runID string, o runs.Outcome) error
 	Status(ctx context.Context, runID string) (runs.Status, error)
+	// RunSecrets returns the values of a run's bound secrets (the run must
+	// be this worker's and under way).
+	RunSecrets(ctx context.Context, runID string) (map[string][]byte, error)
 	// Heartbeat says the worker is alive, busy or not; a worker silent for
 	// the control plane's worker TTL loses its runs (FAILED).
 	Heartbeat(ctx context.Context, workerID string, caps workers.Capabilities) error

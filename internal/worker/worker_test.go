@@ -31,6 +31,7 @@ import (
 // fakeControl is a hand-written ControlPlane that records what the worker
 // reports.
 type fakeControl struct {
+	secrets  map[string][]byte
 	notes    []runs.SystemData
 	mu       sync.Mutex
 	files    map[string][]byte
@@ -54,6 +55,9 @@ func (f *fakeControl) Started(_ context.Context, _, _, tier string, note runs.Sy
 	return nil
 }
 func (f *fakeControl) Heartbeat(context.Context, string, workers.Capabilities) error { return nil }
+func (f *fakeControl) RunSecrets(context.Context, string) (map[string][]byte, error) {
+	return f.secrets, nil
+}
 func (f *fakeControl) Logs(context.Context, string, []runs.LogData, time.Time) error { return nil }
 func (f *fakeControl) Finish(_ context.Context, _ string, o runs.Outcome) error {
 	f.mu.Lock()

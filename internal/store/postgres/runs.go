@@ -16,18 +16,22 @@ import (
 
 const runColumns = `id, project, env, task_id, deployment_id, deployment_version, status,
 	payload, output, error, idempotency_key, worker_id, tier, max_duration_sec,
-	need_cpu, need_memory, created_at, started_at, finished_at, last_seq`
+	need_cpu, need_memory, created_at, started_at, finished_at, last_seq, secrets`
 
 func scanRun(row scanner) (runs.Run, error) {
 	var (
 		r                        runs.Run
 		payload, output, errJSON *string
 		key                      *string
+		secrets                  string
 	)
 	err := row.Scan(&r.ID, &r.Project, &r.Env, &r.TaskID, &r.DeploymentID, &r.DeploymentVersion, &r.Status,
 		&payload, &output, &errJSON, &key, &r.WorkerID, &r.Tier, &r.MaxDurationSec,
-		&r.Needs.CPU, &r.Needs.MemoryBytes, &r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.LastSeq)
+		&r.Needs.CPU, &r.Needs.MemoryBytes, &r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.LastSeq, &secrets)
 	if err != nil {
+		return runs.Run{}, err
+	}
+	if r.Secrets, err = store.DecodeBindings(r.ID, secrets); err != nil {
 		return runs.Run{}, err
 	}
 	if payload != nil {
@@ -73,11 +77,11 @@ func (s *Store) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, erro
 	var existing *runs.Run
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `INSERT INTO runs (`+runColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, '', '', $10, $11, $12, $13, NULL, NULL, 1)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, '', '', $10, $11, $12, $13, NULL, NULL, 1, $14)
 			ON CONFLICT (project, env, task_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING`,
 			r.ID, r.Project, r.Env, r.TaskID, r.DeploymentID, r.DeploymentVersion, r.Status,
 			nullText(r.Payload), nullText(r.IdempotencyKey), r.MaxDurationSec,
-			r.Needs.CPU, r.Needs.MemoryBytes, r.CreatedAt)
+			r.Needs.CPU, r.Needs.MemoryBytes, r.CreatedAt, store.EncodeBindings(r.Secrets))
 		if err != nil {
 			return err
 		}

@@ -16,7 +16,7 @@ import (
 
 const runColumns = `id, project, env, task_id, deployment_id, deployment_version, status,
 	payload, output, error, idempotency_key, worker_id, tier, max_duration_sec,
-	need_cpu, need_memory, created_at, started_at, finished_at, last_seq`
+	need_cpu, need_memory, created_at, started_at, finished_at, last_seq, secrets`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -25,12 +25,15 @@ func scanRun(row scanner) (runs.Run, error) {
 		r                        runs.Run
 		payload, output, errJSON sql.NullString
 		key, started, finished   sql.NullString
-		created                  string
+		created, secrets         string
 	)
 	err := row.Scan(&r.ID, &r.Project, &r.Env, &r.TaskID, &r.DeploymentID, &r.DeploymentVersion, &r.Status,
 		&payload, &output, &errJSON, &key, &r.WorkerID, &r.Tier, &r.MaxDurationSec,
-		&r.Needs.CPU, &r.Needs.MemoryBytes, &created, &started, &finished, &r.LastSeq)
+		&r.Needs.CPU, &r.Needs.MemoryBytes, &created, &started, &finished, &r.LastSeq, &secrets)
 	if err != nil {
+		return runs.Run{}, err
+	}
+	if r.Secrets, err = store.DecodeBindings(r.ID, secrets); err != nil {
 		return runs.Run{}, err
 	}
 	if payload.Valid {
@@ -87,10 +90,10 @@ func (s *Store) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, erro
 			}
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO runs (`+runColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, '', '', ?, ?, ?, ?, NULL, NULL, 1)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, '', '', ?, ?, ?, ?, NULL, NULL, 1, ?)`,
 			r.ID, r.Project, r.Env, r.TaskID, r.DeploymentID, r.DeploymentVersion, r.Status,
 			nullText(r.Payload), nullText(r.IdempotencyKey), r.MaxDurationSec,
-			r.Needs.CPU, r.Needs.MemoryBytes, fmtTime(r.CreatedAt))
+			r.Needs.CPU, r.Needs.MemoryBytes, fmtTime(r.CreatedAt), store.EncodeBindings(r.Secrets))
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,109 @@
+package e2e
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/helmr/helmr/internal/runs"
+)
+
+// TestRunSecrets binds a vault secret to a run as an environment variable
+// on each tier: the task gets the value, and its logs (even a value split
+// across two writes, or JSON-escaped), its output, its error, the API and
+// the database hold only the redaction marker. An unbound declared secret,
+// a local source and a payload holding a secret's value are refused.
+func TestRunSecrets(t *testing.T) { forEachTier(t, testRunSecrets) }
+
+func testRunSecrets(t *testing.T, tier string) {
+	d := startDev(t, tier)
+	d.deploy("internal/e2e/testdata/secrets")
+	const value = `tok-"quoted"-Zx81Q3vLr`
+	cmd := exec.Command(filepath.Join(d.bin, "helmr"), "secret", "set", "API_TOKEN", "--project", "secrets")
+	cmd.Env, cmd.Stdin = d.env, strings.NewReader(value)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("secret set: %v: %s", err, out)
+	}
+	escaped, _ := json.Marshal(value)
+	leaks := func(where, s string) {
+		t.Helper()
+		if strings.Contains(s, value) || strings.Contains(s, string(escaped[1:len(escaped)-1])) {
+			t.Errorf("%s holds the secret: %s", where, s)
+		}
+	}
+	run := func(payload string) runs.Run {
+		t.Helper()
+		out := d.mustHelmr("run", "leaky", "--project", "secrets", "--payload-json", payload, "--secret", "API_TOKEN=vault:API_TOKEN", "--json")
+		var r runs.Run
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		return d.waitDone(r.ID, 2*time.Minute)
+	}
+	ok := run(`{}`)
+	if ok.Status != runs.StatusCompleted {
+		t.Fatalf("run = %s %+v", ok.Status, ok.Error)
+	}
+	var out struct {
+		Echo   string
+		Length int
+	}
+	json.Unmarshal(ok.Output, &out)
+	if out.Length != len(value) || out.Echo != "[redacted:API_TOKEN]" {
+		t.Errorf("output = %s, want the value's length (the task got it) and the marker for the value", ok.Output)
+	}
+	lines := strings.Join(logLines(d.events(ok.ID)), "\n")
+	if !strings.Contains(lines, "token=[redacted:API_TOKEN] (length") || !strings.Contains(lines, `in json: {"token":"[redacted:API_TOKEN]"}`) {
+		t.Errorf("logs:\n%s\nwant the value replaced, split write and JSON escape included", lines)
+	}
+	failed := run(`{"fail":true}`)
+	if failed.Status != runs.StatusFailed || failed.Error == nil || !strings.Contains(failed.Error.Message, "could not use [redacted:API_TOKEN]") {
+		t.Errorf("failing run = %s %+v", failed.Status, failed.Error)
+	}
+	for _, id := range []string{ok.ID, failed.ID} {
+		for _, u := range []string{"/v1/runs/" + id, "/v1/runs/" + id + "/events"} {
+			resp, err := http.Get(d.url + u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			leaks("GET "+u, string(body))
+		}
+	}
+	d.mustHelmr("runs", "--project", "secrets") // nothing to check but that it runs
+	for _, f := range []string{"helmr.db", "helmr.db-wal"} {
+		data, _ := os.ReadFile(filepath.Join(d.dataDir, f))
+		leaks(f, string(data))
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--payload-json", "{}"}, "API_TOKEN, which the run does not bind"},
+		{[]string{"--secret", "API_TOKEN=env:API_TOKEN"}, "local source"},
+		{[]string{"--secret", "API_TOKEN=vault:MISSING"}, "vault secret MISSING"},
+		{[]string{"--secret", "OTHER=vault:API_TOKEN", "--secret", "API_TOKEN=vault:API_TOKEN"}, "declares no secret \"OTHER\""},
+		{[]string{"--secret", "API_TOKEN=vault:API_TOKEN", "--payload-json", string(must(json.Marshal(map[string]string{"t": value})))}, "the payload contains the value of the secret API_TOKEN"},
+	} {
+		_, errOut, code := d.helmr(append([]string{"run", "leaky", "--project", "secrets"}, c.args...)...)
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("helmr run %v = %d %q, want an error containing %q", c.args, code, errOut, c.want)
+		}
+		leaks("the refusal", errOut)
+	}
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
