@@ -171,3 +171,46 @@ func (c *Client) unregister(id uint64) {
 	delete(c.execs, id)
 	c.mu.Unlock()
 }
+
+// WriteFile has the agent place a file (see the WriteFile message) and
+// waits for its answer.
+func (c *Client) WriteFile(ctx context.Context, req WriteFile) error {
+	id, q, err := c.register()
+	if err != nil {
+		return err
+	}
+	defer c.unregister(id)
+	req.ID = id
+	if err := c.w.Send(&req); err != nil {
+		return fmt.Errorf("%w: send write_file: %w", sandbox.ErrGuestRuntime, err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-q.Ready():
+		}
+		items, closed, qerr := q.Drain()
+		for _, m := range items {
+			if e, isExit := m.(*Exit); isExit {
+				if e.Code != 0 {
+					return errors.New(e.Error)
+				}
+				return nil
+			}
+		}
+		if closed {
+			return fmt.Errorf("%w: the agent connection ended: %v", sandbox.ErrGuestRuntime, qerr)
+		}
+	}
+}
+
+// PlaceFile is Client.WriteFile for a sandbox.File.
+func (c *Client) PlaceFile(ctx context.Context, f sandbox.File) error {
+	req := WriteFile{Path: f.Path, Data: f.Data, Mode: f.Mode, UID: f.UID, GID: f.GID, Dir: f.Dir}
+	if f.Reader != nil {
+		uid := f.Reader[0]
+		req.ReaderUID, req.ReaderGID = &uid, f.Reader[1]
+	}
+	return c.WriteFile(ctx, req)
+}

@@ -118,6 +118,8 @@ func Decode(payload []byte) (Msg, error) {
 		m = new(Signal)
 	case TypeExit:
 		m = new(Exit)
+	case TypeWriteFile:
+		m = new(WriteFile)
 	default:
 		return nil, fmt.Errorf("decode frame type %q: %w", env.Type, ErrUnknownType)
 	}

@@ -33,6 +33,9 @@ const (
 	TypeStdin   = "stdin"
 	TypeSignal  = "signal"
 	TypeExit    = "exit"
+	// TypeWriteFile places a file (a run's secret) in the sandbox; the
+	// agent answers with an exit frame of the same id.
+	TypeWriteFile = "write_file"
 )
 
 // Output stream names.
@@ -178,3 +181,25 @@ func (*Signal) MessageType() string { return TypeSignal }
 
 // MessageType implements Msg.
 func (*Exit) MessageType() string { return TypeExit }
+
+// WriteFile asks the agent to create Path (absolute; no symlink on the way;
+// missing parents made root-owned 0755) with Data, owned by UID:GID with
+// Mode, replacing an earlier file of the same name. If ReaderUID is set the
+// agent then checks that ReaderUID:ReaderGID can traverse to it and read
+// it, and fails (leaving it in place) if not: permissions are never
+// loosened to make a file readable. The answer is Exit (Code 0, or 1 with
+// Error).
+type WriteFile struct {
+	ID        uint64  `json:"id"`
+	Path      string  `json:"path"`
+	Data      []byte  `json:"data"`
+	Mode      uint32  `json:"mode"`
+	UID       uint32  `json:"uid"`
+	GID       uint32  `json:"gid"`
+	Dir       bool    `json:"dir,omitempty"` // create a directory (Data unused)
+	ReaderUID *uint32 `json:"reader_uid,omitempty"`
+	ReaderGID uint32  `json:"reader_gid,omitempty"`
+}
+
+// MessageType implements Msg.
+func (*WriteFile) MessageType() string { return TypeWriteFile }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/helmr/helmr/internal/sandbox/network"
 )
@@ -36,6 +37,9 @@ type Sandbox interface {
 	// Output chunks and channel messages are delivered to req's callbacks
 	// from one goroutine, in order. Cancelling ctx kills the process.
 	Exec(ctx context.Context, req ExecRequest) (ExitStatus, error)
+	// WriteFile places a file or directory inside the sandbox (a run's
+	// secret), as root: see File.
+	WriteFile(ctx context.Context, f File) error
 	// Stats reports resource facts, such as whether the memory limit was hit.
 	Stats() Stats
 	// Destroy kills every process of the sandbox and releases its
@@ -87,6 +91,19 @@ type Spec struct {
 	PidsLimit   int64   // 0 means the tier's default
 }
 
+// File is a file or directory to place inside a sandbox: at Path (no
+// symlink on the way; missing parents root-owned 0755), owned by UID:GID
+// with Mode. With Reader set, the sandbox checks that Reader (its uid and
+// gid, no capabilities) can reach and read it, and fails if not.
+type File struct {
+	Path     string
+	Data     []byte
+	Mode     uint32
+	UID, GID uint32
+	Dir      bool
+	Reader   *[2]uint32
+}
+
 // Mount binds a host directory into a sandbox.
 type Mount struct {
 	Source   string // absolute host path of a directory
@@ -128,6 +145,9 @@ type Stats struct {
 	OOMKilled bool
 	// PidsLimitHit is true once a fork failed at the pids limit.
 	PidsLimitHit bool
+	// CPUTime is the CPU time the sandbox has used as the host accounts
+	// it (its host cgroup), where the tier knows it; 0 otherwise.
+	CPUTime time.Duration
 }
 
 // Errors that callers branch on.

@@ -82,6 +82,7 @@ type fakeRuntime struct {
 	spec     sandbox.Spec
 	// nodeVersion is what the image's node reports (default 22.23.3).
 	nodeVersion string
+	files       []sandbox.File // placed with WriteFile
 }
 
 func (r *fakeRuntime) Name() string { return "fake" }
@@ -97,6 +98,13 @@ func (r *fakeRuntime) Start(_ context.Context, spec sandbox.Spec) (sandbox.Sandb
 }
 
 type fakeSandbox struct{ r *fakeRuntime }
+
+func (s fakeSandbox) WriteFile(_ context.Context, f sandbox.File) error {
+	s.r.mu.Lock()
+	defer s.r.mu.Unlock()
+	s.r.files = append(s.r.files, f)
+	return nil
+}
 
 // Exec plays the adapter: it reports itself started, waits for the start
 // message, then behaves as the test's exec func says.

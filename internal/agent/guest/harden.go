@@ -13,9 +13,11 @@ import (
 )
 
 // agentCaps are the capabilities the agent keeps for itself once hardened:
-// enough to start processes as another uid/gid and to signal them. Its
-// children get none (see Harden).
-var agentCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL}
+// enough to start processes as another uid/gid and to signal them, and to
+// place a run's secret files with their declared owner and mode (CHOWN,
+// DAC_OVERRIDE, FOWNER). Its children get none (see Harden).
+var agentCaps = []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL,
+	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER}
 
 // LimitExec is the first half of the lockdown, on every thread of the
 // agent (the bounding set, no_new_privs and the ambient set are per thread;

@@ -84,6 +84,14 @@ func (s *Server) handle(m agent.Msg) {
 		}
 	case *agent.Signal:
 		s.signal(m)
+	case *agent.WriteFile:
+		exit := &agent.Exit{ID: m.ID}
+		if err := writeFile(m); err != nil {
+			exit.Code, exit.Error = 1, err.Error()
+		}
+		if err := s.Writer().Send(exit); err != nil {
+			s.log.Warn("answer write_file", "err", err)
+		}
 	default:
 		s.log.Warn("worker sent unexpected message", "type", m.MessageType())
 	}

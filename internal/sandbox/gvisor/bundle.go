@@ -102,10 +102,13 @@ const (
 // before it serves (guest.LimitExec), so that every process it starts, uid
 // 0 included, ends its exec with no capability.
 func agentCaps(uid uint32) []string {
+	// CHOWN, DAC_OVERRIDE and FOWNER place a run's secret files with
+	// their declared owner and mode (agent.WriteFile).
+	files := []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER"}
 	if uid == 0 {
-		return []string{"CAP_SETGID", "CAP_SETPCAP"}
+		return append([]string{"CAP_SETGID", "CAP_SETPCAP"}, files...)
 	}
-	return []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}
+	return append([]string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}, files...)
 }
 
 // buildCaps are the capabilities a build step's root holds inside the

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/helmr/helmr/internal/sandbox"
 )
@@ -22,12 +23,14 @@ import (
 // beyond the spec's.
 type cgroupStats struct {
 	v1, v2 string // memory cgroup directory of each layout; one exists
+	acct   string // v1 cpuacct cgroup directory
 }
 
 func newCgroupStats(root, parent, id string) cgroupStats {
 	return cgroupStats{
-		v1: filepath.Join(root, "memory", parent, id),
-		v2: filepath.Join(root, parent, id),
+		v1:   filepath.Join(root, "memory", parent, id),
+		v2:   filepath.Join(root, parent, id),
+		acct: filepath.Join(root, "cpuacct", parent, id),
 	}
 }
 
@@ -36,7 +39,17 @@ func (c cgroupStats) stats() sandbox.Stats {
 	if n < 0 {
 		n = readCounter(filepath.Join(c.v2, "memory.events"), "oom_kill")
 	}
-	return sandbox.Stats{OOMKilled: n > 0}
+	st := sandbox.Stats{OOMKilled: n > 0}
+	// The host's account of the sandbox's CPU time (the Sentry's own
+	// accounting, which the guest sees, counts throttled time as running).
+	if b, err := os.ReadFile(filepath.Join(c.acct, "cpuacct.usage")); err == nil {
+		if ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			st.CPUTime = time.Duration(ns)
+		}
+	} else if us := readCounter(filepath.Join(c.v2, "cpu.stat"), "usage_usec"); us >= 0 {
+		st.CPUTime = time.Duration(us) * time.Microsecond
+	}
+	return st
 }
 
 // readCounter returns key's value in a "key value" file, or -1.

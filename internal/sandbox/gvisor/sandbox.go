@@ -283,3 +283,11 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// WriteFile implements sandbox.Sandbox through the agent.
+func (s *Sandbox) WriteFile(ctx context.Context, f sandbox.File) error {
+	if s.client == nil {
+		return fmt.Errorf("%w: sandbox %s has no agent", sandbox.ErrGuestRuntime, s.spec.ID)
+	}
+	return s.client.PlaceFile(ctx, f)
+}

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/helmr/helmr/internal/sandbox"
 )
@@ -21,19 +22,26 @@ Promise.all(ws.map((w) => new Promise((r) => w.on("exit", r)))).then(() => {
 });`
 
 // testCPULimit: a sandbox asking for half a vCPU gets about that much,
-// however many threads it keeps busy. Unlimited, three threads on this
-// 2-core host use about 2 CPU-seconds per second. The bound leaves room
-// above 0.5 because gVisor's guest accounting (what process.cpuUsage
-// reads there) counts time a throttled or descheduled host thread spends
-// in the guest: on a host busy with other tests it reported up to 0.77.
+// however many threads it keeps busy (unlimited, three threads on this
+// 2-core host use about 2 CPU-seconds per second). The share is the host's
+// account where the tier reports it (Stats.CPUTime over the wall time of
+// the burn): gVisor's guest accounting, what process.cpuUsage reads there,
+// counts time a throttled host thread spends in the guest and reported up
+// to 0.9 on a loaded host. Elsewhere it is the process's own.
 func testCPULimit(t *testing.T, rt sandbox.Runtime, rootfs string) {
 	f := start(t, rt, rootfs, func(s *sandbox.Spec) { s.CPU = 0.5 })
+	before, began := f.SB.Stats().CPUTime, time.Now()
 	out := strings.TrimSpace(f.Node(t, cpuBurn))
+	wall, used := time.Since(began), f.SB.Stats().CPUTime-before
 	share, err := strconv.ParseFloat(out, 64)
 	if err != nil {
 		t.Fatalf("cpu burn printed %q", out)
 	}
-	if share > 0.9 {
+	if used > 0 {
+		t.Logf("%s: guest-reported share %.2f; host cgroup share %.2f", rt.Name(), share, used.Seconds()/wall.Seconds())
+		share = used.Seconds() / wall.Seconds()
+	}
+	if share > 0.75 {
 		t.Errorf("three busy threads used %.2f CPU-seconds per second under a 0.5 vCPU limit, want about 0.5", share)
 	}
 	t.Logf("%s: CPU share under a 0.5 vCPU limit: %.2f", rt.Name(), share)

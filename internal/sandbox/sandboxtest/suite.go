@@ -57,6 +57,7 @@ func RunWithOptions(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime,
 	t.Run("Destroy", func(t *testing.T) { testDestroy(t, newRuntime(t), rootfs) })
 	t.Run("Abuse", func(t *testing.T) { testAbuse(t, newRuntime(t), rootfs) })
 	t.Run("WorkspaceQuota", func(t *testing.T) { testWorkspaceQuota(t, newRuntime(t), rootfs) })
+	t.Run("WriteFile", func(t *testing.T) { testWriteFile(t, newRuntime(t), rootfs) })
 	t.Run("Egress", func(t *testing.T) { testEgress(t, newRuntime, rootfs) })
 }
 
