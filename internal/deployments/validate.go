@@ -114,11 +114,58 @@ func validateSecrets(t TaskManifest, add addFunc) {
 			add(t.ID, field+".env", "%q is not a valid environment variable name", s.Env)
 		}
 		for _, p := range []string{s.File, s.Directory} {
-			if p != "" && (!path.IsAbs(p) || path.Clean(p) != p) {
+			if p == "" {
+				continue
+			}
+			if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
 				add(t.ID, field, "path %q must be absolute and clean", p)
+			} else if why := SecretPathProblem(p); why != "" {
+				add(t.ID, field, "path %q: %s", p, why)
+			}
+		}
+		if s.Mode != "" {
+			if _, err := ParseFileMode(s.Mode); err != nil {
+				add(t.ID, field+".mode", "%v", err)
+			}
+		}
+		if s.Owner != "" && !ownerPattern.MatchString(s.Owner) {
+			add(t.ID, field+".owner", "%q: want user, user:group or uid:gid", s.Owner)
+		}
+		if s.Directory != "" && len(s.Files) == 0 {
+			add(t.ID, field+".files", "a directory secret lists the files it holds")
+		}
+		for _, f := range s.Files {
+			if f == "" || strings.ContainsAny(f, "/\\") || f == "." || f == ".." {
+				add(t.ID, field+".files", "%q is not a file name", f)
 			}
 		}
 	}
+}
+
+// SecretPathProblem says why a secret may not be placed at p (clean and
+// absolute), or "": never in the kernel's and Helmr's own trees.
+func SecretPathProblem(p string) string {
+	for _, r := range []string{"/proc", "/sys", "/dev", "/opt/helmr"} {
+		if p == r || strings.HasPrefix(p, r+"/") {
+			if strings.HasPrefix(p, "/dev/shm/") {
+				return ""
+			}
+			return "under " + r + ", which the runtime owns"
+		}
+	}
+	return ""
+}
+
+// ParseFileMode reads a permission mode written in octal ("0400", "400").
+func ParseFileMode(s string) (uint32, error) {
+	n, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimPrefix(s, "0o"), "0"), 8, 32)
+	if s == "0" || s == "00" {
+		n, err = 0, nil
+	}
+	if err != nil || n > 0o7777 {
+		return 0, fmt.Errorf("mode %q is not an octal file mode such as 0400", s)
+	}
+	return uint32(n), nil
 }
 
 func validateSandbox(t TaskManifest, files map[string][]byte, add addFunc) {

@@ -83,6 +83,40 @@ func testRunSecrets(t *testing.T, tier string) {
 		leaks(f, string(data))
 	}
 
+	// File and directory secrets, as an unprivileged image user.
+	certs := `{"ca.pem":"-----BEGIN CA-----","client.pem":"client-key-material"}`
+	for name, v := range map[string]string{"API_KEY": "key-" + value[:8], "CERTS": certs} {
+		cmd := exec.Command(filepath.Join(d.bin, "helmr"), "secret", "set", name, "--project", "secrets")
+		cmd.Env, cmd.Stdin = d.env, strings.NewReader(v)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("secret set %s: %v: %s", name, err, out)
+		}
+	}
+	fout := d.mustHelmr("run", "files", "--project", "secrets", "--secret", "API_KEY=vault:API_KEY", "--secret", "CERTS=vault:CERTS", "--json")
+	var fr runs.Run
+	json.Unmarshal([]byte(fout), &fr)
+	fr = d.waitDone(fr.ID, 2*time.Minute)
+	if fr.Status != runs.StatusCompleted {
+		t.Fatalf("files run = %s %+v", fr.Status, fr.Error)
+	}
+	var files struct {
+		UID                             int
+		KeyLength                       int
+		KeyMode, DirMode, Ca, ClientMode string
+	}
+	json.Unmarshal(fr.Output, &files)
+	if files.UID != 65534 || files.KeyLength != len("key-"+value[:8]) || files.KeyMode != "400" || files.DirMode != "550" ||
+		files.Ca != "[redacted:CERTS]" || files.ClientMode != "440" {
+		t.Errorf("files run output = %s, want nobody reading its 0400 key, a 0550 directory of 0440 files, content redacted", fr.Output)
+	}
+	uout := d.mustHelmr("run", "unreadable", "--project", "secrets", "--secret", "API_KEY=vault:API_KEY", "--json")
+	var ur runs.Run
+	json.Unmarshal([]byte(uout), &ur)
+	ur = d.waitDone(ur.ID, 2*time.Minute)
+	if ur.Status != runs.StatusFailed || ur.Error == nil || ur.Error.Class != runs.ClassImagePreparation || !strings.Contains(ur.Error.Message, "cannot read /run/secrets/root-only") {
+		t.Errorf("unreadable run = %s %+v, want FAILED/image_preparation saying the user cannot read it", ur.Status, ur.Error)
+	}
+
 	for _, c := range []struct {
 		args []string
 		want string

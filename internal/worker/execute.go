@@ -69,7 +69,7 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 	if err != nil {
 		return failed(runs.ClassImagePreparation, "%v", err)
 	}
-	sec, err := w.secretsFor(ctx, l)
+	sec, err := w.secretsFor(ctx, l, p)
 	if err != nil {
 		return failed(runs.ClassImagePreparation, "%v", err)
 	}

@@ -5,10 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path"
 	"sort"
 	"strings"
 
+	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/sandbox"
 )
 
 // runSecrets are a run's bound secrets as the worker uses them: the
@@ -16,13 +20,22 @@ import (
 // their values out of everything the run reports.
 type runSecrets struct {
 	env    map[string]string
+	files  []placedSecret
 	redact *redactor
 }
 
-// secretsFor fetches the values of l's bound secrets and places them as
-// the task declares. File and directory placements are not materialized
-// by this version: such a run fails before it starts, saying so.
-func (w *Worker) secretsFor(ctx context.Context, l Lease) (runSecrets, error) {
+// placedSecret is a file or directory a run's secret fills.
+type placedSecret struct {
+	name string
+	file sandbox.File
+}
+
+// secretsFor fetches the values of l's bound secrets and works out where
+// each goes as the task declares: an environment variable, or a file or a
+// directory of files (placed by the sandbox before the task starts, owned
+// by the declared owner, default the run's user, and checked readable by
+// the run's user).
+func (w *Worker) secretsFor(ctx context.Context, l Lease, p prepared) (runSecrets, error) {
 	rs := runSecrets{env: map[string]string{}, redact: &redactor{}}
 	if len(l.Task.Secrets) == 0 {
 		return rs, nil
@@ -43,14 +56,71 @@ func (w *Worker) secretsFor(ctx context.Context, l Lease) (runSecrets, error) {
 			return rs, fmt.Errorf("secret %s is declared by the task but the run does not bind it", name)
 		}
 		rs.redact.add(name, v)
-		switch {
-		case target.Env != "":
+		if target.Env != "" {
 			rs.env[target.Env] = string(v)
-		default:
-			return rs, fmt.Errorf("secret %s: file and directory secrets are not materialized yet; declare it as { env: \"...\" }", name)
+			continue
 		}
+		placed, err := placeSecret(name, target, v, p)
+		if err != nil {
+			return rs, fmt.Errorf("secret %s: %w", name, err)
+		}
+		for _, f := range placed {
+			if !f.file.Dir {
+				rs.redact.add(name, f.file.Data)
+			}
+		}
+		rs.files = append(rs.files, placed...)
 	}
 	return rs, nil
+}
+
+// placeSecret turns a file or directory secret into what the sandbox
+// writes. A directory secret's value is a JSON object of file name to
+// content holding every file the task lists.
+func placeSecret(name string, t deployments.SecretTarget, v []byte, p prepared) ([]placedSecret, error) {
+	reader := &[2]uint32{p.spec.UID, p.spec.GID}
+	uid, gid := p.spec.UID, p.spec.GID
+	if t.Owner != "" {
+		var err error
+		if uid, gid, _, err = (images.Image{Layers: p.img.Layers, User: t.Owner}).ResolveUser(); err != nil {
+			return nil, fmt.Errorf("owner: %w", err)
+		}
+	}
+	mode := uint32(0o400)
+	if t.Mode != "" {
+		var err error
+		if mode, err = deployments.ParseFileMode(t.Mode); err != nil {
+			return nil, err
+		}
+	}
+	at := t.File
+	if at == "" {
+		at = t.Directory
+	}
+	if !path.IsAbs(at) || path.Clean(at) != at || at == "/" {
+		return nil, fmt.Errorf("path %q is not clean and absolute", at)
+	}
+	if why := deployments.SecretPathProblem(at); why != "" {
+		return nil, fmt.Errorf("path %s: %s", at, why)
+	}
+	if t.File != "" {
+		return []placedSecret{{name, sandbox.File{Path: at, Data: v, Mode: mode, UID: uid, GID: gid, Reader: reader}}}, nil
+	}
+	var files map[string]string
+	if err := json.Unmarshal(v, &files); err != nil {
+		return nil, fmt.Errorf("a directory secret's value is a JSON object of file name to content (helmr secret set %s < files.json)", name)
+	}
+	// The directory may be entered and listed where its files may be read.
+	dirMode := mode | (mode&0o444)>>2
+	out := []placedSecret{{name, sandbox.File{Path: at, Dir: true, Mode: dirMode, UID: uid, GID: gid, Reader: reader}}}
+	for _, f := range t.Files {
+		content, ok := files[f]
+		if !ok {
+			return nil, fmt.Errorf("its value has no file %q (the task declares %v)", f, t.Files)
+		}
+		out = append(out, placedSecret{name, sandbox.File{Path: path.Join(at, f), Data: []byte(content), Mode: mode, UID: uid, GID: gid, Reader: reader}})
+	}
+	return out, nil
 }
 
 // redactor replaces secret values with "[redacted:NAME]". A value that

@@ -48,6 +48,11 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared, se
 		Payload: l.Run.Payload, Run: map[string]any{"id": l.Run.ID, "taskId": l.Run.TaskID},
 		Env: startEnv(l, sec),
 	})
+	for _, f := range sec.files {
+		if err := b.box.WriteFile(ctx, f.file); err != nil {
+			return failed(runs.ClassImagePreparation, "secret %s: place %s: %v", f.name, f.file.Path, err)
+		}
+	}
 	if err := b.sender.Send(start); err != nil {
 		return failed(runs.ClassGuestRuntime, "send the start message to the adapter: %v", err)
 	}

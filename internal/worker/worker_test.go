@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -360,5 +361,55 @@ func TestInstallCACerts(t *testing.T) {
 	}
 	if _, err := installCACerts(filepath.Join(t.TempDir(), "missing"), t.TempDir()); err == nil {
 		t.Error("a missing file was accepted")
+	}
+}
+
+func TestSecretPlacementAndRedaction(t *testing.T) {
+	l := lease(60)
+	l.Task.Secrets = map[string]deployments.SecretTarget{
+		"TOKEN": {Env: "API_TOKEN"},
+		"KEY":   {File: "/run/secrets/key", Mode: "0440"},
+		"CERTS": {Directory: "/run/certs", Files: []string{"ca.pem"}},
+	}
+	rt := &fakeRuntime{}
+	rt.exec = func(_ context.Context, req sandbox.ExecRequest) (sandbox.ExitStatus, error) {
+		req.OnOutput("stdout", []byte("the token is tok"))
+		req.OnOutput("stdout", []byte("en-1 and the key is key-2\n"))
+		req.OnMessage([]byte(`{"type":"result","output":{"t":"token-1","n":1}}`))
+		return sandbox.ExitStatus{}, nil
+	}
+	cp := &fakeControl{files: map[string][]byte{"bundles/t.mjs": []byte("x")}, status: runs.StatusStarting,
+		secrets: map[string][]byte{"TOKEN": []byte("token-1"), "KEY": []byte("key-2"), "CERTS": []byte(`{"ca.pem":"pem-3"}`)}}
+	w := newTestWorker(t, rt, cp)
+	w.execute(context.Background(), l)
+	if cp.outcome == nil || cp.outcome.Status != runs.StatusCompleted {
+		t.Fatalf("outcome = %+v", cp.outcome)
+	}
+	if string(cp.outcome.Output) != `{"t":"[redacted:TOKEN]","n":1}` {
+		t.Errorf("output = %s, want the token redacted", cp.outcome.Output)
+	}
+	got := map[string]sandbox.File{}
+	for _, f := range rt.files {
+		got[f.Path] = f
+	}
+	if f := got["/run/secrets/key"]; string(f.Data) != "key-2" || f.Mode != 0o440 || f.Reader == nil {
+		t.Errorf("key file = %+v", f)
+	}
+	if f := got["/run/certs"]; !f.Dir || f.Mode != 0o500 {
+		t.Errorf("certs dir = %+v, want a directory with mode 0500", f)
+	}
+	if f := got["/run/certs/ca.pem"]; string(f.Data) != "pem-3" || f.Mode != 0o400 {
+		t.Errorf("ca.pem = %+v", f)
+	}
+
+	// A directory secret whose value is not a JSON object fails the run
+	// before it starts.
+	cp2 := &fakeControl{files: map[string][]byte{"bundles/t.mjs": []byte("x")}, status: runs.StatusStarting,
+		secrets: map[string][]byte{"TOKEN": []byte("t"), "KEY": []byte("k"), "CERTS": []byte("not json")}}
+	w2 := newTestWorker(t, &fakeRuntime{exec: reply(`{"type":"result","output":1}`)}, cp2)
+	w2.execute(context.Background(), l)
+	if cp2.outcome == nil || cp2.outcome.Error == nil || cp2.outcome.Error.Class != runs.ClassImagePreparation ||
+		!strings.Contains(cp2.outcome.Error.Message, "JSON object") {
+		t.Errorf("bad directory value: outcome %+v", cp2.outcome)
 	}
 }

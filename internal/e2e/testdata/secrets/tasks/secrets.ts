@@ -19,3 +19,35 @@ export const leaky = task({
     return { echo: token, length: token.length };
   },
 });
+
+const asNobody = sandbox("nobody").image(image("nobody").from("helmr/bookworm-node22").user("nobody"));
+
+// Reads its file and directory secrets and reports what it found.
+export const files = task({
+  id: "files",
+  sandbox: asNobody,
+  secrets: {
+    API_KEY: { file: "/run/secrets/api-key", mode: 0o400 },
+    CERTS: { directory: "/run/certs", files: ["ca.pem", "client.pem"], mode: 0o440 },
+  },
+  run: async () => {
+    const { readFileSync, statSync } = await import("node:fs");
+    const mode = (p: string) => (statSync(p).mode & 0o7777).toString(8);
+    return {
+      uid: process.getuid?.(),
+      keyLength: readFileSync("/run/secrets/api-key", "utf8").length,
+      keyMode: mode("/run/secrets/api-key"),
+      dirMode: mode("/run/certs"),
+      ca: readFileSync("/run/certs/ca.pem", "utf8"),
+      clientMode: mode("/run/certs/client.pem"),
+    };
+  },
+});
+
+// Asks for a file its own user could not read.
+export const unreadable = task({
+  id: "unreadable",
+  sandbox: asNobody,
+  secrets: { API_KEY: { file: "/run/secrets/root-only", mode: 0o400, owner: "root" } },
+  run: async () => "unreachable",
+});
