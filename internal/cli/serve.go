@@ -72,6 +72,7 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 	if v != nil {
 		svc.Vault = v
 	}
+	svc.Deployments = st
 	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

@@ -91,3 +91,14 @@ func (w Worker) RunSecrets(ctx context.Context, runID string) (map[string][]byte
 	}
 	return vals, nil
 }
+
+// BuildSecret implements worker.ControlPlane.
+func (w Worker) BuildSecret(ctx context.Context, runID, name string) ([]byte, error) {
+	var out struct {
+		Value string `json:"value"`
+	}
+	if _, err := w.C.do(ctx, http.MethodGet, "/v1/worker/runs/"+url.PathEscape(runID)+"/build-secrets/"+url.PathEscape(name), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return base64.StdEncoding.DecodeString(out.Value)
+}

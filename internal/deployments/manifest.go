@@ -1,5 +1,7 @@
 package deployments
 
+import "sort"
+
 // Manifest is what indexing a task project produces: the plain-JSON form of
 // the SDK's declarations. The SDK (sdk/typescript) writes exactly this shape.
 type Manifest struct {
@@ -71,6 +73,9 @@ type Step struct {
 	// run
 	Argv  []string     `json:"argv,omitempty"`
 	Cache []CacheMount `json:"cache,omitempty"`
+	// Secrets are build secrets: vault secrets (by name) the step reads,
+	// for that step only.
+	Secrets map[string]BuildSecret `json:"secrets,omitempty"`
 	// copy
 	Dest   string  `json:"dest,omitempty"`
 	Source *Source `json:"source,omitempty"`
@@ -86,6 +91,38 @@ type Step struct {
 	Value string `json:"value,omitempty"`
 	// user
 	User string `json:"user,omitempty"`
+}
+
+// BuildSecret places a build secret during its run step: an environment
+// variable, or a file under /run/secrets.
+type BuildSecret struct {
+	Env  string `json:"env,omitempty"`
+	File string `json:"file,omitempty"`
+}
+
+// BuildSecretNames lists the build secrets the run steps of img (and of the
+// images it copies from) read.
+func BuildSecretNames(img *ImageManifest) []string {
+	seen := map[string]bool{}
+	var walk func(*ImageManifest)
+	walk = func(m *ImageManifest) {
+		if m == nil {
+			return
+		}
+		for _, s := range m.Steps {
+			for n := range s.Secrets {
+				seen[n] = true
+			}
+			walk(s.Image)
+		}
+	}
+	walk(img)
+	out := make([]string, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // CacheMount mounts a named persistent cache into a run step.

@@ -214,6 +214,18 @@ func validateImage(task, field string, img *ImageManifest, files map[string][]by
 				add(task, f, "from may only be the first step")
 			}
 		case StepRun:
+			for name, bs := range s.Secrets {
+				switch {
+				case !envNamePattern.MatchString(name):
+					add(task, f+".secrets", "build secret %q: names are letters, digits and '_'", name)
+				case (bs.Env == "") == (bs.File == ""):
+					add(task, f+".secrets."+name, "declare exactly one of env or file")
+				case bs.Env != "" && !envNamePattern.MatchString(bs.Env):
+					add(task, f+".secrets."+name, "%q is not an environment variable name", bs.Env)
+				case bs.File != "" && !buildSecretFile.MatchString(bs.File):
+					add(task, f+".secrets."+name, "file %q: build secret files go directly under /run/secrets", bs.File)
+				}
+			}
 			if len(s.Argv) == 0 {
 				add(task, f+".argv", "run needs a command")
 			}
@@ -273,6 +285,8 @@ func validateCopy(task, f string, s Step, files map[string][]byte, add addFunc) 
 		add(task, f+".source", "file %q is not part of the deployment", s.Source.Path)
 	}
 }
+
+var buildSecretFile = regexp.MustCompile(`^/run/secrets/[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
 
 var ownerPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?$`)
 

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -106,6 +108,53 @@ func testImageBuild(t *testing.T, tier string) {
 	if shadow.Status != runs.StatusFailed || shadow.Error == nil || shadow.Error.Class != runs.ClassImagePreparation ||
 		!strings.Contains(shadow.Error.Message, "files under /opt/helmr") {
 		t.Errorf("shadow = %s %+v, want FAILED/image_preparation about /opt/helmr", shadow.Status, shadow.Error)
+	}
+
+	// Build secrets: readable during their step, found nowhere afterwards.
+	const tokenValue, envValue = "build-token-Qx7Lm2", "build-env-Pz9Kw4"
+	for name, v := range map[string]string{"BUILD_TOKEN": tokenValue, "BUILD_ENV": envValue} {
+		cmd := exec.Command(filepath.Join(d.bin, "helmr"), "secret", "set", name, "--project", "build")
+		cmd.Env, cmd.Stdin = d.env, strings.NewReader(v)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("secret set %s: %v: %s", name, err, out)
+		}
+	}
+	sr := d.waitDone(d.trigger("build", "secret-build", "null").ID, 2*time.Minute)
+	if sr.Status != runs.StatusCompleted {
+		t.Fatalf("secret-build = %s %+v", sr.Status, sr.Error)
+	}
+	var lengths struct {
+		Token, Env string
+		SecretsDir bool
+	}
+	json.Unmarshal(sr.Output, &lengths)
+	if lengths.Token != fmt.Sprint(len(tokenValue)) || lengths.Env != fmt.Sprint(len(envValue)) || lengths.SecretsDir {
+		t.Errorf("secret-build = %s, want the step to have read both secrets (%d, %d bytes) and the task to see no /run/secrets/token", sr.Output, len(tokenValue), len(envValue))
+	}
+	var buildLog []string
+	for _, ev := range d.events(sr.ID) {
+		var l runs.LogData
+		if ev.Type == runs.EventLog && json.Unmarshal(ev.Data, &l) == nil {
+			buildLog = append(buildLog, l.Line)
+		}
+	}
+	logText := strings.Join(buildLog, "\n")
+	if !strings.Contains(logText, "read [redacted build secret] and [redacted build secret]") {
+		t.Errorf("build log:\n%s\nwant the step's output with both values redacted", logText)
+	}
+	for _, v := range []string{tokenValue, envValue} {
+		if strings.Contains(logText, v) {
+			t.Errorf("the build log holds a build secret")
+		}
+		// Every layer and every other file of the worker's data dir.
+		filepath.WalkDir(d.dataDir, func(p string, e os.DirEntry, err error) error {
+			if err == nil && e.Type().IsRegular() && !strings.HasSuffix(p, ".img") && !strings.Contains(p, "helmr.db") {
+				if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), v) {
+					t.Errorf("%s holds a build secret", p)
+				}
+			}
+			return nil
+		})
 	}
 
 	r := d.waitDone(d.trigger("build", "badstep", "null").ID, 2*time.Minute)

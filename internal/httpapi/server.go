@@ -84,6 +84,7 @@ func (s *Server) routes() []route {
 		{"POST /v1/worker/runs/{id}/finish", w(s.workerFinish)},
 		{"GET /v1/worker/runs/{id}/status", w(s.workerStatus)},
 		{"GET /v1/worker/runs/{id}/secrets", w(s.workerSecrets)},
+		{"GET /v1/worker/runs/{id}/build-secrets/{name}", w(s.workerBuildSecret)},
 	}
 }
 

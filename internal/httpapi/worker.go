@@ -118,6 +118,16 @@ func (s *Server) workerSecrets(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]any{"secrets": out})
 }
 
+// workerBuildSecret hands the worker building a run's image one build
+// secret the image names.
+func (s *Server) workerBuildSecret(w http.ResponseWriter, r *http.Request) error {
+	v, err := s.cfg.Runs.RunBuildSecret(r.Context(), r.PathValue("id"), r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"value": base64.StdEncoding.EncodeToString(v)})
+}
+
 func (s *Server) workerHeartbeat(w http.ResponseWriter, r *http.Request) error {
 	var req LeaseRequest
 	if err := decodeJSON(w, r, 1<<20, &req); err != nil {

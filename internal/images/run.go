@@ -1,6 +1,7 @@
 package images
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,6 +52,10 @@ type PrepareOptions struct {
 	// NoCache runs every run step again; the new layers replace the
 	// cached ones.
 	NoCache bool
+	// Secret returns a build secret's value (a vault secret of the
+	// build's project environment). Values never enter a layer, the
+	// output or a cache key; nil: images with build secrets fail.
+	Secret func(ctx context.Context, name string) ([]byte, error)
 }
 
 var cacheNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -120,21 +126,101 @@ func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s
 	if err := makeDirs(upper, img, workdir, uid, gid); err != nil {
 		return "", fmt.Errorf("workdir %s: %w", workdir, err)
 	}
+	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home}, img.Env...)
+	var values [][]byte
+	if len(s.Secrets) > 0 {
+		if opts.Secret == nil {
+			return "", errors.New("the step uses build secrets and this build has no vault")
+		}
+		secretDir, err := os.MkdirTemp("", "helmr-build-secrets-")
+		if err != nil {
+			return "", err
+		}
+		defer os.RemoveAll(secretDir)
+		if err := os.Chmod(secretDir, 0o755); err != nil {
+			return "", err
+		}
+		names := make([]string, 0, len(s.Secrets))
+		for name := range s.Secrets {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		mountDir := false
+		for _, name := range names {
+			v, err := opts.Secret(ctx, name)
+			if err != nil {
+				return "", fmt.Errorf("build secret %s: %w", name, err)
+			}
+			values = append(values, v)
+			if bs := s.Secrets[name]; bs.Env != "" {
+				env = append(env, bs.Env+"="+string(v))
+			} else {
+				f := filepath.Join(secretDir, filepath.Base(bs.File))
+				if err := os.WriteFile(f, v, 0o400); err != nil {
+					return "", err
+				}
+				if err := os.Chown(f, int(uid), int(gid)); err != nil {
+					return "", err
+				}
+				mountDir = true
+			}
+		}
+		if mountDir {
+			caches = append(caches, sandbox.Mount{Source: secretDir, Dest: "/run/secrets", ReadOnly: true})
+		}
+	}
 	say("step %d: run %s", n, quoteArgv(s.Argv))
 	unpin := r.pin(img.Layers)
 	defer unpin()
 	tail := &tailBuffer{max: 20}
-	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home}, img.Env...)
+	// With build secrets, output is passed on a line at a time, each line
+	// scrubbed of the values (and of each line of a multi-line value).
+	var scrubbed [][]byte
+	for _, v := range values {
+		scrubbed = append(scrubbed, v)
+		for _, line := range bytes.Split(v, []byte("\n")) {
+			if len(bytes.TrimSpace(line)) >= 4 && len(line) < len(v) {
+				scrubbed = append(scrubbed, line)
+			}
+		}
+	}
+	sort.Slice(scrubbed, func(i, j int) bool { return len(scrubbed[i]) > len(scrubbed[j]) })
+	partial := map[string][]byte{}
+	emit := func(stream string, data []byte) {
+		for _, v := range scrubbed {
+			data = bytes.ReplaceAll(data, v, []byte("[redacted build secret]"))
+		}
+		tail.Write(data)
+		if opts.Output != nil {
+			opts.Output(n, stream, data)
+		}
+	}
+	forward := func(stream string, data []byte) {
+		if len(scrubbed) == 0 {
+			emit(stream, data)
+			return
+		}
+		buf := append(partial[stream], data...)
+		if i := bytes.LastIndexByte(buf, '\n'); i >= 0 {
+			emit(stream, buf[:i+1])
+			buf = buf[i+1:]
+		}
+		partial[stream] = append([]byte(nil), buf...)
+	}
+	flush := func() {
+		for stream, rest := range partial {
+			if len(rest) > 0 {
+				emit(stream, rest)
+			}
+			delete(partial, stream)
+		}
+	}
 	err = r.Runner.RunStep(ctx, StepRequest{
 		Layers: img.Layers, Upper: upper, Work: work, Argv: s.Argv, Env: env,
 		Workdir: workdir, UID: uid, GID: gid, Caches: caches,
-		Output: func(stream string, data []byte) {
-			tail.Write(data)
-			if opts.Output != nil {
-				opts.Output(n, stream, data)
-			}
-		},
+		Output: forward,
 	})
+	flush()
 	if err != nil {
 		if errors.Is(err, ErrStepFailed) {
 			return "", fmt.Errorf("%w; its last output:\n%s", err, tail.String())

@@ -108,3 +108,44 @@ func (s *Service) RunSecrets(ctx context.Context, runID string) (map[string][]by
 	}
 	return out, nil
 }
+
+// DeploymentLookup finds a deployment (its manifest) by id.
+type DeploymentLookup interface {
+	GetDeployment(ctx context.Context, id string) (deployments.Deployment, error)
+}
+
+// RunBuildSecret returns the value of a build secret for the worker
+// building a run's image: only while the run is STARTING or RUNNING, and
+// only a secret a run step of the run's task image (at its deployment)
+// names.
+func (s *Service) RunBuildSecret(ctx context.Context, runID, name string) ([]byte, error) {
+	r, err := s.store.GetRun(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	if r.Status != StatusStarting && r.Status != StatusRunning {
+		return nil, fmt.Errorf("run %s is %s: build secrets go only to the worker starting it: %w", runID, r.Status, ErrConflict)
+	}
+	if s.Deployments == nil || s.Vault == nil {
+		return nil, fmt.Errorf("this control plane cannot hand out build secrets (no vault): %w", ErrConflict)
+	}
+	d, err := s.Deployments.GetDeployment(ctx, r.DeploymentID)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range d.Manifest.Tasks {
+		if t.ID != r.TaskID || t.Sandbox == nil {
+			continue
+		}
+		for _, n := range deployments.BuildSecretNames(t.Sandbox.Image) {
+			if n == name {
+				v, err := s.Vault.Reveal(ctx, r.Project, r.Env, name)
+				if err != nil {
+					return nil, fmt.Errorf("build secret %s in %s/%s: %w", name, r.Project, r.Env, err)
+				}
+				return v, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("the image of run %s names no build secret %q: %w", runID, name, ErrNotFound)
+}

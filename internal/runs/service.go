@@ -35,6 +35,9 @@ type Service struct {
 	WorkerTTL time.Duration
 	// Vault, if set, resolves runs' secret bindings. Set before use.
 	Vault SecretVault
+	// Deployments, if set, lets build secrets be checked against the
+	// run's image. Set before use.
+	Deployments DeploymentLookup
 
 	store   Store
 	tasks   TaskLookup

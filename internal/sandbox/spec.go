@@ -64,7 +64,9 @@ func (s *Spec) Normalize(defaultPids int64) error {
 		dirs = append(dirs, s.RootUpper, s.RootWork)
 	}
 	for _, m := range s.Mounts {
-		if !filepath.IsAbs(m.Dest) || filepath.Clean(m.Dest) != m.Dest || IsReserved(m.Dest) || m.Dest == s.Workspace {
+		// /run/secrets takes a build step's secret files; nothing else
+		// goes into the runtime's own trees.
+		if !filepath.IsAbs(m.Dest) || filepath.Clean(m.Dest) != m.Dest || (IsReserved(m.Dest) && m.Dest != "/run/secrets") || m.Dest == s.Workspace {
 			return fmt.Errorf("mount destination %q must be a clean absolute path outside %v and the workspace", m.Dest, ReservedPaths)
 		}
 		dirs = append(dirs, m.Source)

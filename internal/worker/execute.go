@@ -60,6 +60,9 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 	img, err := w.cfg.Images.Prepare(ctx, l.Task.Sandbox.Image, files, images.PrepareOptions{
 		Scope:  l.Run.Project,
 		Output: func(_ int, _ string, data []byte) { build.Write("build", data) },
+		Secret: func(ctx context.Context, name string) ([]byte, error) {
+			return w.cfg.Control.BuildSecret(ctx, l.Run.ID, name)
+		},
 	})
 	build.Close()
 	if err != nil {

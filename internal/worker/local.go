@@ -97,3 +97,8 @@ func (c *Local) Status(ctx context.Context, runID string) (runs.Status, error) {
 func (c *Local) RunSecrets(ctx context.Context, runID string) (map[string][]byte, error) {
 	return c.Runs.RunSecrets(ctx, runID)
 }
+
+// BuildSecret implements ControlPlane.
+func (c *Local) BuildSecret(ctx context.Context, runID, name string) ([]byte, error) {
+	return c.Runs.RunBuildSecret(ctx, runID, name)
+}

@@ -46,6 +46,9 @@ type ControlPlane interface {
 	// RunSecrets returns the values of a run's bound secrets (the run must
 	// be this worker's and under way).
 	RunSecrets(ctx context.Context, runID string) (map[string][]byte, error)
+	// BuildSecret returns a build secret the run's image names (the run
+	// must be this worker's and under way).
+	BuildSecret(ctx context.Context, runID, name string) ([]byte, error)
 	// Heartbeat says the worker is alive, busy or not; a worker silent for
 	// the control plane's worker TTL loses its runs (FAILED).
 	Heartbeat(ctx context.Context, workerID string, caps workers.Capabilities) error

@@ -59,6 +59,13 @@ func (f *fakeControl) Heartbeat(context.Context, string, workers.Capabilities) e
 func (f *fakeControl) RunSecrets(context.Context, string) (map[string][]byte, error) {
 	return f.secrets, nil
 }
+func (f *fakeControl) BuildSecret(_ context.Context, _, name string) ([]byte, error) {
+	v, ok := f.secrets[name]
+	if !ok {
+		return nil, errors.New("no such build secret")
+	}
+	return v, nil
+}
 func (f *fakeControl) Logs(context.Context, string, []runs.LogData, time.Time) error { return nil }
 func (f *fakeControl) Finish(_ context.Context, _ string, o runs.Outcome) error {
 	f.mu.Lock()

@@ -20,7 +20,17 @@ export interface CacheMount {
 /** Options of a run step. */
 export interface RunOptions {
   cache?: CacheMount[];
+  /**
+   * Build secrets: vault secrets of the project environment the step reads,
+   * by name, as an environment variable ({ env: "NPM_TOKEN" }) or a file
+   * ({ file: "/run/secrets/npmrc" }, under /run/secrets). Present for this
+   * step only: never in a layer, the build log or the cache key.
+   */
+  secrets?: Record<string, BuildSecret>;
 }
+
+/** Where a build secret appears during its run step. */
+export type BuildSecret = { env: string; file?: never } | { file: string; env?: never };
 
 /**
  * An image declaration: a name and ordered build steps. Images are immutable;
@@ -51,7 +61,23 @@ export class Image {
     if (!Array.isArray(argv) || argv.length === 0 || argv.some((a) => typeof a !== "string")) {
       throw new TypeError(`image "${this.name}" run argv must be a non-empty array of strings`);
     }
-    const step: StepManifest = { kind: "run", argv: [...argv] };
+    const step: StepManifest & { kind: "run" } = { kind: "run", argv: [...argv] };
+    if (options.secrets !== undefined) {
+      const out: Record<string, { env?: string; file?: string }> = {};
+      for (const [name, where] of Object.entries(options.secrets)) {
+        if (!/^[A-Za-z_][A-Za-z0-9_]{0,127}$/.test(name)) {
+          throw new TypeError(`image "${this.name}" build secret ${describe(name)}: names are letters, digits and "_"`);
+        }
+        if (where?.env !== undefined && where.file === undefined && /^[A-Za-z_][A-Za-z0-9_]*$/.test(where.env)) {
+          out[name] = { env: where.env };
+        } else if (where?.file !== undefined && where.env === undefined && /^\/run\/secrets\/[A-Za-z0-9_.-]+$/.test(where.file)) {
+          out[name] = { file: where.file };
+        } else {
+          throw new TypeError(`image "${this.name}" build secret ${name} must be { env: "NAME" } or { file: "/run/secrets/<name>" }, got ${describe(where)}`);
+        }
+      }
+      step.secrets = out;
+    }
     const mounts = options.cache ?? [];
     if (mounts.length > 0) {
       step.cache = mounts.map((m) => {

@@ -27,7 +27,7 @@ export interface SourceManifest {
 /** One image build step. */
 export type StepManifest =
   | { kind: "from"; ref: string }
-  | { kind: "run"; argv: string[]; cache?: CacheMountManifest[] }
+  | { kind: "run"; argv: string[]; cache?: CacheMountManifest[]; secrets?: Record<string, { env?: string; file?: string }> }
   | { kind: "copy"; dest: string; source: SourceManifest; owner?: string; mode?: number }
   | { kind: "copyFrom"; image: ImageManifest; src: string; dest: string }
   | { kind: "workdir"; path: string }

@@ -47,3 +47,22 @@ export const seeded = task({
 const shadowing = image("shadowing").from("helmr/bookworm-node22").run(["sh", "-c", "mkdir -p /opt/helmr && touch /opt/helmr/mine"]);
 
 export const shadow = task({ id: "shadow", sandbox: sandbox("shadow").image(shadowing), run: async () => "unreachable" });
+
+// A run step that reads build secrets (a file and an environment
+// variable) and keeps only their lengths.
+const withSecret = image("with-secret")
+  .from("helmr/bookworm-node22")
+  .run(
+    ["sh", "-c", 'wc -c < /run/secrets/token > /srv/token-length; printf %s "$TOKEN_ENV" | wc -c > /srv/env-length; echo "read $(cat /run/secrets/token) and $TOKEN_ENV"'],
+    { secrets: { BUILD_TOKEN: { file: "/run/secrets/token" }, BUILD_ENV: { env: "TOKEN_ENV" } } },
+  );
+
+export const secretBuild = task({
+  id: "secret-build",
+  sandbox: sandbox("with-secret").image(withSecret),
+  run: async () => ({
+    token: readFileSync("/srv/token-length", "utf8").trim(),
+    env: readFileSync("/srv/env-length", "utf8").trim(),
+    secretsDir: existsSync("/run/secrets/token"),
+  }),
+});
