@@ -69,11 +69,27 @@ func runImage(ctx context.Context, a *App, args []string) error {
 	}
 	r := resolverFor(a.cfg.DataDir, a.cfg.CacheDir)
 	r.Runner = runner
-	start := time.Now()
-	img, err := r.Prepare(ctx, task.Sandbox.Image, res.Files, images.PrepareOptions{
+	opts := images.PrepareOptions{
 		Scope: res.Manifest.Project, NoCache: *noCache,
 		Output: func(_ int, _ string, data []byte) { a.Stdout.Write(data) },
-	})
+	}
+	if len(deployments.BuildSecretNames(task.Sandbox.Image)) > 0 {
+		// Build secrets come from this machine's vault (the store and master
+		// key of a helmr dev with this data dir, or HELMR_MASTER_KEY).
+		st, _, err := openStore(ctx, a.cfg, log)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		v, err := openVault(ctx, a.cfg, st, true, log)
+		if err != nil {
+			return err
+		}
+		project, env := res.Manifest.Project, a.cfg.Env
+		opts.Secret = func(ctx context.Context, name string) ([]byte, error) { return v.Reveal(ctx, project, env, name) }
+	}
+	start := time.Now()
+	img, err := r.Prepare(ctx, task.Sandbox.Image, res.Files, opts)
 	if err != nil {
 		return err
 	}

@@ -157,6 +157,12 @@ func testImageBuild(t *testing.T, tier string) {
 		})
 	}
 
+	// helmr image build resolves build secrets from the same vault.
+	out = d.mustHelmr("image", "build", "internal/e2e/testdata/build", "secret-build", "--no-cache")
+	if !strings.Contains(out, "read [redacted build secret] and [redacted build secret]") || strings.Contains(out, tokenValue) || strings.Contains(out, envValue) {
+		t.Errorf("helmr image build with build secrets:\n%s", out)
+	}
+
 	r := d.waitDone(d.trigger("build", "badstep", "null").ID, 2*time.Minute)
 	if r.Status != runs.StatusFailed || r.Error == nil || r.Error.Class != runs.ClassImagePreparation {
 		t.Fatalf("badstep = %s %+v, want FAILED/image_preparation", r.Status, r.Error)
