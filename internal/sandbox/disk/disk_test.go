@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/helmr/helmr/internal/testenv"
 )
@@ -79,11 +80,21 @@ func TestDiskLimitsWrites(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("after Close the mountpoint shows %v", ents)
 	}
-	// The loop device went with the mount.
-	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, l := range loops {
-		if b, _ := os.ReadFile(l); strings.TrimSpace(string(b)) == d.Image {
-			t.Errorf("%s still backs a loop device after Close", d.Image)
+	// The loop device goes with the mount (the kernel releases an
+	// autoclear device asynchronously, so allow it a moment).
+	backed := func() bool {
+		loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+		for _, l := range loops {
+			if b, _ := os.ReadFile(l); strings.TrimSpace(string(b)) == d.Image {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(10 * time.Second); backed(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("%s still backs a loop device 10 s after Close", d.Image)
+			break
 		}
 	}
 	// Its contents persist in the image: mounting it again shows the file.
