@@ -100,8 +100,8 @@ func testRunSecrets(t *testing.T, tier string) {
 		t.Fatalf("files run = %s %+v", fr.Status, fr.Error)
 	}
 	var files struct {
-		UID                             int
-		KeyLength                       int
+		UID                              int
+		KeyLength                        int
 		KeyMode, DirMode, Ca, ClientMode string
 	}
 	json.Unmarshal(fr.Output, &files)

@@ -154,9 +154,7 @@ func TestWarmPoolDeadAgent(t *testing.T) {
 // BenchmarkStart times Start (to ready) with and without a warm pool, the
 // pool refilled outside the timed part.
 func BenchmarkStart(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
+	testenv.RequireRoot(b)
 	rootfs := testenv.BaseRootfs(b)
 	for _, warm := range []int{0, 1} {
 		b.Run(fmt.Sprintf("WarmPool=%d", warm), func(b *testing.B) {
