@@ -55,12 +55,7 @@ func (r *Resolver) copyFromLayer(key string, img, from Image, s deployments.Step
 	if fi.IsDir() {
 		parent = dest
 	}
-	// The destination's parents exist in the layer with the image's
-	// metadata where the image has them, owned by root where it does not.
-	if err := os.MkdirAll(filepath.Join(tmp, filepath.FromSlash(parent)), 0o755); err != nil {
-		return "", err
-	}
-	if err := copyDirMeta(tmp, img, parent); err != nil {
+	if err := layerDirs(tmp, img, parent, 0, 0); err != nil {
 		return "", err
 	}
 	if fi.IsDir() {

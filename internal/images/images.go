@@ -18,7 +18,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
@@ -221,7 +220,7 @@ func (r *Resolver) copyLayer(key string, img Image, s deployments.Step, files ma
 			dest = path.Join(s.Dest, path.Base(e))
 		}
 		full := filepath.Join(tmp, filepath.FromSlash(dest))
-		if err := mkdirOwned(img, tmp, filepath.Dir(full), uid, gid); err != nil {
+		if err := layerDirs(tmp, img, path.Dir(dest), uid, gid); err != nil {
 			return "", err
 		}
 		mode := os.FileMode(0o644)
@@ -247,33 +246,6 @@ func (r *Resolver) copyLayer(key string, img Image, s deployments.Step, files ma
 		}
 	}
 	return dir, nil
-}
-
-// mkdirOwned creates dir (under the layer root) and its missing parents:
-// those the image has with the image's mode and owner (as overlayfs would
-// show them), new ones owned by uid:gid.
-func mkdirOwned(img Image, root, dir string, uid, gid uint32) error {
-	if _, err := os.Stat(dir); err == nil {
-		return nil
-	}
-	if err := mkdirOwned(img, root, filepath.Dir(dir), uid, gid); err != nil {
-		return err
-	}
-	mode, u, g := os.FileMode(0o755), int(uid), int(gid)
-	rel, _ := filepath.Rel(root, dir)
-	if p, ok := img.Lookup("/" + filepath.ToSlash(rel)); ok {
-		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-			st := fi.Sys().(*syscall.Stat_t)
-			mode, u, g = fi.Mode().Perm(), int(st.Uid), int(st.Gid)
-		}
-	}
-	if err := os.Mkdir(dir, mode); err != nil && !os.IsExist(err) {
-		return err
-	}
-	if err := os.Chown(dir, u, g); err != nil {
-		return err
-	}
-	return os.Chmod(dir, mode)
 }
 
 // quoteArgv shows an argv as a shell would read it, shortened.

@@ -123,8 +123,12 @@ func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s
 	if workdir == "" {
 		workdir = "/"
 	}
-	if err := makeDirs(upper, img, workdir, uid, gid); err != nil {
-		return "", fmt.Errorf("workdir %s: %w", workdir, err)
+	// As Dockerfile's WORKDIR: a workdir the image lacks is made, in
+	// the step's layer, owned by the step's user.
+	if _, ok := img.Lookup(workdir); !ok {
+		if err := layerDirs(upper, img, workdir, uid, gid); err != nil {
+			return "", fmt.Errorf("workdir %s: %w", workdir, err)
+		}
 	}
 	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home}, img.Env...)
 	var values [][]byte
@@ -241,21 +245,21 @@ func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s
 	return dir, nil
 }
 
-// makeDirs creates directory dir of the image in layer where the image
-// lacks it (as Dockerfile's WORKDIR does): the parents the image already
-// has are created in the layer with their modes and owners, as overlayfs
-// copies them up; the new ones belong to uid:gid.
-func makeDirs(layer string, img Image, dir string, uid, gid uint32) error {
-	if _, ok := img.Lookup(dir); ok {
-		return nil
-	}
+// layerDirs creates image directory dir, with its parents, in layer (a
+// layer being built over img): those img already has with img's mode and
+// owner, as overlayfs shows them, the others 0755 owned by uid:gid.
+// Components the layer already holds are left as they are.
+func layerDirs(layer string, img Image, dir string, uid, gid uint32) error {
 	cur := "/"
-	for _, part := range strings.Split(strings.Trim(dir, "/"), "/") {
+	for _, part := range strings.Split(strings.Trim(path.Clean(dir), "/"), "/") {
 		if part == "" {
 			continue
 		}
-		cur = filepath.Join(cur, part)
-		dst := filepath.Join(layer, cur)
+		cur = path.Join(cur, part)
+		dst := filepath.Join(layer, filepath.FromSlash(cur))
+		if _, err := os.Lstat(dst); err == nil {
+			continue
+		}
 		mode, u, g := os.FileMode(0o755), int(uid), int(gid)
 		if p, ok := img.Lookup(cur); ok {
 			fi, err := os.Stat(p)
@@ -265,37 +269,13 @@ func makeDirs(layer string, img Image, dir string, uid, gid uint32) error {
 			st := fi.Sys().(*syscall.Stat_t)
 			mode, u, g = fi.Mode().Perm(), int(st.Uid), int(st.Gid)
 		}
-		if err := os.MkdirAll(dst, mode); err != nil {
+		if err := os.Mkdir(dst, mode); err != nil {
 			return err
 		}
 		if err := os.Chown(dst, u, g); err != nil {
 			return err
 		}
 		if err := os.Chmod(dst, mode); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// copyDirMeta gives dir and its parents in layer the modes and owners the
-// image has for them.
-func copyDirMeta(layer string, img Image, dir string) error {
-	for cur := path.Clean(dir); cur != "/" && cur != "."; cur = path.Dir(cur) {
-		p, ok := img.Lookup(cur)
-		if !ok {
-			continue
-		}
-		fi, err := os.Stat(p)
-		if err != nil {
-			return err
-		}
-		st := fi.Sys().(*syscall.Stat_t)
-		dst := filepath.Join(layer, cur)
-		if err := os.Chown(dst, int(st.Uid), int(st.Gid)); err != nil {
-			return err
-		}
-		if err := os.Chmod(dst, fi.Mode().Perm()); err != nil {
 			return err
 		}
 	}
