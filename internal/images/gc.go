@@ -93,15 +93,15 @@ func (r *Resolver) Collect(maxBytes int64, inUse []string, grace time.Duration) 
 		if fi, err := os.Stat(filepath.Join(r.LayersDir, usedDir, name)); err == nil {
 			used = fi.ModTime()
 		}
-		size := dirSize(filepath.Join(r.LayersDir, name))
 		if strings.HasPrefix(name, ".") { // .build-, .pull-, .copyfrom-, .tmp-, .replaced-
+			size := dirSize(filepath.Join(r.LayersDir, name))
 			if now.Sub(used) > grace && !busy[name] && r.remove(name) == nil {
 				st.Removed++
 				st.RemovedBytes += size
 			}
 			continue
 		}
-		layers = append(layers, entry{name, size, used})
+		layers = append(layers, entry{name, r.layerSize(name), used})
 	}
 	var total int64
 	for _, l := range layers {
@@ -126,6 +126,33 @@ func (r *Resolver) Collect(maxBytes int64, inUse []string, grace time.Duration) 
 	return st, nil
 }
 
+// layerSize is the disk space of a cached layer, measured once: a layer
+// under its key never changes (a --no-cache rebuild replaces it and
+// forgets its size), so collections do not walk every layer again.
+func (r *Resolver) layerSize(name string) int64 {
+	r.pinMu.Lock()
+	n, ok := r.sizes[name]
+	r.pinMu.Unlock()
+	if ok {
+		return n
+	}
+	n = dirSize(filepath.Join(r.LayersDir, name))
+	r.pinMu.Lock()
+	if r.sizes == nil {
+		r.sizes = map[string]int64{}
+	}
+	r.sizes[name] = n
+	r.pinMu.Unlock()
+	return n
+}
+
+// forgetSize drops a measured size (the entry was removed or replaced).
+func (r *Resolver) forgetSize(name string) {
+	r.pinMu.Lock()
+	delete(r.sizes, name)
+	r.pinMu.Unlock()
+}
+
 func (r *Resolver) remove(name string) error {
 	// Renamed first, so no build finds a half-removed layer under its key.
 	tmp := filepath.Join(r.LayersDir, ".removing-"+name)
@@ -133,6 +160,7 @@ func (r *Resolver) remove(name string) error {
 		return err
 	}
 	_ = os.Remove(filepath.Join(r.LayersDir, usedDir, name))
+	r.forgetSize(name)
 	return os.RemoveAll(tmp)
 }
 

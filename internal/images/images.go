@@ -56,7 +56,8 @@ type Resolver struct {
 	Runner StepRunner
 
 	pinMu sync.Mutex
-	pins  map[string]int // cache entries a build step runs on (see Collect)
+	pins  map[string]int   // cache entries a build step runs on (see Collect)
+	sizes map[string]int64 // cache entries' disk space, measured once
 }
 
 type baseConfig struct {

@@ -237,6 +237,7 @@ func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s
 		if err := os.Rename(dir, filepath.Join(r.LayersDir, ".replaced-"+filepath.Base(tmp))); err != nil {
 			return "", fmt.Errorf("replace the cached layer: %w", err)
 		}
+		r.forgetSize(filepath.Base(dir))
 	}
 	if err := os.Rename(upper, dir); err != nil {
 		return "", fmt.Errorf("keep the step's layer: %w", err)
