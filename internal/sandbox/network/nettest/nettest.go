@@ -150,9 +150,10 @@ func In(nsPath string, fn func() error) error {
 	return <-errc
 }
 
-// Serve starts a TCP server on addr:port inside the test host that writes
-// reply to every connection and closes it. It returns the port.
-func (h *Host) Serve(t TB, addr netip.Addr, port int, reply string) int {
+// serveTCP listens on addr:port inside the test host until t ends, runs
+// handle on each connection (in its own goroutine) and closes it after;
+// it returns the port.
+func (h *Host) serveTCP(t TB, addr netip.Addr, port int, handle func(net.Conn)) int {
 	t.Helper()
 	var ln net.Listener
 	if err := In(h.Path, func() (err error) {
@@ -168,11 +169,20 @@ func (h *Host) Serve(t TB, addr netip.Addr, port int, reply string) int {
 			if err != nil {
 				return
 			}
-			_, _ = io.WriteString(c, reply)
-			c.Close()
+			go func() {
+				defer c.Close()
+				handle(c)
+			}()
 		}
 	}()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Serve starts a TCP server on addr:port (0: any) inside the test host
+// that writes reply to every connection and closes it. It returns the port.
+func (h *Host) Serve(t TB, addr netip.Addr, port int, reply string) int {
+	t.Helper()
+	return h.serveTCP(t, addr, port, func(c net.Conn) { _, _ = io.WriteString(c, reply) })
 }
 
 // ServeHold starts a TCP server on addr inside the test host that writes
@@ -180,62 +190,26 @@ func (h *Host) Serve(t TB, addr netip.Addr, port int, reply string) int {
 // It returns the port.
 func (h *Host) ServeHold(t TB, addr netip.Addr) int {
 	t.Helper()
-	var ln net.Listener
-	if err := In(h.Path, func() (err error) {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, _ = io.WriteString(c, "hi\n")
-				_, _ = io.Copy(io.Discard, c)
-			}()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port
+	return h.serveTCP(t, addr, 0, func(c net.Conn) {
+		_, _ = io.WriteString(c, "hi\n")
+		_, _ = io.Copy(io.Discard, c)
+	})
 }
 
 // ServeBulk starts a TCP server on addr inside the test host that writes
 // n bytes to every connection and closes it. It returns the port.
 func (h *Host) ServeBulk(t TB, addr netip.Addr, n int64) int {
 	t.Helper()
-	var ln net.Listener
-	if err := In(h.Path, func() (err error) {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	buf := make([]byte, 256<<10)
-	go func() {
-		for {
-			c, err := ln.Accept()
+	return h.serveTCP(t, addr, 0, func(c net.Conn) {
+		for left := n; left > 0; {
+			k, err := c.Write(buf[:min(int64(len(buf)), left)])
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				for left := n; left > 0; {
-					k, err := c.Write(buf[:min(int64(len(buf)), left)])
-					if err != nil {
-						return
-					}
-					left -= int64(k)
-				}
-			}()
+			left -= int64(k)
 		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port
+	})
 }
 
 // ServeUDPEcho starts a UDP echo server on addr inside the test host and
@@ -280,17 +254,13 @@ func (h *Host) ServeDNS(t TB, addr netip.Addr, records map[string]netip.Addr) *D
 	t.Helper()
 	d := &DNS{Addr: netip.AddrPortFrom(addr, 53), records: records}
 	var pc net.PacketConn
-	var ln net.Listener
 	if err := In(h.Path, func() (err error) {
-		if pc, err = net.ListenPacket("udp", d.Addr.String()); err != nil {
-			return err
-		}
-		ln, err = net.Listen("tcp", d.Addr.String())
+		pc, err = net.ListenPacket("udp", d.Addr.String())
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { pc.Close(); ln.Close() })
+	t.Cleanup(func() { pc.Close() })
 	go func() {
 		buf := make([]byte, 65535)
 		for {
@@ -303,30 +273,21 @@ func (h *Host) ServeDNS(t TB, addr netip.Addr, records map[string]netip.Addr) *D
 			}
 		}
 	}()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-				r := bufio.NewReader(c)
-				var n [2]byte
-				if _, err := io.ReadFull(r, n[:]); err != nil {
-					return
-				}
-				q := make([]byte, binary.BigEndian.Uint16(n[:]))
-				if _, err := io.ReadFull(r, q); err != nil {
-					return
-				}
-				resp := d.answer(q)
-				out := binary.BigEndian.AppendUint16(nil, uint16(len(resp)))
-				_, _ = c.Write(append(out, resp...))
-			}()
+	h.serveTCP(t, addr, 53, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		r := bufio.NewReader(c)
+		var n [2]byte
+		if _, err := io.ReadFull(r, n[:]); err != nil {
+			return
 		}
-	}()
+		q := make([]byte, binary.BigEndian.Uint16(n[:]))
+		if _, err := io.ReadFull(r, q); err != nil {
+			return
+		}
+		resp := d.answer(q)
+		out := binary.BigEndian.AppendUint16(nil, uint16(len(resp)))
+		_, _ = c.Write(append(out, resp...))
+	})
 	return d
 }
 
