@@ -210,27 +210,24 @@ func (c Config) Validate() error {
 // WorkspaceQuotaBytes parses WorkspaceQuota: 0 (none) or at least
 // disk.MinSize.
 func (c Config) WorkspaceQuotaBytes() (int64, error) {
-	if c.WorkspaceQuota == "0" || c.WorkspaceQuota == "" {
-		return 0, nil
+	n, err := parseSize("workspace quota", c.WorkspaceQuota)
+	if err == nil && n > 0 && n < disk.MinSize {
+		err = fmt.Errorf("workspace quota %s is below the minimum of %dMi (0 turns the quota off)", c.WorkspaceQuota, disk.MinSize>>20)
 	}
-	n, err := deployments.ParseMemory(c.WorkspaceQuota)
-	if err != nil {
-		return 0, fmt.Errorf("workspace quota: %s", strings.Replace(err.Error(), "memory ", "", 1))
-	}
-	if n < disk.MinSize {
-		return 0, fmt.Errorf("workspace quota %s is below the minimum of %dMi (0 turns the quota off)", c.WorkspaceQuota, disk.MinSize>>20)
-	}
-	return n, nil
+	return n, err
 }
 
 // LayerCacheBytes parses LayerCache: 0 means no bound.
-func (c Config) LayerCacheBytes() (int64, error) {
-	if c.LayerCache == "0" || c.LayerCache == "" {
+func (c Config) LayerCacheBytes() (int64, error) { return parseSize("layer cache bound", c.LayerCache) }
+
+// parseSize reads a size setting ("10Gi", "512Mi", bytes); "0" or empty is 0.
+func parseSize(what, v string) (int64, error) {
+	if v == "0" || v == "" {
 		return 0, nil
 	}
-	n, err := deployments.ParseMemory(c.LayerCache)
+	n, err := deployments.ParseMemory(v)
 	if err != nil {
-		return 0, fmt.Errorf("layer cache bound: %s", strings.Replace(err.Error(), "memory ", "", 1))
+		return 0, fmt.Errorf("%s: %s", what, strings.Replace(err.Error(), "memory ", "", 1))
 	}
 	return n, nil
 }

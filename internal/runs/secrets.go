@@ -87,12 +87,9 @@ func (s *Service) checkPayload(ctx context.Context, req TriggerRequest) error {
 // RunSecrets returns the values of a run's bound secrets, by declared name,
 // for the worker that holds it: only while the run is STARTING or RUNNING.
 func (s *Service) RunSecrets(ctx context.Context, runID string) (map[string][]byte, error) {
-	r, err := s.store.GetRun(ctx, runID)
+	r, err := s.underway(ctx, runID)
 	if err != nil {
 		return nil, err
-	}
-	if r.Status != StatusStarting && r.Status != StatusRunning {
-		return nil, fmt.Errorf("run %s is %s: its secrets go only to the worker running it: %w", runID, r.Status, ErrConflict)
 	}
 	out := map[string][]byte{}
 	for name, src := range r.Secrets {
@@ -119,12 +116,9 @@ type DeploymentLookup interface {
 // only a secret a run step of the run's task image (at its deployment)
 // names.
 func (s *Service) RunBuildSecret(ctx context.Context, runID, name string) ([]byte, error) {
-	r, err := s.store.GetRun(ctx, runID)
+	r, err := s.underway(ctx, runID)
 	if err != nil {
 		return nil, err
-	}
-	if r.Status != StatusStarting && r.Status != StatusRunning {
-		return nil, fmt.Errorf("run %s is %s: build secrets go only to the worker starting it: %w", runID, r.Status, ErrConflict)
 	}
 	if s.Deployments == nil || s.Vault == nil {
 		return nil, fmt.Errorf("this control plane cannot hand out build secrets (no vault): %w", ErrConflict)
@@ -148,4 +142,17 @@ func (s *Service) RunBuildSecret(ctx context.Context, runID, name string) ([]byt
 		}
 	}
 	return nil, fmt.Errorf("the image of run %s names no build secret %q: %w", runID, name, ErrNotFound)
+}
+
+// underway returns a run that is STARTING or RUNNING, the only states in
+// which its worker may have its secrets.
+func (s *Service) underway(ctx context.Context, runID string) (Run, error) {
+	r, err := s.store.GetRun(ctx, runID)
+	if err != nil {
+		return Run{}, err
+	}
+	if r.Status != StatusStarting && r.Status != StatusRunning {
+		return Run{}, fmt.Errorf("run %s is %s: its secrets go only to the worker running it: %w", runID, r.Status, ErrConflict)
+	}
+	return r, nil
 }
