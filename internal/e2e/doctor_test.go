@@ -73,6 +73,13 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("doctor with %s = %d %q, want an error containing %q", env, code, errOut, want)
 		}
 	}
+	// The flag overrides the environment, which overrides a config file.
+	conf := filepath.Join(t.TempDir(), "helmr.conf")
+	os.WriteFile(conf, []byte("HELMR_RUNTIME=gvisor\nHELMR_EGRESS=none\n"), 0o600)
+	if out, errOut, code := run([]string{"HELMR_CONFIG=" + conf, "HELMR_RUNTIME=microvm"}, "doctor", "--runtime", "process"); code != 0 ||
+		!strings.Contains(out, "selects: process") || !strings.Contains(out, `egress policy "none"`) {
+		t.Errorf("doctor --runtime process with a config file = %d %q %q, want process selected and the file's egress", code, out, errOut)
+	}
 	human, _, _ := run(nil, "doctor")
 	if !strings.Contains(human, "selects: "+rep.Selected) {
 		t.Errorf("doctor output %q does not say which tier it selects", human)
