@@ -131,11 +131,22 @@ func (c *Client) Health(ctx context.Context) error {
 	return err
 }
 
+// DeployOptions asks for a deployment whose images are built ahead of
+// time (Build), optionally running every step again (NoCache).
+type DeployOptions struct{ Build, NoCache bool }
+
 // CreateDeployment uploads a built deployment.
-func (c *Client) CreateDeployment(ctx context.Context, env string, m deployments.Manifest, files map[string][]byte) (deployments.Deployment, error) {
+func (c *Client) CreateDeployment(ctx context.Context, env string, m deployments.Manifest, files map[string][]byte, opts DeployOptions) (deployments.Deployment, error) {
 	var d deployments.Deployment
 	_, err := c.do(ctx, http.MethodPost, "/v1/deployments", nil,
-		map[string]any{"env": env, "manifest": m, "files": files}, &d)
+		map[string]any{"env": env, "manifest": m, "files": files, "build": opts.Build, "noCache": opts.NoCache}, &d)
+	return d, err
+}
+
+// GetDeployment returns a deployment (with its build state).
+func (c *Client) GetDeployment(ctx context.Context, id string) (deployments.Deployment, error) {
+	var d deployments.Deployment
+	_, err := c.do(ctx, http.MethodGet, "/v1/deployments/"+url.PathEscape(id), nil, nil, &d)
 	return d, err
 }
 

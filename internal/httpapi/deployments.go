@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/store"
 )
 
 // MaxDeploymentBytes bounds a deployment upload (bundles and copied files,
@@ -17,6 +19,11 @@ type CreateDeploymentRequest struct {
 	Env      string               `json:"env,omitempty"`
 	Manifest deployments.Manifest `json:"manifest"`
 	Files    map[string][]byte    `json:"files"`
+	// Build builds the tasks' images ahead of time on a worker, in a build
+	// run: the deployment is BUILDING until it completes and only then
+	// provides the current tasks. NoCache runs every run step again.
+	Build   bool `json:"build,omitempty"`
+	NoCache bool `json:"noCache,omitempty"`
 }
 
 func (s *Server) createDeployment(w http.ResponseWriter, r *http.Request) error {
@@ -33,13 +40,25 @@ func (s *Server) createDeployment(w http.ResponseWriter, r *http.Request) error 
 	if err := req.Manifest.Validate(req.Files); err != nil {
 		return err
 	}
-	d, err := s.cfg.Deployments.CreateDeployment(r.Context(), deployments.Deployment{
-		Project: req.Manifest.Project, Env: req.Env, Manifest: req.Manifest, Files: req.Files,
-	})
+	if req.NoCache && !req.Build {
+		return badRequest("noCache applies to a deployment built ahead of time: set build too")
+	}
+	in := deployments.Deployment{Project: req.Manifest.Project, Env: req.Env, Manifest: req.Manifest, Files: req.Files}
+	if req.Build {
+		in.BuildRunID = store.NewID(store.RunPrefix)
+	}
+	d, err := s.cfg.Deployments.CreateDeployment(r.Context(), in)
 	if err != nil {
 		return err
 	}
-	s.log.Info("deployment created", "deployment_id", d.ID, "project", d.Project, "env", d.Env, "version", d.Version)
+	if req.Build {
+		// The deployment names its build run, so a run that cannot be
+		// queued leaves it FAILED ("build run missing"), never READY.
+		if _, err := s.cfg.Runs.QueueBuild(r.Context(), d.BuildRunID, d, runs.BuildPayload{NoCache: req.NoCache}); err != nil {
+			return err
+		}
+	}
+	s.log.Info("deployment created", "deployment_id", d.ID, "project", d.Project, "env", d.Env, "version", d.Version, "build_run_id", d.BuildRunID)
 	return writeJSON(w, http.StatusCreated, d)
 }
 

@@ -60,8 +60,12 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
 	if q.Has("status") && !runs.Status(q.Get("status")).Valid() {
 		return badRequest(fmt.Sprintf("unknown status %q (one of QUEUED, STARTING, RUNNING, WAITING, COMPLETED, FAILED, TIMED_OUT, CANCELED)", q.Get("status")))
 	}
+	kind := q.Get("kind")
+	if kind != "" && kind != runs.KindTask && kind != runs.KindBuild {
+		return badRequest(fmt.Sprintf("unknown kind %q (task or build)", kind))
+	}
 	page, err := s.cfg.Runs.List(r.Context(), runs.Filter{
-		Project: project, Env: env, TaskID: q.Get("task"), Status: runs.Status(q.Get("status")),
+		Project: project, Env: env, TaskID: q.Get("task"), Status: runs.Status(q.Get("status")), Kind: kind,
 		Limit: limit, Cursor: q.Get("cursor"),
 	})
 	if err != nil {

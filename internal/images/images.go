@@ -39,6 +39,8 @@ type Image struct {
 	User    string
 	// Digest identifies the layer stack and config.
 	Digest string
+	// Base is the from(...) reference, BaseDigest what it resolved to.
+	Base, BaseDigest string
 }
 
 // Resolver prepares images from built-in bases and a layer cache.
@@ -91,6 +93,7 @@ func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, 
 		return Image{}, err
 	}
 	key := img.Steps[0].Ref + "@" + base
+	out.Base, out.BaseDigest = img.Steps[0].Ref, base
 	for i, s := range img.Steps[1:] {
 		if err := ctx.Err(); err != nil {
 			return Image{}, err

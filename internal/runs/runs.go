@@ -65,9 +65,25 @@ type Error struct {
 	Stack   string       `json:"stack,omitempty"`
 }
 
-// Run is one execution of a deployed task.
+// Run kinds: a run executes a task; a build run builds the images of a
+// deployment ahead of time (helmr deploy), on a worker, through the same
+// queue, leases, events and logs.
+const (
+	KindTask  = "task"
+	KindBuild = "build"
+)
+
+// BuildPayload is the payload of a build run.
+type BuildPayload struct {
+	// NoCache runs every run step again instead of reusing cached layers.
+	NoCache bool `json:"noCache,omitempty"`
+}
+
+// Run is one execution of a deployed task, or the build of a deployment's
+// images (Kind KindBuild, no TaskID).
 type Run struct {
 	ID                string          `json:"id"`
+	Kind              string          `json:"kind"`
 	Project           string          `json:"project"`
 	Env               string          `json:"env"`
 	TaskID            string          `json:"taskId"`
@@ -157,6 +173,8 @@ type Filter struct {
 	Env     string
 	TaskID  string
 	Status  Status
+	// Kind selects task runs ("" or KindTask) or build runs (KindBuild).
+	Kind string
 	// Limit caps the page size (the store applies 1..1000, default 50).
 	Limit int
 	// Cursor is the opaque NextCursor of a previous page.

@@ -128,8 +128,8 @@ func (s *Service) RunBuildSecret(ctx context.Context, runID, name string) ([]byt
 		return nil, err
 	}
 	for _, t := range d.Manifest.Tasks {
-		if t.ID != r.TaskID || t.Sandbox == nil {
-			continue
+		if (t.ID != r.TaskID && r.Kind != KindBuild) || t.Sandbox == nil {
+			continue // a build run builds every task's image
 		}
 		for _, n := range deployments.BuildSecretNames(t.Sandbox.Image) {
 			if n == name {

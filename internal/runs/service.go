@@ -113,14 +113,45 @@ func (s *Service) Trigger(ctx context.Context, req TriggerRequest) (Run, bool, e
 	return r, created, nil
 }
 
-// needsOf reads what a task's sandbox asks of a worker.
+// needsOf reads what a task's sandbox asks of a worker. A task whose image
+// was built at deploy also needs that image again: its digest, and a worker
+// with the built-in base it was built on (registry and OCI bases are the
+// same bytes everywhere their digest is).
 func needsOf(t deployments.Task) workers.Need {
 	var n workers.Need
 	if sb := t.Spec.Sandbox; sb != nil {
 		n.CPU = sb.Resources.CPU
 		n.MemoryBytes, _ = deployments.ParseMemory(sb.Resources.Memory)
 	}
+	if img := t.Image; img != nil {
+		n.Image = img.Digest
+		if strings.HasPrefix(img.Base, "helmr/") {
+			n.Digests = []string{"rootfs:" + img.Base + "@" + img.BaseDigest}
+		}
+	}
 	return n
+}
+
+// BuildMaxDuration bounds a build run.
+const BuildMaxDuration = 2 * 3600
+
+// QueueBuild queues the build run id for deployment d, which names it:
+// a worker builds every task's image, and d becomes READY when it
+// completes.
+func (s *Service) QueueBuild(ctx context.Context, id string, d deployments.Deployment, opts BuildPayload) (Run, error) {
+	payload, _ := json.Marshal(opts)
+	r, _, err := s.store.CreateRun(ctx, Run{
+		ID: id, Kind: KindBuild, Project: d.Project, Env: d.Env,
+		DeploymentID: d.ID, DeploymentVersion: d.Version,
+		Status: StatusQueued, Payload: payload, MaxDurationSec: BuildMaxDuration, CreatedAt: s.now(),
+	})
+	if err != nil {
+		return Run{}, fmt.Errorf("queue the build of deployment %s: %w", d.ID, err)
+	}
+	s.explainWait(ctx, r)
+	s.broker.Publish(r.ID)
+	s.broker.PublishQueue()
+	return r, nil
 }
 
 // explainWait records, as a system event, why a new run will wait when no
@@ -202,7 +233,7 @@ func (s *Service) Lease(ctx context.Context, workerID string, caps workers.Capab
 	if err := s.workers.UpsertWorker(ctx, workers.Worker{ID: workerID, Capabilities: caps, LastSeen: now}); err != nil {
 		return Run{}, fmt.Errorf("record worker %s: %w", workerID, err)
 	}
-	r, err := s.store.LeaseRun(ctx, workerID, workers.Need{CPU: caps.CPUs, MemoryBytes: caps.MemoryBytes}, now)
+	r, err := s.store.LeaseRun(ctx, workerID, caps, now)
 	if err != nil {
 		return Run{}, err
 	}

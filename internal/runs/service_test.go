@@ -2,6 +2,7 @@ package runs_test
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -182,5 +183,64 @@ func TestFailLostRuns(t *testing.T) {
 	}
 	if err := svc.Heartbeat(ctx, "", caps); err == nil {
 		t.Error("Heartbeat without a worker id accepted")
+	}
+}
+
+// TestBuiltImageNeeds checks deploy-time builds through the service: the
+// build run is leased with the deployment, its completion makes the
+// deployment current, and a run of a task whose image was built on a
+// built-in base needs that base's digest: a worker without it is passed
+// over (the run says why), a worker with it leases the run, which names
+// the image digest to reproduce.
+func TestBuiltImageNeeds(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "helmr.db"), slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	svc := runs.NewService(st, st, st, runs.NewBroker(), slog.Default())
+	d, err := st.CreateDeployment(ctx, deployments.Deployment{Project: "p", Env: "dev", BuildRunID: "run_build1",
+		Manifest: deployments.Manifest{Project: "p", Tasks: []deployments.TaskManifest{goodTask("a")}},
+		Files:    map[string][]byte{"bundles/tasks/a.mjs": []byte("x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.QueueBuild(ctx, d.BuildRunID, d, runs.BuildPayload{NoCache: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.Trigger(ctx, runs.TriggerRequest{Project: "p", Env: "dev", TaskID: "a"}); err == nil {
+		t.Fatal("Trigger while the only deployment is BUILDING succeeded, want not found")
+	}
+	had := workers.Capabilities{CPUs: 2, MemoryBytes: 1 << 30, Digests: []string{"rootfs:helmr/bookworm-node22@sha256:aaa"}}
+	other := workers.Capabilities{CPUs: 2, MemoryBytes: 1 << 30, Digests: []string{"rootfs:helmr/bookworm-node22@sha256:bbb"}}
+	b, err := svc.Lease(ctx, "w-other", other)
+	if err != nil || b.ID != d.BuildRunID || b.Kind != runs.KindBuild || string(b.Payload) != `{"noCache":true}` {
+		t.Fatalf("Lease = %+v, %v; want the build run with its payload", b, err)
+	}
+	if _, err := svc.Started(ctx, b.ID, "w-other", "gvisor", runs.SystemData{Message: "building"}); err != nil {
+		t.Fatal(err)
+	}
+	img := deployments.ImageBuild{Name: "i", Digest: "sha256:img", Base: "helmr/bookworm-node22", BaseDigest: "sha256:aaa"}
+	out, _ := json.Marshal(deployments.BuildOutput{Images: map[string]deployments.ImageBuild{"a": img}})
+	if _, err := svc.Finish(ctx, b.ID, runs.Outcome{Status: runs.StatusCompleted, Output: out}); err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := svc.Trigger(ctx, runs.TriggerRequest{Project: "p", Env: "dev", TaskID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Needs.Image != "sha256:img" || len(r.Needs.Digests) != 1 || r.Needs.Digests[0] != "rootfs:helmr/bookworm-node22@sha256:aaa" {
+		t.Errorf("run needs = %+v, want the built image and its base", r.Needs)
+	}
+	evs, _ := svc.Events(ctx, r.ID, 0, 0)
+	if last := string(evs[len(evs)-1].Data); !strings.Contains(last, "needs base image helmr/bookworm-node22@sha256:aaa") {
+		t.Errorf("last event = %s, want why w-other cannot take the run", last)
+	}
+	if got, err := svc.Lease(ctx, "w-other", other); err == nil {
+		t.Errorf("Lease(worker with another base) = %s, want none", got.ID)
+	}
+	if got, err := svc.Lease(ctx, "w-had", had); err != nil || got.ID != r.ID {
+		t.Errorf("Lease(worker with the base) = %s, %v; want %s", got.ID, err, r.ID)
 	}
 }

@@ -26,9 +26,9 @@ type Store interface {
 	// ListEvents returns up to limit events with Seq > after, in order;
 	// ErrNotFound for an unknown run. limit <= 0 means the store's default.
 	ListEvents(ctx context.Context, id string, after int64, limit int) ([]Event, error)
-	// LeaseRun moves the oldest QUEUED run whose Needs fit within offer
-	// (Needs.CPU <= offer.CPU and Needs.MemoryBytes <= offer.MemoryBytes)
-	// to STARTING for workerID and returns it; ErrNotFound when no such run
-	// is queued. Concurrent callers never lease the same run.
-	LeaseRun(ctx context.Context, workerID string, offer workers.Need, now time.Time) (Run, error)
+	// LeaseRun moves the oldest QUEUED run whose Needs fit offer
+	// (offer.Fits: CPU, memory, digests) to STARTING for workerID and
+	// returns it; ErrNotFound when no such run is queued. Concurrent callers
+	// never lease the same run.
+	LeaseRun(ctx context.Context, workerID string, offer workers.Capabilities, now time.Time) (Run, error)
 }

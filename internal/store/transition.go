@@ -71,6 +71,7 @@ func NewRun(r runs.Run) (runs.Run, runs.Event) {
 		r.ID = NewID(RunPrefix)
 	}
 	r.Status = runs.StatusQueued
+	r.Kind = RunKind(r.Kind)
 	r.CreatedAt = Time(r.CreatedAt)
 	r.Output, r.Error, r.WorkerID, r.Tier = nil, nil, "", ""
 	r.StartedAt, r.FinishedAt = nil, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/helmr/helmr/internal/runs"
@@ -59,3 +60,28 @@ func Since(t time.Time) time.Time {
 	}
 	return u
 }
+
+// EncodeDigests is a need's digests as stored: space-separated (digests
+// hold no spaces).
+func EncodeDigests(d []string) string { return strings.Join(d, " ") }
+
+// DecodeDigests reverses EncodeDigests; none is nil.
+func DecodeDigests(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Fields(s)
+}
+
+// RunKind is a run's stored kind: task runs have the empty kind in memory
+// only before they are stored.
+func RunKind(k string) string {
+	if k == "" {
+		return runs.KindTask
+	}
+	return k
+}
+
+// LeaseCandidates bounds how many queued runs that fit a worker's CPU and
+// memory LeaseRun reads to find one whose digest needs the worker meets.
+const LeaseCandidates = 64

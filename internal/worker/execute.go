@@ -24,8 +24,13 @@ var errTimedOut = errors.New("maxDuration exceeded")
 
 // execute runs one leased run to its end and reports the outcome.
 func (w *Worker) execute(ctx context.Context, l Lease) {
-	log := w.log.With("run_id", l.Run.ID, "task_id", l.Run.TaskID)
-	o := w.attempt(ctx, l)
+	log := w.log.With("run_id", l.Run.ID, "task_id", l.Run.TaskID, "kind", l.Run.Kind)
+	var o *runs.Outcome
+	if l.Run.Kind == runs.KindBuild {
+		o = w.executeBuild(ctx, l)
+	} else {
+		o = w.attempt(ctx, l)
+	}
 	if o == nil {
 		return // canceled: the control plane already has the final state
 	}
@@ -67,6 +72,10 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 	build.Close()
 	if err != nil {
 		return failed(runs.ClassImagePreparation, "%v", err)
+	}
+	if want := l.Run.Needs.Image; want != "" && img.Digest != want {
+		return failed(runs.ClassImagePreparation, "the image prepared here (%s, base %s@%s) is not the one built at deploy (%s): its base or sources changed; deploy again",
+			img.Digest, img.Base, img.BaseDigest, want)
 	}
 	p, err := w.prepare(l, img, files)
 	if err != nil {

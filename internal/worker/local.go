@@ -52,6 +52,9 @@ func (c *Local) leaseFor(ctx context.Context, run runs.Run) (Lease, error) {
 	if err != nil {
 		return Lease{}, err
 	}
+	if run.Kind == runs.KindBuild {
+		return Lease{Run: run, Build: &dep.Manifest}, nil
+	}
 	for _, t := range dep.Manifest.Tasks {
 		if t.ID == run.TaskID {
 			return Lease{Run: run, Task: t}, nil

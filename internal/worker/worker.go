@@ -30,6 +30,9 @@ var ErrNoWork = errors.New("no work")
 type Lease struct {
 	Run  runs.Run                 `json:"run"`
 	Task deployments.TaskManifest `json:"task"`
+	// Build is the deployment's manifest for a build run (whose Task is
+	// empty): the worker builds every task's image.
+	Build *deployments.Manifest `json:"build,omitempty"`
 }
 
 // ControlPlane is what a worker needs from the control plane: in-process

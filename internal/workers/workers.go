@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -32,6 +34,13 @@ type Worker struct {
 type Need struct {
 	CPU         float64 `json:"cpu,omitempty"`
 	MemoryBytes int64   `json:"memoryBytes,omitempty"`
+	// Digests the worker must report: "rootfs:BASE@sha256:…" for an image
+	// built at deploy on a built-in base, so the run gets the base its image
+	// was built and tested on.
+	Digests []string `json:"digests,omitempty"`
+	// Image is the digest of the image built at deploy: the worker checks
+	// that the image it prepares is that one.
+	Image string `json:"image,omitempty"`
 }
 
 // Fits reports whether a worker with c can run a sandbox needing n, and if
@@ -42,6 +51,12 @@ func (c Capabilities) Fits(n Need) (bool, string) {
 		return false, fmt.Sprintf("needs %g vCPUs, the worker offers %g", n.CPU, c.CPUs)
 	case n.MemoryBytes > c.MemoryBytes:
 		return false, fmt.Sprintf("needs %d MiB of memory, the worker offers %d MiB", n.MemoryBytes>>20, c.MemoryBytes>>20)
+	}
+	for _, d := range n.Digests {
+		if !slices.Contains(c.Digests, d) {
+			what, _ := strings.CutPrefix(d, "rootfs:")
+			return false, fmt.Sprintf("needs base image %s (its image was built on it at deploy), which the worker does not have", what)
+		}
 	}
 	return true, ""
 }

@@ -16,24 +16,27 @@ import (
 
 const runColumns = `id, project, env, task_id, deployment_id, deployment_version, status,
 	payload, output, error, idempotency_key, worker_id, tier, max_duration_sec,
-	need_cpu, need_memory, created_at, started_at, finished_at, last_seq, secrets`
+	need_cpu, need_memory, created_at, started_at, finished_at, last_seq, secrets,
+	kind, need_digests, need_image`
 
 func scanRun(row scanner) (runs.Run, error) {
 	var (
 		r                        runs.Run
 		payload, output, errJSON *string
 		key                      *string
-		secrets                  string
+		secrets, digests         string
 	)
 	err := row.Scan(&r.ID, &r.Project, &r.Env, &r.TaskID, &r.DeploymentID, &r.DeploymentVersion, &r.Status,
 		&payload, &output, &errJSON, &key, &r.WorkerID, &r.Tier, &r.MaxDurationSec,
-		&r.Needs.CPU, &r.Needs.MemoryBytes, &r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.LastSeq, &secrets)
+		&r.Needs.CPU, &r.Needs.MemoryBytes, &r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.LastSeq, &secrets,
+		&r.Kind, &digests, &r.Needs.Image)
 	if err != nil {
 		return runs.Run{}, err
 	}
 	if r.Secrets, err = store.DecodeBindings(r.ID, secrets); err != nil {
 		return runs.Run{}, err
 	}
+	r.Needs.Digests = store.DecodeDigests(digests)
 	if payload != nil {
 		r.Payload = json.RawMessage(*payload)
 	}
@@ -77,11 +80,12 @@ func (s *Store) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, erro
 	var existing *runs.Run
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `INSERT INTO runs (`+runColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, '', '', $10, $11, $12, $13, NULL, NULL, 1, $14)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, '', '', $10, $11, $12, $13, NULL, NULL, 1, $14, $15, $16, $17)
 			ON CONFLICT (project, env, task_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING`,
 			r.ID, r.Project, r.Env, r.TaskID, r.DeploymentID, r.DeploymentVersion, r.Status,
 			nullText(r.Payload), nullText(r.IdempotencyKey), r.MaxDurationSec,
-			r.Needs.CPU, r.Needs.MemoryBytes, r.CreatedAt, store.EncodeBindings(r.Secrets))
+			r.Needs.CPU, r.Needs.MemoryBytes, r.CreatedAt, store.EncodeBindings(r.Secrets),
+			r.Kind, store.EncodeDigests(r.Needs.Digests), r.Needs.Image)
 		if err != nil {
 			return err
 		}
@@ -125,6 +129,7 @@ func (s *Store) ListRuns(ctx context.Context, f runs.Filter) (runs.Page, error) 
 	var args []any
 	for _, c := range []struct{ col, val string }{
 		{"project", f.Project}, {"env", f.Env}, {"task_id", f.TaskID}, {"status", string(f.Status)},
+		{"kind", store.RunKind(f.Kind)},
 	} {
 		if c.val != "" {
 			args = append(args, c.val)
@@ -219,22 +224,34 @@ func applyTransition(ctx context.Context, tx pgx.Tx, r *runs.Run, t runs.Transit
 	return ev, nil
 }
 
-// LeaseRun moves the oldest QUEUED run whose needs fit offer to STARTING
-// for workerID. SKIP LOCKED lets concurrent leasers pass over rows another
-// one is taking.
-func (s *Store) LeaseRun(ctx context.Context, workerID string, offer workers.Need, now time.Time) (runs.Run, error) {
+// LeaseRun moves the oldest QUEUED run that fits offer to STARTING for
+// workerID. CPU and memory are checked on the queued index; the few runs
+// that also need digests are checked against the offer here. SKIP LOCKED
+// lets concurrent leasers pass over rows another one is taking.
+func (s *Store) LeaseRun(ctx context.Context, workerID string, offer workers.Capabilities, now time.Time) (runs.Run, error) {
 	var r runs.Run
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		r, err = scanRun(tx.QueryRow(ctx, `SELECT `+runColumns+` FROM runs
+		rows, err := tx.Query(ctx, `SELECT `+runColumns+` FROM runs
 			WHERE status = 'QUEUED' AND need_cpu <= $1 AND need_memory <= $2
-			ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`, offer.CPU, offer.MemoryBytes))
-		if isNoRows(err) {
-			return fmt.Errorf("lease run for worker %s: no queued run fits %g vCPUs, %d bytes: %w",
-				workerID, offer.CPU, offer.MemoryBytes, runs.ErrNotFound)
-		}
+			ORDER BY created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED`, offer.CPUs, offer.MemoryBytes, store.LeaseCandidates)
 		if err != nil {
 			return fmt.Errorf("lease run: %w", err)
+		}
+		found := false
+		for rows.Next() && !found {
+			if r, err = scanRun(rows); err != nil {
+				rows.Close()
+				return fmt.Errorf("lease run: %w", err)
+			}
+			found, _ = offer.Fits(r.Needs)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("lease run: %w", err)
+		}
+		if !found {
+			return fmt.Errorf("lease run for worker %s: no queued run fits %g vCPUs, %d bytes: %w",
+				workerID, offer.CPUs, offer.MemoryBytes, runs.ErrNotFound)
 		}
 		_, err = applyTransition(ctx, tx, &r, runs.Transition{
 			From: []runs.Status{runs.StatusQueued}, To: runs.StatusStarting, WorkerID: workerID, Time: now,

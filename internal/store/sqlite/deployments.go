@@ -30,8 +30,8 @@ func (s *Store) CreateDeployment(ctx context.Context, d deployments.Deployment) 
 			WHERE project = ? AND env = ?`, d.Project, d.Env).Scan(&d.Version); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO deployments (id, project, env, version, manifest, created_at)
-			VALUES (?, ?, ?, ?, ?, ?)`, d.ID, d.Project, d.Env, d.Version, string(manifest), fmtTime(d.CreatedAt)); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO deployments (id, project, env, version, manifest, created_at, build_run_id)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, d.ID, d.Project, d.Env, d.Version, string(manifest), fmtTime(d.CreatedAt), d.BuildRunID); err != nil {
 			return err
 		}
 		for path, content := range d.Files {
@@ -55,6 +55,10 @@ func (s *Store) CreateDeployment(ctx context.Context, d deployments.Deployment) 
 	if err != nil {
 		return deployments.Deployment{}, fmt.Errorf("create deployment of %s/%s: %w", d.Project, d.Env, err)
 	}
+	d.Status = deployments.StatusReady
+	if d.BuildRunID != "" {
+		d.Status = deployments.StatusBuilding
+	}
 	return d, nil
 }
 
@@ -65,14 +69,21 @@ func nonNil(b []byte) []byte {
 	return b
 }
 
-const deploymentColumns = `id, project, env, version, manifest, created_at`
+// deploymentColumns and deploymentFrom read a deployment with the state
+// of its build run.
+const (
+	deploymentColumns = `d.id, d.project, d.env, d.version, d.manifest, d.created_at, d.build_run_id,
+	COALESCE(r.status, ''), COALESCE(r.output, ''), COALESCE(r.error, '')`
+	deploymentFrom = ` FROM deployments d LEFT JOIN runs r ON r.id = d.build_run_id`
+)
 
 func scanDeployment(row scanner) (deployments.Deployment, error) {
 	var d deployments.Deployment
-	var manifest, created string
-	if err := row.Scan(&d.ID, &d.Project, &d.Env, &d.Version, &manifest, &created); err != nil {
+	var manifest, created, status, output, runErr string
+	if err := row.Scan(&d.ID, &d.Project, &d.Env, &d.Version, &manifest, &created, &d.BuildRunID, &status, &output, &runErr); err != nil {
 		return deployments.Deployment{}, err
 	}
+	d.Status, d.Images, d.BuildError = deployments.BuildState(d.BuildRunID, status, output, runErr)
 	if err := json.Unmarshal([]byte(manifest), &d.Manifest); err != nil {
 		return deployments.Deployment{}, fmt.Errorf("decode manifest of deployment %s: %w", d.ID, err)
 	}
@@ -83,7 +94,7 @@ func scanDeployment(row scanner) (deployments.Deployment, error) {
 
 // GetDeployment returns the deployment with id, without its files.
 func (s *Store) GetDeployment(ctx context.Context, id string) (deployments.Deployment, error) {
-	d, err := scanDeployment(s.r.QueryRowContext(ctx, `SELECT `+deploymentColumns+` FROM deployments WHERE id = ?`, id))
+	d, err := scanDeployment(s.r.QueryRowContext(ctx, `SELECT `+deploymentColumns+deploymentFrom+` WHERE d.id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return deployments.Deployment{}, fmt.Errorf("get deployment %s: %w", id, deployments.ErrNotFound)
 	}
@@ -132,8 +143,8 @@ func (s *Store) GetDeploymentFiles(ctx context.Context, id string) (map[string][
 // ListDeployments returns the deployments of project/env, newest first.
 func (s *Store) ListDeployments(ctx context.Context, project, env string, limit int) ([]deployments.Deployment, error) {
 	limit = store.Limit(limit, store.DefaultDeploymentsLimit, store.MaxDeploymentsLimit)
-	rows, err := s.r.QueryContext(ctx, `SELECT `+deploymentColumns+` FROM deployments
-		WHERE project = ? AND env = ? ORDER BY version DESC LIMIT ?`, project, env, limit)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+deploymentColumns+deploymentFrom+`
+		WHERE d.project = ? AND d.env = ? ORDER BY d.version DESC LIMIT ?`, project, env, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list deployments of %s/%s: %w", project, env, err)
 	}
@@ -152,12 +163,16 @@ func (s *Store) ListDeployments(ctx context.Context, project, env string, limit 
 	return out, nil
 }
 
-// latestTaskQuery selects tasks of the latest deployment of a project/env.
-const latestTaskQuery = `SELECT d.id, d.version, t.spec FROM deployments d
+// latestTaskQuery selects tasks of the latest READY deployment of a
+// project/env (no build run, or a completed one) with the build's output.
+const latestTaskQuery = `SELECT d.id, d.version, t.spec, COALESCE(r.output, '') FROM deployments d
 	JOIN tasks t ON t.deployment_id = d.id
-	WHERE d.id = (SELECT id FROM deployments WHERE project = ? AND env = ? ORDER BY version DESC LIMIT 1)`
+	LEFT JOIN runs r ON r.id = d.build_run_id
+	WHERE d.id = (SELECT d2.id FROM deployments d2 LEFT JOIN runs r2 ON r2.id = d2.build_run_id
+		WHERE d2.project = ? AND d2.env = ? AND (d2.build_run_id = '' OR r2.status = 'COMPLETED')
+		ORDER BY d2.version DESC LIMIT 1)`
 
-// CurrentTasks returns the tasks of the latest deployment of project/env,
+// CurrentTasks returns the tasks of the latest READY deployment of project/env,
 // by task id; none (and no error) when nothing is deployed.
 func (s *Store) CurrentTasks(ctx context.Context, project, env string) ([]deployments.Task, error) {
 	rows, err := s.r.QueryContext(ctx, latestTaskQuery+` ORDER BY t.task_id`, project, env)
@@ -179,7 +194,7 @@ func (s *Store) CurrentTasks(ctx context.Context, project, env string) ([]deploy
 	return out, nil
 }
 
-// GetTask returns taskID as defined by the latest deployment of project/env.
+// GetTask returns taskID as defined by the latest READY deployment of project/env.
 // A task the latest deployment dropped is deployments.ErrNotFound, even if
 // an older version defined it: only current code can be triggered.
 func (s *Store) GetTask(ctx context.Context, project, env, taskID string) (deployments.Task, error) {
@@ -195,13 +210,14 @@ func (s *Store) GetTask(ctx context.Context, project, env, taskID string) (deplo
 
 func scanTask(row scanner, project, env string) (deployments.Task, error) {
 	t := deployments.Task{Project: project, Env: env}
-	var spec string
-	if err := row.Scan(&t.DeploymentID, &t.DeploymentVersion, &spec); err != nil {
+	var spec, output string
+	if err := row.Scan(&t.DeploymentID, &t.DeploymentVersion, &spec, &output); err != nil {
 		return deployments.Task{}, err
 	}
 	if err := json.Unmarshal([]byte(spec), &t.Spec); err != nil {
 		return deployments.Task{}, fmt.Errorf("decode task spec: %w", err)
 	}
 	t.ID = t.Spec.ID
+	t.Image = deployments.TaskImage(output, t.ID)
 	return t, nil
 }

@@ -16,7 +16,8 @@ import (
 
 const runColumns = `id, project, env, task_id, deployment_id, deployment_version, status,
 	payload, output, error, idempotency_key, worker_id, tier, max_duration_sec,
-	need_cpu, need_memory, created_at, started_at, finished_at, last_seq, secrets`
+	need_cpu, need_memory, created_at, started_at, finished_at, last_seq, secrets,
+	kind, need_digests, need_image`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -25,17 +26,19 @@ func scanRun(row scanner) (runs.Run, error) {
 		r                        runs.Run
 		payload, output, errJSON sql.NullString
 		key, started, finished   sql.NullString
-		created, secrets         string
+		created, secrets, digests string
 	)
 	err := row.Scan(&r.ID, &r.Project, &r.Env, &r.TaskID, &r.DeploymentID, &r.DeploymentVersion, &r.Status,
 		&payload, &output, &errJSON, &key, &r.WorkerID, &r.Tier, &r.MaxDurationSec,
-		&r.Needs.CPU, &r.Needs.MemoryBytes, &created, &started, &finished, &r.LastSeq, &secrets)
+		&r.Needs.CPU, &r.Needs.MemoryBytes, &created, &started, &finished, &r.LastSeq, &secrets,
+		&r.Kind, &digests, &r.Needs.Image)
 	if err != nil {
 		return runs.Run{}, err
 	}
 	if r.Secrets, err = store.DecodeBindings(r.ID, secrets); err != nil {
 		return runs.Run{}, err
 	}
+	r.Needs.Digests = store.DecodeDigests(digests)
 	if payload.Valid {
 		r.Payload = json.RawMessage(payload.String)
 	}
@@ -90,10 +93,11 @@ func (s *Store) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, erro
 			}
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO runs (`+runColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, '', '', ?, ?, ?, ?, NULL, NULL, 1, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, '', '', ?, ?, ?, ?, NULL, NULL, 1, ?, ?, ?, ?)`,
 			r.ID, r.Project, r.Env, r.TaskID, r.DeploymentID, r.DeploymentVersion, r.Status,
 			nullText(r.Payload), nullText(r.IdempotencyKey), r.MaxDurationSec,
-			r.Needs.CPU, r.Needs.MemoryBytes, fmtTime(r.CreatedAt), store.EncodeBindings(r.Secrets))
+			r.Needs.CPU, r.Needs.MemoryBytes, fmtTime(r.CreatedAt), store.EncodeBindings(r.Secrets),
+			r.Kind, store.EncodeDigests(r.Needs.Digests), r.Needs.Image)
 		if err != nil {
 			return err
 		}
@@ -127,6 +131,7 @@ func (s *Store) ListRuns(ctx context.Context, f runs.Filter) (runs.Page, error) 
 	var args []any
 	for _, c := range []struct{ col, val string }{
 		{"project", f.Project}, {"env", f.Env}, {"task_id", f.TaskID}, {"status", string(f.Status)},
+		{"kind", store.RunKind(f.Kind)},
 	} {
 		if c.val != "" {
 			where = append(where, c.col+" = ?")
@@ -219,22 +224,34 @@ func applyTransition(ctx context.Context, tx *sql.Tx, r *runs.Run, t runs.Transi
 	return ev, nil
 }
 
-// LeaseRun moves the oldest QUEUED run whose needs fit offer to STARTING
-// for workerID. The single IMMEDIATE writer makes concurrent leases
-// exclusive.
-func (s *Store) LeaseRun(ctx context.Context, workerID string, offer workers.Need, now time.Time) (runs.Run, error) {
+// LeaseRun moves the oldest QUEUED run that fits offer to STARTING for
+// workerID. CPU and memory are checked on the queued index; the few runs
+// that also need digests are checked against the offer here. The single
+// IMMEDIATE writer makes concurrent leases exclusive.
+func (s *Store) LeaseRun(ctx context.Context, workerID string, offer workers.Capabilities, now time.Time) (runs.Run, error) {
 	var r runs.Run
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		var err error
-		r, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs
+		rows, err := tx.QueryContext(ctx, `SELECT `+runColumns+` FROM runs
 			WHERE status = 'QUEUED' AND need_cpu <= ? AND need_memory <= ?
-			ORDER BY created_at, id LIMIT 1`, offer.CPU, offer.MemoryBytes))
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("lease run for worker %s: no queued run fits %g vCPUs, %d bytes: %w",
-				workerID, offer.CPU, offer.MemoryBytes, runs.ErrNotFound)
-		}
+			ORDER BY created_at, id LIMIT ?`, offer.CPUs, offer.MemoryBytes, store.LeaseCandidates)
 		if err != nil {
 			return fmt.Errorf("lease run: %w", err)
+		}
+		found := false
+		for rows.Next() && !found {
+			if r, err = scanRun(rows); err != nil {
+				rows.Close()
+				return fmt.Errorf("lease run: %w", err)
+			}
+			found, _ = offer.Fits(r.Needs)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("lease run: %w", err)
+		}
+		if !found {
+			return fmt.Errorf("lease run for worker %s: no queued run fits %g vCPUs, %d bytes: %w",
+				workerID, offer.CPUs, offer.MemoryBytes, runs.ErrNotFound)
 		}
 		_, err = applyTransition(ctx, tx, &r, runs.Transition{
 			From: []runs.Status{runs.StatusQueued}, To: runs.StatusStarting, WorkerID: workerID, Time: now,

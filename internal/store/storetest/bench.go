@@ -78,7 +78,7 @@ func BenchmarkAppendEvents(b *testing.B, open func(tb testing.TB) Store, batch, 
 // leases/s. Runs to lease are queued in batches outside the timer.
 func BenchmarkLeaseRun(b *testing.B, open func(tb testing.TB) Store, skipped int) {
 	s := open(b)
-	offer := workers.Need{CPU: 2, MemoryBytes: 4 << 30}
+	offer := offer(workers.Need{CPU: 2, MemoryBytes: 4 << 30})
 	for i := range skipped {
 		r := newRun("p", "dev", "bench-big")
 		r.CreatedAt, r.Needs = at(i), workers.Need{CPU: 64, MemoryBytes: 1 << 40}

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/runs"
 )
 
 var deploymentTests = []storeTest{
@@ -17,6 +19,7 @@ var deploymentTests = []storeTest{
 	{"DeploymentAtomic", testDeploymentAtomic},
 	{"DeploymentFiles", testDeploymentFiles},
 	{"GetTaskAndCurrentTasks", testTasks},
+	{"DeploymentBuilds", testDeploymentBuilds},
 }
 
 func task(id, module string) deployments.TaskManifest {
@@ -194,5 +197,99 @@ func testTasks(t *testing.T, s Store) {
 	}
 	if tasks, err := s.CurrentTasks(ctx, "p", "staging"); err != nil || len(tasks) != 0 {
 		t.Errorf("CurrentTasks(p, staging) = %v, %v; want none", tasks, err)
+	}
+}
+
+// testDeploymentBuilds checks that a deployment with a build run follows
+// it: BUILDING while it is under way, READY with the built images once it
+// completes, FAILED with its message otherwise; and that only READY
+// deployments provide the current tasks. Build runs stay out of task run
+// listings.
+func testDeploymentBuilds(t *testing.T, s Store) {
+	ctx := t.Context()
+	v1 := mustDeploy(t, s, newDeployment("b", "dev", task("a", "bundle/index.mjs")))
+	if v1.Status != deployments.StatusReady {
+		t.Errorf("CreateDeployment(no build).Status = %s, want READY", v1.Status)
+	}
+	build := func(v int) runs.Run {
+		r := newRun("b", "dev", "")
+		r.Kind, r.DeploymentVersion, r.Payload = runs.KindBuild, v, json.RawMessage(`{"noCache":true}`)
+		return mustCreate(t, s, r)
+	}
+	deployWith := func(run runs.Run) deployments.Deployment {
+		d := newDeployment("b", "dev", task("a", "bundle/index.mjs"), task("c", "bundle/index.mjs"))
+		d.BuildRunID = run.ID
+		return mustDeploy(t, s, d)
+	}
+	current := func(want deployments.Deployment, image *deployments.ImageBuild) {
+		t.Helper()
+		got, err := s.GetTask(ctx, "b", "dev", "a")
+		if err != nil || got.DeploymentID != want.ID {
+			t.Fatalf("GetTask(a) = %s, %v; want the task of %s (v%d)", got.DeploymentID, err, want.ID, want.Version)
+		}
+		if d := diff(image, got.Image); d != "" {
+			t.Errorf("GetTask(a).Image mismatch (-want +got):\n%s", d)
+		}
+		tasks, err := s.CurrentTasks(ctx, "b", "dev")
+		if err != nil || len(tasks) == 0 || tasks[0].DeploymentID != want.ID {
+			t.Errorf("CurrentTasks = %+v, %v; want the tasks of %s", tasks, err, want.ID)
+		}
+	}
+	status := func(d deployments.Deployment, want deployments.Status, wantErr string) deployments.Deployment {
+		t.Helper()
+		got, err := s.GetDeployment(ctx, d.ID)
+		if err != nil || got.Status != want || !strings.Contains(got.BuildError, wantErr) || (wantErr == "") != (got.BuildError == "") {
+			t.Fatalf("GetDeployment(%s) = %s %q, %v; want %s %q", d.ID, got.Status, got.BuildError, err, want, wantErr)
+		}
+		return got
+	}
+
+	r2 := build(2)
+	v2 := deployWith(r2)
+	if v2.Status != deployments.StatusBuilding || v2.BuildRunID != r2.ID {
+		t.Errorf("CreateDeployment(build %s) = %s, build %q; want BUILDING", r2.ID, v2.Status, v2.BuildRunID)
+	}
+	status(v2, deployments.StatusBuilding, "")
+	current(v1, nil)
+
+	img := deployments.ImageBuild{Name: "box", Digest: "sha256:1", Base: "helmr/b", BaseDigest: "sha256:2"}
+	out, _ := json.Marshal(deployments.BuildOutput{Images: map[string]deployments.ImageBuild{"a": img}})
+	for _, to := range []runs.Status{runs.StatusStarting, runs.StatusRunning, runs.StatusCompleted} {
+		tr := runs.Transition{From: []runs.Status{runs.StatusQueued, runs.StatusStarting, runs.StatusRunning}, To: to, Time: at(1)}
+		if to == runs.StatusCompleted {
+			tr.Output = out
+		}
+		if _, _, err := s.Transition(ctx, r2.ID, tr); err != nil {
+			t.Fatalf("Transition(build, %s): %v", to, err)
+		}
+	}
+	got := status(v2, deployments.StatusReady, "")
+	if d := diff(map[string]deployments.ImageBuild{"a": img}, got.Images); d != "" {
+		t.Errorf("GetDeployment(built).Images mismatch (-want +got):\n%s", d)
+	}
+	current(v2, &img)
+	if c, err := s.GetTask(ctx, "b", "dev", "c"); err != nil || c.Image != nil {
+		t.Errorf("GetTask(c) = image %+v, %v; want no image (the build made none for it)", c.Image, err)
+	}
+
+	r3 := build(3)
+	v3 := deployWith(r3)
+	if _, _, err := s.Transition(ctx, r3.ID, runs.Transition{From: []runs.Status{runs.StatusQueued}, To: runs.StatusFailed, Time: at(2),
+		Error: &runs.Error{Class: runs.ClassDeploymentBuild, Message: "step 2 (run false): exit status 1"}}); err != nil {
+		t.Fatalf("Transition(build, FAILED): %v", err)
+	}
+	status(v3, deployments.StatusFailed, "step 2 (run false)")
+	current(v2, &img)
+	list, err := s.ListDeployments(ctx, "b", "dev", 0)
+	if err != nil || len(list) != 3 || list[0].Status != deployments.StatusFailed || list[1].Status != deployments.StatusReady {
+		t.Errorf("ListDeployments = %d, %v; want 3, newest FAILED then READY", len(list), err)
+	}
+
+	if page, err := s.ListRuns(ctx, runs.Filter{Project: "b"}); err != nil || len(page.Runs) != 0 {
+		t.Errorf("ListRuns(project b) = %d runs, %v; want 0 (build runs are not task runs)", len(page.Runs), err)
+	}
+	page, err := s.ListRuns(ctx, runs.Filter{Project: "b", Kind: runs.KindBuild})
+	if err != nil || len(page.Runs) != 2 || page.Runs[0].ID != r3.ID || page.Runs[0].Kind != runs.KindBuild {
+		t.Errorf("ListRuns(project b, builds) = %+v, %v; want r3, r2", page.Runs, err)
 	}
 }

@@ -15,8 +15,13 @@ var leaseTests = []storeTest{
 	{"LeaseRunConcurrent", testLeaseConcurrent},
 }
 
-// anything is an offer every run fits.
-var anything = workers.Need{CPU: 1e9, MemoryBytes: 1 << 62}
+// anything is an offer every run without digest needs fits.
+var anything = offer(workers.Need{CPU: 1e9, MemoryBytes: 1 << 62})
+
+// offer is a worker offering n's CPU, memory and digests.
+func offer(n workers.Need) workers.Capabilities {
+	return workers.Capabilities{CPUs: n.CPU, MemoryBytes: n.MemoryBytes, Digests: n.Digests}
+}
 
 const gib = 1 << 30
 
@@ -61,9 +66,10 @@ func testLeaseFit(t *testing.T, s Store) {
 		"small": {CPU: 1, MemoryBytes: 1 * gib},
 		"exact": {CPU: 2, MemoryBytes: 2 * gib},
 		"none":  {},
+		"based": {CPU: 1, Digests: []string{"rootfs:helmr/b@sha256:1", "kernel:k@sha256:2"}},
 	}
 	created := map[string]runs.Run{}
-	for i, n := range []string{"big", "small", "exact", "none"} { // oldest first
+	for i, n := range []string{"based", "big", "small", "exact", "none"} { // oldest first
 		r := newRun("p", "dev", n)
 		r.CreatedAt, r.Needs = at(i), needs[n]
 		created[n] = mustCreate(t, s, r)
@@ -73,16 +79,20 @@ func testLeaseFit(t *testing.T, s Store) {
 		want  string // "" for runs.ErrNotFound
 	}{
 		{workers.Need{}, "none"},
+		// A run needing digests waits for a worker that has them all.
+		{workers.Need{CPU: 1, Digests: []string{"rootfs:helmr/b@sha256:1"}}, ""},
+		{workers.Need{CPU: 1, Digests: []string{"kernel:k@sha256:2", "rootfs:helmr/b@sha256:9"}}, ""},
+		{workers.Need{CPU: 1, Digests: []string{"x", "kernel:k@sha256:2", "rootfs:helmr/b@sha256:1"}}, "based"},
 		{workers.Need{CPU: 1, MemoryBytes: 1 * gib}, "small"},
 		{workers.Need{CPU: 1, MemoryBytes: 1 * gib}, ""},
 		{workers.Need{CPU: 8, MemoryBytes: 1 * gib}, ""},  // enough CPU, too little memory
 		{workers.Need{CPU: 1, MemoryBytes: 16 * gib}, ""}, // enough memory, too little CPU
 		{workers.Need{CPU: 2, MemoryBytes: 2 * gib}, "exact"},
 		{workers.Need{CPU: 4, MemoryBytes: 8 * gib}, "big"},
-		{anything, ""},
+		{workers.Need{CPU: 1e9, MemoryBytes: 1 << 62}, ""},
 	}
 	for i, st := range steps {
-		got, err := s.LeaseRun(ctx, "w1", st.offer, at(100+i))
+		got, err := s.LeaseRun(ctx, "w1", offer(st.offer), at(100+i))
 		if st.want == "" {
 			wantErr(t, name("step ", i, ": LeaseRun(offer ", st.offer, ")"), err, runs.ErrNotFound)
 			continue
@@ -118,9 +128,9 @@ func testLeaseConcurrent(t *testing.T, s Store) {
 	var wg sync.WaitGroup
 	for w := range nworkers {
 		worker := name("w", w)
-		offer := workers.Need{CPU: 1, MemoryBytes: gib} // fits small runs only
+		offer := offer(workers.Need{CPU: 1, MemoryBytes: gib}) // fits small runs only
 		if w%2 == 0 {
-			offer = workers.Need{CPU: 8, MemoryBytes: 16 * gib}
+			offer.CPUs, offer.MemoryBytes = 8, 16*gib
 		}
 		wg.Go(func() {
 			for {
@@ -129,7 +139,7 @@ func testLeaseConcurrent(t *testing.T, s Store) {
 					wantErr(t, "LeaseRun", err, runs.ErrNotFound)
 					return
 				}
-				if r.Needs.CPU > offer.CPU || r.Needs.MemoryBytes > offer.MemoryBytes {
+				if r.Needs.CPU > offer.CPUs || r.Needs.MemoryBytes > offer.MemoryBytes {
 					t.Errorf("LeaseRun(%q, offer %+v) = %s needing %+v, which does not fit", worker, offer, r.ID, r.Needs)
 				}
 				mu.Lock()

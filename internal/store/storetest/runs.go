@@ -32,7 +32,7 @@ func testCreateAndGetRun(t *testing.T, s Store) {
 		t.Errorf("CreateRun().ID = %q, want prefix run_", got.ID)
 	}
 	want := in
-	want.ID, want.Status, want.LastSeq = got.ID, runs.StatusQueued, 1
+	want.ID, want.Status, want.LastSeq, want.Kind = got.ID, runs.StatusQueued, 1, runs.KindTask
 	if d := diff(want, got); d != "" {
 		t.Errorf("CreateRun(%+v) mismatch (-want +got):\n%s", in, d)
 	}
@@ -243,6 +243,7 @@ func testNeeds(t *testing.T, s Store) {
 		{"fractional cpu", workers.Need{CPU: 0.25, MemoryBytes: 1}},
 		{"large", workers.Need{CPU: 64, MemoryBytes: 1 << 40}},
 		{"typical", workers.Need{CPU: 1.5, MemoryBytes: 3 << 30}},
+		{"built at deploy", workers.Need{CPU: 1, Digests: []string{"rootfs:helmr/b@sha256:1", "kernel:k@sha256:2"}, Image: "sha256:3"}},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -269,8 +270,8 @@ func testNeeds(t *testing.T, s Store) {
 				got["Transition"] = r.Needs
 			}
 			for call, n := range got {
-				if n != tt.needs {
-					t.Errorf("%s().Needs = %+v, want %+v", call, n, tt.needs)
+				if d := diff(tt.needs, n); d != "" {
+					t.Errorf("%s().Needs mismatch (-want +got):\n%s", call, d)
 				}
 			}
 		})
