@@ -23,9 +23,9 @@ type scanner interface{ Scan(dest ...any) error }
 
 func scanRun(row scanner) (runs.Run, error) {
 	var (
-		r                        runs.Run
-		payload, output, errJSON sql.NullString
-		key, started, finished   sql.NullString
+		r                         runs.Run
+		payload, output, errJSON  sql.NullString
+		key, started, finished    sql.NullString
 		created, secrets, digests string
 	)
 	err := row.Scan(&r.ID, &r.Project, &r.Env, &r.TaskID, &r.DeploymentID, &r.DeploymentVersion, &r.Status,
