@@ -54,7 +54,7 @@ func runDeploy(ctx context.Context, a *App, args []string) error {
 	}
 	a.rememberProject(d.Project)
 	if d.BuildRunID != "" {
-		progress(fmt.Sprintf("building images on a worker (build run %s)", d.BuildRunID))
+		fmt.Fprintf(a.Stderr, "  building images on a worker (build run %s)\n", d.BuildRunID)
 		if d, err = a.awaitBuild(ctx, c, d); err != nil {
 			return err
 		}
@@ -86,13 +86,11 @@ func runDeploy(ctx context.Context, a *App, args []string) error {
 }
 
 // awaitBuild prints the build run's progress (each step's output as it
-// comes) until it ends, and returns the deployment as it ended up.
-// Interrupting stops the printing, not the build.
+// comes) on stderr, also with --json, until it ends, and returns the
+// deployment as it ended up. Interrupting stops the printing, not the
+// build.
 func (a *App) awaitBuild(ctx context.Context, c *client.Client, d deployments.Deployment) (deployments.Deployment, error) {
 	err := c.Follow(ctx, d.BuildRunID, 0, func(ev runs.Event) error {
-		if a.json {
-			return nil
-		}
 		switch ev.Type {
 		case runs.EventLog:
 			var l runs.LogData

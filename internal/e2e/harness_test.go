@@ -147,9 +147,9 @@ func (d *dev) mustHelmr(args ...string) string {
 }
 
 // deploy deploys a project directory (relative to the repo root).
-func (d *dev) deploy(dir string) {
+func (d *dev) deploy(dir string, flags ...string) {
 	d.t.Helper()
-	d.mustHelmr("deploy", dir)
+	d.mustHelmr(append([]string{"deploy", dir}, flags...)...)
 }
 
 // trigger starts a run and returns it.
