@@ -41,7 +41,7 @@ func commands() []command {
 		{"runs", "list runs, or `runs show ID`", runRuns},
 		{"logs", "print a run's logs (-f to follow)", runLogs},
 		{"cancel", "cancel a run", runCancel},
-		{"image", "`image build PATH TASK`: build a task's image here (--no-cache, --oci DIR, --ext4 FILE)", runImage},
+		{"image", "`image build PATH TASK` (--no-cache, --oci DIR, --ext4 FILE) builds a task's image here; `image export PATH TASK DIR` (--no-cache, --ext4 FILE) also writes it as an OCI image layout", runImage},
 		{"secret", "`secret set NAME` (value on stdin), `secret list`, `secret delete NAME`, `secret rotate-key --new-key-file F`", runSecret},
 		{"doctor", "show which isolation tiers work on this host, and which one runs sandboxes", runDoctor},
 		{"version", "print the version", func(_ context.Context, a *App, _ []string) error {

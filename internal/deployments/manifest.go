@@ -70,6 +70,10 @@ type Step struct {
 	Kind string `json:"kind"`
 	// from
 	Ref string `json:"ref,omitempty"`
+	// Credentials names the vault secret holding the registry credentials
+	// a registry Ref is pulled with (see images for its formats); empty:
+	// an anonymous pull.
+	Credentials string `json:"credentials,omitempty"`
 	// run
 	Argv  []string     `json:"argv,omitempty"`
 	Cache []CacheMount `json:"cache,omitempty"`
@@ -100,8 +104,9 @@ type BuildSecret struct {
 	File string `json:"file,omitempty"`
 }
 
-// BuildSecretNames lists the build secrets the run steps of img (and of the
-// images it copies from) read.
+// BuildSecretNames lists the vault secrets building img reads: the build
+// secrets of its run steps and the registry credentials of its from step,
+// and those of the images it copies from.
 func BuildSecretNames(img *ImageManifest) []string {
 	seen := map[string]bool{}
 	var walk func(*ImageManifest)
@@ -110,6 +115,9 @@ func BuildSecretNames(img *ImageManifest) []string {
 			return
 		}
 		for _, s := range m.Steps {
+			if s.Credentials != "" {
+				seen[s.Credentials] = true
+			}
 			for n := range s.Secrets {
 				seen[n] = true
 			}

@@ -210,6 +210,7 @@ func validateImage(task, field string, img *ImageManifest, files map[string][]by
 			if s.Ref == "" {
 				add(task, f+".ref", "from needs an image reference")
 			}
+			validateCredentials(task, f, s, add)
 			if i > 0 {
 				add(task, f, "from may only be the first step")
 			}
@@ -257,6 +258,19 @@ func validateImage(task, field string, img *ImageManifest, files map[string][]by
 		default:
 			add(task, f+".kind", "unknown image step %q (known: from, run, copy, copyFrom, workdir, env, user)", s.Kind)
 		}
+	}
+}
+
+// validateCredentials checks a from step's credentials: a secret name, and
+// only on a registry reference (built-in "helmr/..." and "oci:..." bases,
+// images.BasePrefix and images.OCIPrefix, are on the worker).
+func validateCredentials(task, f string, s Step, add addFunc) {
+	switch {
+	case s.Credentials == "":
+	case !envNamePattern.MatchString(s.Credentials):
+		add(task, f+".credentials", "secret %q: names are letters, digits and '_'", s.Credentials)
+	case strings.HasPrefix(s.Ref, "helmr/") || strings.HasPrefix(s.Ref, "oci:"):
+		add(task, f+".credentials", "%q is a local base: credentials only apply to registry references", s.Ref)
 	}
 }
 

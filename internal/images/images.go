@@ -88,7 +88,7 @@ func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, 
 		return Image{}, fmt.Errorf("%w: the image declares no from(...) step", ErrPreparation)
 	}
 	began, runSteps, ran := time.Now(), 0, 0
-	out, base, err := r.resolveBase(ctx, img.Steps[0].Ref)
+	out, base, err := r.resolveBase(ctx, img.Steps[0], opts)
 	if err != nil {
 		return Image{}, err
 	}
@@ -116,7 +116,9 @@ func (r *Resolver) Prepare(ctx context.Context, img *deployments.ImageManifest, 
 			}
 			out.Layers = append(out.Layers, layer)
 		case deployments.StepCopyFrom:
-			from, err := r.Prepare(ctx, s.Image, files, PrepareOptions{Scope: opts.Scope, NoCache: opts.NoCache})
+			// The source image's build secrets and registry credentials
+			// come from the same vault.
+			from, err := r.Prepare(ctx, s.Image, files, PrepareOptions{Scope: opts.Scope, NoCache: opts.NoCache, Secret: opts.Secret})
 			if err != nil {
 				return Image{}, fmt.Errorf("%w: step %d (copyFrom %s): the source image: %w", ErrPreparation, i+1, s.Image.Name, err)
 			}

@@ -15,12 +15,15 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"golang.org/x/sys/unix"
+
+	"github.com/helmr/helmr/internal/deployments"
 )
 
 // OCIPrefix names a base image kept on the worker as an OCI image layout:
@@ -38,10 +41,12 @@ type pulledConfig struct {
 	Ref     string   `json:"ref"`
 }
 
-// resolveBase returns the base image named by ref and the digest of its
-// content: a built-in base, an OCI layout on the worker, or a registry
-// image (pulled for this machine's platform).
-func (r *Resolver) resolveBase(ctx context.Context, ref string) (Image, string, error) {
+// resolveBase returns the base image a from step names and the digest of
+// its content: a built-in base, an OCI layout on the worker, or a registry
+// image (pulled for this machine's platform, with the step's credentials
+// if it declares them).
+func (r *Resolver) resolveBase(ctx context.Context, from deployments.Step, opts PrepareOptions) (Image, string, error) {
+	ref := from.Ref
 	if strings.HasPrefix(ref, BasePrefix) {
 		img, err := r.base(ref)
 		if err != nil {
@@ -60,7 +65,7 @@ func (r *Resolver) resolveBase(ctx context.Context, ref string) (Image, string, 
 	if name, ok := strings.CutPrefix(ref, OCIPrefix); ok {
 		img, err = r.layoutImage(name)
 	} else {
-		img, err = r.remoteImage(ctx, ref)
+		img, err = r.remoteImage(ctx, ref, from.Credentials, opts)
 	}
 	if err != nil {
 		return Image{}, "", fmt.Errorf("%w: base image %q: %w", ErrPreparation, ref, err)
@@ -121,16 +126,24 @@ func (r *Resolver) layoutImage(n string) (v1.Image, error) {
 }
 
 // remoteImage resolves a registry reference (a tag is looked up each
-// build) for this machine's platform. Registries on loopback are spoken to
-// over plain HTTP.
-func (r *Resolver) remoteImage(ctx context.Context, ref string) (v1.Image, error) {
+// build) for this machine's platform, anonymously or with the credentials
+// in the vault secret creds. Registries on loopback are spoken to over
+// plain HTTP.
+func (r *Resolver) remoteImage(ctx context.Context, ref, creds string, opts PrepareOptions) (v1.Image, error) {
 	parsed, err := name.ParseReference(ref, name.WithDefaultRegistry("index.docker.io"))
 	if err != nil {
 		return nil, fmt.Errorf("not a built-in base (%s...), an %s<name> layout, or a registry reference: %w", BasePrefix, OCIPrefix, err)
 	}
-	img, err := remote.Image(parsed, remote.WithContext(ctx),
+	auth, hidden := authn.Anonymous, []string(nil)
+	if creds != "" {
+		if auth, hidden, err = registryCredentials(ctx, creds, opts); err != nil {
+			return nil, err
+		}
+	}
+	img, err := remote.Image(parsed, remote.WithContext(ctx), remote.WithAuth(auth),
 		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}))
 	if err != nil {
+		err = pullError(err, parsed.Context().RegistryStr(), creds, hidden)
 		return nil, fmt.Errorf("pull: %w (built-in bases on this worker: %s)", err, strings.Join(r.Bases(), ", "))
 	}
 	return img, nil

@@ -29,6 +29,19 @@ export interface RunOptions {
   secrets?: Record<string, BuildSecret>;
 }
 
+/** Options of a from step. */
+export interface FromOptions {
+  /**
+   * The vault secret (of the project environment) holding the credentials
+   * for pulling a registry reference: JSON {"username": "...", "password":
+   * "..."}, JSON {"token": "..."} (a registry identity or bearer token), or
+   * "user:password". Only for registry references: built-in ("helmr/...")
+   * and "oci:..." bases are on the worker. Read at build time only: never
+   * in a layer, the build log or the cache key.
+   */
+  credentials?: string;
+}
+
 /** Where a build secret appears during its run step. */
 export type BuildSecret = { env: string; file?: never } | { file: string; env?: never };
 
@@ -47,13 +60,28 @@ export class Image {
     this.#steps = steps;
   }
 
-  /** from sets the base image reference; it must be the first step. */
-  from(ref: string): Image {
+  /**
+   * from sets the base image reference; it must be the first step. A
+   * registry reference on a registry that needs a login names the vault
+   * secret holding its credentials: from(ref, { credentials: "REGISTRY_AUTH" }).
+   */
+  from(ref: string, options: FromOptions = {}): Image {
     assertString(`image "${this.name}" from ref`, ref);
     if (this.#steps.length > 0) {
       throw new Error(`image "${this.name}": from must be the first step and appear once`);
     }
-    return this.#with({ kind: "from", ref });
+    const step: StepManifest & { kind: "from" } = { kind: "from", ref };
+    const creds = options.credentials;
+    if (creds !== undefined) {
+      if (typeof creds !== "string" || !/^[A-Za-z_][A-Za-z0-9_]{0,127}$/.test(creds)) {
+        throw new TypeError(`image "${this.name}" from credentials must name a vault secret (letters, digits and "_"), got ${describe(creds)}`);
+      }
+      if (ref.startsWith("helmr/") || ref.startsWith("oci:")) {
+        throw new TypeError(`image "${this.name}" from ${ref}: credentials only apply to registry references`);
+      }
+      step.credentials = creds;
+    }
+    return this.#with(step);
   }
 
   /** run executes argv (no shell) in the image, optionally with cache mounts. */

@@ -15,7 +15,7 @@ export type {
   WaitDuration,
   WaitToken,
 } from "./context.js";
-export { image, Image, type BuildSecret, type CacheMount, type CopyOptions, type RunOptions } from "./image.js";
+export { image, Image, type BuildSecret, type CacheMount, type CopyOptions, type FromOptions, type RunOptions } from "./image.js";
 export { sandbox, Sandbox, type MemorySize, type Resources } from "./sandbox.js";
 export type { DirectorySecret, EnvSecret, FileMode, FileSecret, SecretDeclaration } from "./secrets.js";
 export { source, type Source } from "./source.js";

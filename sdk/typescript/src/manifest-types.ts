@@ -26,7 +26,7 @@ export interface SourceManifest {
 
 /** One image build step. */
 export type StepManifest =
-  | { kind: "from"; ref: string }
+  | { kind: "from"; ref: string; credentials?: string }
   | { kind: "run"; argv: string[]; cache?: CacheMountManifest[]; secrets?: Record<string, { env?: string; file?: string }> }
   | { kind: "copy"; dest: string; source: SourceManifest; owner?: string; mode?: number }
   | { kind: "copyFrom"; image: ImageManifest; src: string; dest: string }

@@ -90,9 +90,29 @@ describe("image and sandbox", () => {
     assert.deepStrictEqual(plain.steps[1], { kind: "copy", dest: "/app/x", source: { type: "file", path: "x" } });
   });
 
+  it("from credentials: the vault secret's name in the from step", () => {
+    const priv = image("tools").from("registry.example/team/tools:v1", { credentials: "TEAM_REGISTRY" });
+    const m = image("app").from("node:24", {}).copyFrom(priv, "/bin/tool", "/usr/bin/tool").toManifest();
+    assert.deepStrictEqual(m.steps[0], { kind: "from", ref: "node:24" });
+    assert.deepStrictEqual(m.steps[1], {
+      kind: "copyFrom",
+      image: { name: "tools", steps: [{ kind: "from", ref: "registry.example/team/tools:v1", credentials: "TEAM_REGISTRY" }] },
+      src: "/bin/tool",
+      dest: "/usr/bin/tool",
+    });
+    assert.equal(
+      JSON.stringify(priv.toManifest()),
+      '{"name":"tools","steps":[{"kind":"from","ref":"registry.example/team/tools:v1","credentials":"TEAM_REGISTRY"}]}',
+    );
+  });
+
   const bad: Array<[string, () => unknown, RegExp]> = [
     ["bad copy owner", () => image("i").from("a").copy("/x", source.file("y"), { owner: "a b" }), /copy owner must be/],
     ["bad copy mode", () => image("i").from("a").copy("/x", source.file("y"), { mode: 0o10000 }), /copy mode must be/],
+    ["bad credentials name", () => image("i").from("r.example/a", { credentials: "user:pass" }), /credentials must name a vault secret/],
+    ["credentials not a string", () => image("i").from("r.example/a", { credentials: 1 as never }), /credentials must name a vault secret/],
+    ["credentials on a built-in base", () => image("i").from("helmr/bookworm-node22", { credentials: "T" }), /only apply to registry references/],
+    ["credentials on an oci base", () => image("i").from("oci:base", { credentials: "T" }), /only apply to registry references/],
     ["image without from", () => sandbox("s").image(image("i")).toManifest(), /has no base/],
     ["step before from", () => image("i").run(["true"]), /call \.from\(ref\) before \.run/],
     ["second from", () => image("i").from("a").from("b"), /first step/],

@@ -1,0 +1,69 @@
+package deployments
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func imageTask(img *ImageManifest) Manifest {
+	return Manifest{Project: "p", Tasks: []TaskManifest{{
+		ID: "t", Module: "bundles/t.js", Export: "t", HasRun: true,
+		Sandbox: &SandboxManifest{Name: "s", Image: img},
+	}}}
+}
+
+func TestValidateCredentials(t *testing.T) {
+	from := func(ref, creds string) *ImageManifest {
+		return &ImageManifest{Name: "i", Steps: []Step{{Kind: StepFrom, Ref: ref, Credentials: creds}}}
+	}
+	for _, tc := range []struct {
+		name string
+		img  *ImageManifest
+		want string // "" = valid
+	}{
+		{"anonymous registry", from("node:24", ""), ""},
+		{"registry with credentials", from("registry.example/team/img:v1", "REGISTRY_AUTH"), ""},
+		{"bad name", from("registry.example/team/img:v1", "registry-auth"), `steps[0].credentials: secret "registry-auth": names are letters, digits and '_'`},
+		{"name with a value's look", from("node:24", "user:pass"), `secret "user:pass"`},
+		{"built-in base", from("helmr/bookworm-node22", "TOKEN"), `"helmr/bookworm-node22" is a local base: credentials only apply to registry references`},
+		{"oci base", from("oci:team-base", "TOKEN"), `"oci:team-base" is a local base: credentials only apply to registry references`},
+		{"in a copyFrom image", &ImageManifest{Name: "i", Steps: []Step{
+			{Kind: StepFrom, Ref: "node:24"},
+			{Kind: StepCopyFrom, Image: from("oci:tools", "TOKEN"), Src: "/bin/jq", Dest: "/usr/bin/jq"},
+		}}, `sandbox.image.steps[1].image.steps[0].credentials: "oci:tools" is a local base`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := imageTask(tc.img).Validate(nil)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate = %v, want an ErrInvalid containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestBuildSecretNames(t *testing.T) {
+	img := &ImageManifest{Name: "app", Steps: []Step{
+		{Kind: StepFrom, Ref: "registry.example/app-base:v1", Credentials: "APP_REGISTRY"},
+		{Kind: StepRun, Argv: []string{"npm", "ci"}, Secrets: map[string]BuildSecret{"NPM_TOKEN": {Env: "NPM_TOKEN"}}},
+		{Kind: StepCopyFrom, Src: "/bin/tool", Dest: "/bin/tool", Image: &ImageManifest{Name: "tools", Steps: []Step{
+			{Kind: StepFrom, Ref: "registry.example/tools:v1", Credentials: "TOOLS_REGISTRY"},
+			{Kind: StepRun, Argv: []string{"true"}, Secrets: map[string]BuildSecret{"NPM_TOKEN": {File: "/run/secrets/npm"}}},
+		}}},
+	}}
+	got := BuildSecretNames(img)
+	want := []string{"APP_REGISTRY", "NPM_TOKEN", "TOOLS_REGISTRY"}
+	if !slices.Equal(got, want) {
+		t.Errorf("BuildSecretNames = %v, want %v", got, want)
+	}
+	if got := BuildSecretNames(&ImageManifest{Steps: []Step{{Kind: StepFrom, Ref: "node:24"}}}); len(got) != 0 {
+		t.Errorf("BuildSecretNames(anonymous base) = %v, want none", got)
+	}
+}
