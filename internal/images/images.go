@@ -1,8 +1,9 @@
 // Package images turns an image declaration into what a sandbox tier runs:
 // a stack of read-only root filesystem layers plus the image's config (env,
-// workdir, user). This version resolves built-in base images (built by
-// scripts/build-base-rootfs.sh) and applies copy, workdir, env and user
-// steps; run and copyFrom steps arrive with full image builds.
+// workdir, user). Bases are built-in (scripts/build-base-rootfs.sh),
+// registry references (pulled with go-containerregistry, with credentials
+// from the vault) or OCI layouts; run steps execute in a sandbox tier, and
+// every step's result is cached under the key of its inputs.
 package images
 
 import (
