@@ -133,6 +133,7 @@ func runRuns(ctx context.Context, a *App, args []string) error {
 	fs := a.flags("runs")
 	task := fs.String("task", "", "only runs of this task")
 	status := fs.String("status", "", "only runs in this status")
+	kind := fs.String("kind", "", "task (the default) or build: the runs that build deployments' images")
 	limit := fs.Int("limit", 20, "page size")
 	cursor := fs.String("cursor", "", "continue from a previous page")
 	pos, err := parse(fs, args)
@@ -156,7 +157,8 @@ func runRuns(ctx context.Context, a *App, args []string) error {
 	if err := a.requireProject(); err != nil {
 		return err
 	}
-	page, err := c.ListRuns(ctx, a.cfg.Project, a.cfg.Env, *task, strings.ToUpper(*status), *limit, *cursor)
+	page, err := c.ListRuns(ctx, a.cfg.Project, a.cfg.Env, runs.Filter{
+		TaskID: *task, Status: runs.Status(strings.ToUpper(*status)), Kind: *kind, Limit: *limit, Cursor: *cursor})
 	if err != nil {
 		return err
 	}

@@ -179,9 +179,10 @@ func (c *Client) GetRun(ctx context.Context, id string) (runs.Run, error) {
 }
 
 // ListRuns lists runs.
-func (c *Client) ListRuns(ctx context.Context, project, env, task, status string, limit int, cursor string) (runs.Page, error) {
+func (c *Client) ListRuns(ctx context.Context, project, env string, f runs.Filter) (runs.Page, error) {
 	q := scope(project, env)
-	for k, v := range map[string]string{"task": task, "status": status, "cursor": cursor} {
+	limit := f.Limit
+	for k, v := range map[string]string{"task": f.TaskID, "status": string(f.Status), "kind": f.Kind, "cursor": f.Cursor} {
 		if v != "" {
 			q.Set(k, v)
 		}

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/helmr/helmr/internal/runs"
 )
 
 // TestBadInput checks that each kind of bad input is one clear error line
@@ -61,7 +63,7 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("project %s has tasks %v (err %v) after a failed deploy", project, ts, err)
 		}
 	}
-	page, err := d.api.ListRuns(ctx, "hello", "dev", "", "", 100, "")
+	page, err := d.api.ListRuns(ctx, "hello", "dev", runs.Filter{Limit: 100})
 	if err != nil || len(page.Runs) != 0 {
 		t.Errorf("runs after bad input = %d (err %v), want 0", len(page.Runs), err)
 	}

@@ -57,9 +57,12 @@ func testDeployBuild(t *testing.T, tier string) {
 	if err != nil || stored.Status != deployments.StatusReady || stored.Images["app"] != img {
 		t.Errorf("GET deployment = %s %+v, %v; want READY with the image", stored.Status, stored.Images, err)
 	}
-	builds, err := d.api.ListRuns(ctx, "deploybuild", "dev", "", "", 10, "")
+	builds, err := d.api.ListRuns(ctx, "deploybuild", "dev", runs.Filter{Limit: 10})
 	if err != nil || len(builds.Runs) != 0 {
 		t.Errorf("task runs after the deploy = %d, %v; want none (build runs are listed apart)", len(builds.Runs), err)
+	}
+	if out := d.mustHelmr("runs", "--project", "deploybuild", "--kind", "build"); !strings.Contains(out, v1.BuildRunID) {
+		t.Errorf("helmr runs --kind build:\n%s\nwant the build run %s", out, v1.BuildRunID)
 	}
 
 	// The run uses the image built at deploy: no step runs again.
