@@ -29,6 +29,11 @@ func testDeployBuild(t *testing.T, tier string) {
 		if code == 0 || !strings.Contains(errOut, "deployment_build: image app: step 1 (run sh -c") || !strings.Contains(errOut, "gvisor tier") {
 			t.Fatalf("deploy on the process tier = exit %d\nstdout: %s\nstderr: %s\nwant deployment_build pointing at the gvisor tier", code, out, errOut)
 		}
+		// The checks a run makes before it boots fail the deploy too.
+		out, errOut, code = d.helmr("deploy", "internal/e2e/testdata/failing")
+		if code == 0 || !strings.Contains(errOut, "deployment_build: image nonode: task nonode: the image does not provide node on PATH") {
+			t.Fatalf("deploy of an image without node = exit %d\nstdout: %s\nstderr: %s\nwant deployment_build naming the task and node", code, out, errOut)
+		}
 		return
 	}
 

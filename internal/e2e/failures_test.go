@@ -25,7 +25,7 @@ func TestRunFailures(t *testing.T) { forEachTier(t, testRunFailures) }
 
 func testRunFailures(t *testing.T, tier string) {
 	d := startDev(t, tier, "HELMR_WORKSPACE_QUOTA=16Mi")
-	d.deploy(failing)
+	d.deploy(failing, "--no-build") // its images fail at run time, each task on its own
 
 	t.Run("thrown error", func(t *testing.T) {
 		r := d.waitDone(d.trigger("failing", "throws", "null").ID, time.Minute)
@@ -143,7 +143,7 @@ func TestSandboxIsolation(t *testing.T) { forEachTier(t, testSandboxIsolation) }
 
 func testSandboxIsolation(t *testing.T, tier string) {
 	d := startDev(t, tier)
-	d.deploy(failing)
+	d.deploy(failing, "--no-build") // its images fail at run time, each task on its own
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

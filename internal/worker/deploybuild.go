@@ -97,7 +97,7 @@ func (w *Worker) executeBuild(ctx context.Context, l Lease) *runs.Outcome {
 			// of an image that cannot run a task fails here.
 			for _, t := range g.tasks {
 				if _, err = w.prepare(Lease{Run: l.Run, Task: t}, img, files); err != nil {
-					err = fmt.Errorf("task %s: %w", t.ID, err)
+					err = fmt.Errorf("task %s: %s", t.ID, strings.TrimPrefix(err.Error(), images.ErrPreparation.Error()+": "))
 					break
 				}
 			}
