@@ -56,6 +56,9 @@ func (r *Resolver) resolveBase(ctx context.Context, from deployments.Step, opts 
 		if err != nil {
 			return Image{}, "", fmt.Errorf("%w: %w", ErrPreparation, err)
 		}
+		if opts.BaseDigest != "" && d != opts.BaseDigest {
+			return Image{}, "", fmt.Errorf("%w: base image %q here is %s, not %s, the one the image was built on at deploy", ErrPreparation, ref, d, opts.BaseDigest)
+		}
 		return img, d, nil
 	}
 	var (
@@ -73,6 +76,9 @@ func (r *Resolver) resolveBase(ctx context.Context, from deployments.Step, opts 
 	digest, err := img.Digest()
 	if err != nil {
 		return Image{}, "", fmt.Errorf("%w: base image %q: %w", ErrPreparation, ref, err)
+	}
+	if opts.BaseDigest != "" && digest.String() != opts.BaseDigest {
+		return Image{}, "", fmt.Errorf("%w: base image %q here is %s, not %s, the one the image was built on at deploy", ErrPreparation, ref, digest, opts.BaseDigest)
 	}
 	out, err := r.unpack(ref, digest.String(), img)
 	if err != nil {
@@ -133,6 +139,12 @@ func (r *Resolver) remoteImage(ctx context.Context, ref, creds string, opts Prep
 	parsed, err := name.ParseReference(ref, name.WithDefaultRegistry("index.docker.io"))
 	if err != nil {
 		return nil, fmt.Errorf("not a built-in base (%s...), an %s<name> layout, or a registry reference: %w", BasePrefix, OCIPrefix, err)
+	}
+	if opts.BaseDigest != "" {
+		// Built at deploy: pull exactly what the build pulled.
+		if parsed, err = name.NewDigest(parsed.Context().Name()+"@"+opts.BaseDigest, name.WithDefaultRegistry("index.docker.io")); err != nil {
+			return nil, fmt.Errorf("pin %s to %s: %w", ref, opts.BaseDigest, err)
+		}
 	}
 	auth, hidden := authn.Anonymous, []string(nil)
 	if creds != "" {

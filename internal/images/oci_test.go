@@ -164,6 +164,22 @@ func TestRegistryBase(t *testing.T) {
 	if _, ok := moved.Lookup("/etc/v2"); !ok {
 		t.Error("the tag's new image was not pulled")
 	}
+	// Pinned to what a deploy-time build resolved: the old image, though
+	// the tag moved; the same image digest as that build.
+	pinned, err := r.Prepare(context.Background(), &deployments.ImageManifest{Steps: []deployments.Step{{Kind: "from", Ref: ref}}}, nil,
+		PrepareOptions{BaseDigest: got.BaseDigest})
+	if err != nil || pinned.Digest != got.Digest || pinned.BaseDigest != got.BaseDigest {
+		t.Errorf("pinned to %s: %v, digest %s, want %s", got.BaseDigest, err, pinned.Digest, got.Digest)
+	} else if _, ok := pinned.Lookup("/etc/v2"); ok {
+		t.Error("the pinned prepare has the moved tag's file")
+	}
+	// A built-in base is this worker's own: one with another digest than
+	// the deploy's is an error, not a different image.
+	other := "sha256:" + strings.Repeat("0", 64)
+	_, err = r.Prepare(context.Background(), img(), nil, PrepareOptions{BaseDigest: other})
+	if err == nil || !strings.Contains(err.Error(), "not "+other+", the one the image was built on at deploy") {
+		t.Errorf("built-in base pinned to another digest = %v, want the mismatch named", err)
+	}
 	for _, bad := range []string{u.Host + "/team/missing:v1", "UPPER/Case::bad"} {
 		_, err := r.Prepare(context.Background(), &deployments.ImageManifest{Steps: []deployments.Step{{Kind: "from", Ref: bad}}}, nil, PrepareOptions{})
 		if err == nil || !strings.Contains(err.Error(), bad) {

@@ -56,6 +56,11 @@ type PrepareOptions struct {
 	// build's project environment). Values never enter a layer, the
 	// output or a cache key; nil: images with build secrets fail.
 	Secret func(ctx context.Context, name string) ([]byte, error)
+	// BaseDigest, if set, is the digest the from step's base must resolve
+	// to (the one recorded when the image was built at deploy): a registry
+	// base is pulled by it rather than by its tag, so a moved tag changes
+	// nothing; a built-in or OCI layout base that differs is an error.
+	BaseDigest string
 }
 
 var cacheNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)

@@ -124,7 +124,7 @@ func needsOf(t deployments.Task) workers.Need {
 		n.MemoryBytes, _ = deployments.ParseMemory(sb.Resources.Memory)
 	}
 	if img := t.Image; img != nil {
-		n.Image = img.Digest
+		n.Image, n.BaseDigest = img.Digest, img.BaseDigest
 		if strings.HasPrefix(img.Base, "helmr/") {
 			n.Digests = []string{"rootfs:" + img.Base + "@" + img.BaseDigest}
 		}

@@ -230,7 +230,7 @@ func TestBuiltImageNeeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Needs.Image != "sha256:img" || len(r.Needs.Digests) != 1 || r.Needs.Digests[0] != "rootfs:helmr/bookworm-node22@sha256:aaa" {
+	if r.Needs.Image != "sha256:img" || r.Needs.BaseDigest != "sha256:aaa" || len(r.Needs.Digests) != 1 || r.Needs.Digests[0] != "rootfs:helmr/bookworm-node22@sha256:aaa" {
 		t.Errorf("run needs = %+v, want the built image and its base", r.Needs)
 	}
 	evs, _ := svc.Events(ctx, r.ID, 0, 0)

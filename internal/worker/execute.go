@@ -68,6 +68,7 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 		Secret: func(ctx context.Context, name string) ([]byte, error) {
 			return w.cfg.Control.BuildSecret(ctx, l.Run.ID, name)
 		},
+		BaseDigest: l.Run.Needs.BaseDigest,
 	})
 	build.Close()
 	if err != nil {

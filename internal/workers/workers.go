@@ -41,6 +41,9 @@ type Need struct {
 	// Image is the digest of the image built at deploy: the worker checks
 	// that the image it prepares is that one.
 	Image string `json:"image,omitempty"`
+	// BaseDigest is what the image's base resolved to at deploy: the
+	// worker pulls a registry base by it, not by its tag.
+	BaseDigest string `json:"baseDigest,omitempty"`
 }
 
 // Fits reports whether a worker with c can run a sandbox needing n, and if
