@@ -96,10 +96,12 @@ type Run struct {
 	IdempotencyKey    string          `json:"idempotencyKey,omitempty"`
 	// Secrets binds the task's declared secrets to their sources
 	// ("vault:NAME"); never values.
-	Secrets        map[string]string `json:"secrets,omitempty"`
-	WorkerID       string            `json:"workerId,omitempty"`
-	Tier           string            `json:"tier,omitempty"`
-	MaxDurationSec int               `json:"maxDuration"`
+	Secrets map[string]string `json:"secrets,omitempty"`
+	// WorkspaceID is the workspace the run is attached to.
+	WorkspaceID    string `json:"workspaceId,omitempty"`
+	WorkerID       string `json:"workerId,omitempty"`
+	Tier           string `json:"tier,omitempty"`
+	MaxDurationSec int    `json:"maxDuration"`
 	// Needs is what the run's sandbox asks of a worker (from the task).
 	Needs      workers.Need `json:"needs"`
 	CreatedAt  time.Time    `json:"createdAt"`

@@ -165,7 +165,7 @@ func (s *Service) explainWait(ctx context.Context, r Run) {
 	}
 	var why []string
 	for _, w := range ws {
-		ok, reason := w.Capabilities.Fits(r.Needs)
+		ok, reason := w.Takes(r.Needs)
 		if ok {
 			return
 		}

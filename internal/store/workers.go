@@ -10,6 +10,7 @@ import (
 
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/workers"
+	"github.com/helmr/helmr/internal/workspaces"
 )
 
 // ValidateNeed rejects needs no worker could meet or compare against: a
@@ -85,3 +86,52 @@ func RunKind(k string) string {
 // LeaseCandidates bounds how many queued runs that fit a worker's CPU and
 // memory LeaseRun reads to find one whose digest needs the worker meets.
 const LeaseCandidates = 64
+
+// Workspace list page sizes.
+const (
+	DefaultWorkspacesLimit = 50
+	MaxWorkspacesLimit     = 1000
+)
+
+// NewWorkspace prepares w for CreateWorkspace: an ID and creation time
+// when unset, and the fields every workspace needs.
+func NewWorkspace(w workspaces.Workspace) (workspaces.Workspace, error) {
+	if w.Project == "" || w.Env == "" || w.TaskID == "" {
+		return workspaces.Workspace{}, fmt.Errorf("create workspace: project, env and task are required: %w", workspaces.ErrInvalid)
+	}
+	if w.ID == "" {
+		w.ID = NewID(workspaces.Prefix)
+	}
+	w.CreatedAt = Time(w.CreatedAt)
+	w.WorkerID, w.LastRunID, w.UsedAt, w.DeletedAt = "", "", nil, nil
+	return w, nil
+}
+
+// IDRows is the result of a query returning one id column.
+type IDRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// Gone returns the ids that rows (the live ones among ids) do not hold.
+func Gone(ids []string, rows IDRows) ([]string, error) {
+	live := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		live[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, id := range ids {
+		if !live[id] {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}

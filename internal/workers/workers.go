@@ -44,6 +44,18 @@ type Need struct {
 	// BaseDigest is what the image's base resolved to at deploy: the
 	// worker pulls a registry base by it, not by its tag.
 	BaseDigest string `json:"baseDigest,omitempty"`
+	// Worker, if set, is the only worker that can take the run: it holds
+	// the files of the run's workspace.
+	Worker string `json:"worker,omitempty"`
+}
+
+// Takes reports whether worker w can run a sandbox needing n, and if not,
+// why.
+func (w Worker) Takes(n Need) (bool, string) {
+	if n.Worker != "" && n.Worker != w.ID {
+		return false, "the run's workspace is on worker " + n.Worker
+	}
+	return w.Capabilities.Fits(n)
 }
 
 // Fits reports whether a worker with c can run a sandbox needing n, and if

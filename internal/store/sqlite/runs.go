@@ -17,7 +17,7 @@ import (
 const runColumns = `id, project, env, task_id, deployment_id, deployment_version, status,
 	payload, output, error, idempotency_key, worker_id, tier, max_duration_sec,
 	need_cpu, need_memory, created_at, started_at, finished_at, last_seq, secrets,
-	kind, need_digests, need_image, need_base_digest`
+	kind, need_digests, need_image, need_base_digest, workspace_id, need_worker`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -31,7 +31,7 @@ func scanRun(row scanner) (runs.Run, error) {
 	err := row.Scan(&r.ID, &r.Project, &r.Env, &r.TaskID, &r.DeploymentID, &r.DeploymentVersion, &r.Status,
 		&payload, &output, &errJSON, &key, &r.WorkerID, &r.Tier, &r.MaxDurationSec,
 		&r.Needs.CPU, &r.Needs.MemoryBytes, &created, &started, &finished, &r.LastSeq, &secrets,
-		&r.Kind, &digests, &r.Needs.Image, &r.Needs.BaseDigest)
+		&r.Kind, &digests, &r.Needs.Image, &r.Needs.BaseDigest, &r.WorkspaceID, &r.Needs.Worker)
 	if err != nil {
 		return runs.Run{}, err
 	}
@@ -93,11 +93,11 @@ func (s *Store) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, erro
 			}
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO runs (`+runColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, '', '', ?, ?, ?, ?, NULL, NULL, 1, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, '', '', ?, ?, ?, ?, NULL, NULL, 1, ?, ?, ?, ?, ?, ?, ?)`,
 			r.ID, r.Project, r.Env, r.TaskID, r.DeploymentID, r.DeploymentVersion, r.Status,
 			nullText(r.Payload), nullText(r.IdempotencyKey), r.MaxDurationSec,
 			r.Needs.CPU, r.Needs.MemoryBytes, fmtTime(r.CreatedAt), store.EncodeBindings(r.Secrets),
-			r.Kind, store.EncodeDigests(r.Needs.Digests), r.Needs.Image, r.Needs.BaseDigest)
+			r.Kind, store.EncodeDigests(r.Needs.Digests), r.Needs.Image, r.Needs.BaseDigest, r.WorkspaceID, r.Needs.Worker)
 		if err != nil {
 			return err
 		}
@@ -243,7 +243,7 @@ func (s *Store) LeaseRun(ctx context.Context, workerID string, offer workers.Cap
 				rows.Close()
 				return fmt.Errorf("lease run: %w", err)
 			}
-			found, _ = offer.Fits(r.Needs)
+			found, _ = workers.Worker{ID: workerID, Capabilities: offer}.Takes(r.Needs)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {

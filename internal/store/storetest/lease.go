@@ -13,6 +13,7 @@ var leaseTests = []storeTest{
 	{"LeaseRunOrder", testLeaseOrder},
 	{"LeaseRunFit", testLeaseFit},
 	{"LeaseRunConcurrent", testLeaseConcurrent},
+	{"LeaseRunWorker", testLeaseWorker},
 }
 
 // anything is an offer every run without digest needs fits.
@@ -158,5 +159,26 @@ func testLeaseConcurrent(t *testing.T, s Store) {
 	page, err := s.ListRuns(t.Context(), runs.Filter{Status: runs.StatusQueued})
 	if err != nil || len(page.Runs) != 0 {
 		t.Errorf("ListRuns(QUEUED) after leasing = %d runs, %v; want 0", len(page.Runs), err)
+	}
+}
+
+// testLeaseWorker checks that a run needing a given worker (the one that
+// holds its workspace) goes to that worker only, while others lease what
+// is queued behind it.
+func testLeaseWorker(t *testing.T, s Store) {
+	ctx := t.Context()
+	pinned := newRun("p", "dev", "pinned")
+	pinned.CreatedAt, pinned.Needs = at(0), workers.Need{Worker: "w2"}
+	pinned = mustCreate(t, s, pinned)
+	free := newRun("p", "dev", "free")
+	free.CreatedAt = at(1)
+	free = mustCreate(t, s, free)
+	if got, err := s.LeaseRun(ctx, "w1", anything, at(10)); err != nil || got.ID != free.ID {
+		t.Errorf("LeaseRun(w1) = %s, %v; want the unpinned run %s", got.ID, err, free.ID)
+	}
+	_, err := s.LeaseRun(ctx, "w1", anything, at(11))
+	wantErr(t, "LeaseRun(w1, only a run pinned to w2 queued)", err, runs.ErrNotFound)
+	if got, err := s.LeaseRun(ctx, "w2", anything, at(12)); err != nil || got.ID != pinned.ID {
+		t.Errorf("LeaseRun(w2) = %s, %v; want the pinned run %s", got.ID, err, pinned.ID)
 	}
 }

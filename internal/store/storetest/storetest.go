@@ -19,6 +19,7 @@ import (
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/workers"
+	"github.com/helmr/helmr/internal/workspaces"
 )
 
 // Store is what an engine implements.
@@ -26,6 +27,7 @@ type Store interface {
 	runs.Store
 	deployments.Store
 	workers.Store
+	workspaces.Store
 }
 
 // RowCounter is optionally implemented by the store an engine's test passes
@@ -35,7 +37,7 @@ type RowCounter interface {
 }
 
 // Tables lists every table of the schema that holds domain rows.
-var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers"}
+var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers", "workspaces"}
 
 type storeTest struct {
 	name string
@@ -52,6 +54,7 @@ func RunStoreSuite(t *testing.T, open func(t *testing.T) Store) {
 	tests = append(tests, eventTests...)
 	tests = append(tests, deploymentTests...)
 	tests = append(tests, workerTests...)
+	tests = append(tests, workspaceTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,130 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/helmr/helmr/internal/store"
+	"github.com/helmr/helmr/internal/workspaces"
+)
+
+const workspaceColumns = `id, project, env, task_id, worker_id, last_run_id, created_at, used_at, deleted_at`
+
+func scanWorkspace(row scanner) (workspaces.Workspace, error) {
+	var (
+		w             workspaces.Workspace
+		created       string
+		used, deleted sql.NullString
+		errs          [3]error
+	)
+	if err := row.Scan(&w.ID, &w.Project, &w.Env, &w.TaskID, &w.WorkerID, &w.LastRunID, &created, &used, &deleted); err != nil {
+		return workspaces.Workspace{}, err
+	}
+	w.CreatedAt, errs[0] = parseTime(created)
+	w.UsedAt, errs[1] = parseTimePtr(used)
+	w.DeletedAt, errs[2] = parseTimePtr(deleted)
+	return w, errors.Join(errs[:]...)
+}
+
+// CreateWorkspace stores w.
+func (s *Store) CreateWorkspace(ctx context.Context, w workspaces.Workspace) (workspaces.Workspace, error) {
+	w, err := store.NewWorkspace(w)
+	if err != nil {
+		return workspaces.Workspace{}, err
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO workspaces (id, project, env, task_id, created_at) VALUES (?, ?, ?, ?, ?)`,
+			w.ID, w.Project, w.Env, w.TaskID, fmtTime(w.CreatedAt))
+		return err
+	})
+	if err != nil {
+		return workspaces.Workspace{}, fmt.Errorf("create workspace: %w", err)
+	}
+	return w, nil
+}
+
+// GetWorkspace returns the workspace with id.
+func (s *Store) GetWorkspace(ctx context.Context, id string) (workspaces.Workspace, error) {
+	w, err := scanWorkspace(s.r.QueryRowContext(ctx, `SELECT `+workspaceColumns+` FROM workspaces WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return workspaces.Workspace{}, fmt.Errorf("get workspace %s: %w", id, workspaces.ErrNotFound)
+	}
+	if err != nil {
+		return workspaces.Workspace{}, fmt.Errorf("get workspace %s: %w", id, err)
+	}
+	return w, nil
+}
+
+// ListWorkspaces returns the live workspaces of project/env, newest first.
+func (s *Store) ListWorkspaces(ctx context.Context, project, env string, limit int) ([]workspaces.Workspace, error) {
+	limit = store.Limit(limit, store.DefaultWorkspacesLimit, store.MaxWorkspacesLimit)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+workspaceColumns+` FROM workspaces
+		WHERE project = ? AND env = ? AND deleted_at IS NULL ORDER BY created_at DESC, id DESC LIMIT ?`, project, env, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list workspaces of %s/%s: %w", project, env, err)
+	}
+	defer rows.Close()
+	out := []workspaces.Workspace{}
+	for rows.Next() {
+		w, err := scanWorkspace(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list workspaces of %s/%s: %w", project, env, err)
+		}
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list workspaces of %s/%s: %w", project, env, err)
+	}
+	return out, nil
+}
+
+// UseWorkspace records a run of the workspace on a worker.
+func (s *Store) UseWorkspace(ctx context.Context, id, runID, workerID string, at time.Time) error {
+	return s.updateWorkspace(ctx, id, `UPDATE workspaces SET last_run_id = ?, worker_id = ?, used_at = ? WHERE id = ?`,
+		runID, workerID, fmtTime(at), id)
+}
+
+// DeleteWorkspace marks the workspace deleted (the first deletion's time stays).
+func (s *Store) DeleteWorkspace(ctx context.Context, id string, at time.Time) error {
+	return s.updateWorkspace(ctx, id, `UPDATE workspaces SET deleted_at = COALESCE(deleted_at, ?) WHERE id = ?`, fmtTime(at), id)
+}
+
+func (s *Store) updateWorkspace(ctx context.Context, id, q string, args ...any) error {
+	var n int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("update workspace %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("update workspace %s: %w", id, workspaces.ErrNotFound)
+	}
+	return nil
+}
+
+// DeletedWorkspaces returns which of ids are deleted or unknown.
+func (s *Store) DeletedWorkspaces(ctx context.Context, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT id FROM workspaces WHERE deleted_at IS NULL AND id IN (?`+
+		strings.Repeat(", ?", len(ids)-1)+`)`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("deleted workspaces: %w", err)
+	}
+	defer rows.Close()
+	return store.Gone(ids, rows)
+}

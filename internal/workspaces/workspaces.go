@@ -1,0 +1,58 @@
+// Package workspaces holds workspaces: durable project-environment objects
+// whose files outlive the runs that use them. A run attaches to one (or
+// Helmr makes one for it); the next run that attaches finds what the last
+// one left. A workspace's files live on the worker that last used it, as
+// one filesystem image under its quota; runs of it go to that worker.
+package workspaces
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Prefix starts every workspace ID.
+const Prefix = "ws_"
+
+// Workspace is a workspace as the control plane knows it.
+type Workspace struct {
+	ID      string `json:"id"`
+	Project string `json:"project"`
+	Env     string `json:"env"`
+	// TaskID is the task whose sandbox made the workspace (its image seeds
+	// a fresh workspace, its workspace path is where runs see it).
+	TaskID string `json:"taskId"`
+	// WorkerID holds the workspace's files; empty until a run used it.
+	WorkerID string `json:"workerId,omitempty"`
+	// LastRunID is the latest run attached to it.
+	LastRunID string     `json:"lastRunId,omitempty"`
+	CreatedAt time.Time  `json:"createdAt"`
+	UsedAt    *time.Time `json:"usedAt,omitempty"`
+	// DeletedAt is set once deleted: no run may attach, and its worker
+	// removes its files.
+	DeletedAt *time.Time `json:"deletedAt,omitempty"`
+}
+
+// Store persists workspaces.
+type Store interface {
+	// CreateWorkspace stores w (ID and CreatedAt assigned when empty).
+	CreateWorkspace(ctx context.Context, w Workspace) (Workspace, error)
+	// GetWorkspace returns ErrNotFound for an unknown id (deleted ones are
+	// returned, with DeletedAt set).
+	GetWorkspace(ctx context.Context, id string) (Workspace, error)
+	// ListWorkspaces returns the live workspaces of project/env, newest
+	// first.
+	ListWorkspaces(ctx context.Context, project, env string, limit int) ([]Workspace, error)
+	// UseWorkspace records that run runID on workerID used the workspace.
+	UseWorkspace(ctx context.Context, id, runID, workerID string, at time.Time) error
+	// DeleteWorkspace marks it deleted; ErrNotFound when unknown.
+	DeleteWorkspace(ctx context.Context, id string, at time.Time) error
+	// DeletedWorkspaces returns which of ids are deleted (or unknown).
+	DeletedWorkspaces(ctx context.Context, ids []string) ([]string, error)
+}
+
+// Errors.
+var (
+	ErrNotFound = errors.New("workspace not found")
+	ErrInvalid  = errors.New("invalid workspace")
+)
