@@ -42,6 +42,7 @@ func commands() []command {
 		{"logs", "print a run's logs (-f to follow)", runLogs},
 		{"cancel", "cancel a run", runCancel},
 		{"image", "`image build PATH TASK` (--no-cache, --oci DIR, --ext4 FILE) builds a task's image here; `image export PATH TASK DIR` (--no-cache, --ext4 FILE) also writes it as an OCI image layout", runImage},
+		{"workspace", "`workspace list`, `workspace show ID`, `workspace delete ID`: workspaces keep files between the runs attached to them (`run --workspace ID`)", runWorkspace},
 		{"secret", "`secret set NAME` (value on stdin), `secret list`, `secret delete NAME`, `secret rotate-key --new-key-file F`", runSecret},
 		{"doctor", "show which isolation tiers work on this host, and which one runs sandboxes", runDoctor},
 		{"version", "print the version", func(_ context.Context, a *App, _ []string) error {

@@ -20,12 +20,13 @@ func runRun(ctx context.Context, a *App, args []string) error {
 	fs.Var(bindings, "secret", "bind a secret the task declares: NAME=vault:NAME (repeatable)")
 	key := fs.String("idempotency-key", "", "a repeat with the same key returns the same run")
 	wait := fs.Bool("wait", false, "follow the run's logs and wait for it to finish; exit non-zero unless it completed")
+	workspace := fs.String("workspace", "", "attach the run to this workspace (ws_…): it finds what the workspace's last run left; default: a new workspace")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return errors.New("usage: helmr run TASK [--payload-json JSON] [--wait]")
+		return errors.New("usage: helmr run TASK [--payload-json JSON] [--workspace ID] [--wait]")
 	}
 	if !json.Valid([]byte(*payload)) {
 		return fmt.Errorf("--payload-json is not valid JSON: %s", *payload)
@@ -37,7 +38,8 @@ func runRun(ctx context.Context, a *App, args []string) error {
 	if err := a.requireProject(); err != nil {
 		return err
 	}
-	r, created, err := c.TriggerRunWith(ctx, a.cfg.Project, a.cfg.Env, pos[0], json.RawMessage(*payload), *key, bindings)
+	r, created, err := c.Trigger(ctx, a.cfg.Project, a.cfg.Env, pos[0], client.TriggerOptions{
+		Payload: json.RawMessage(*payload), IdempotencyKey: *key, Secrets: bindings, WorkspaceID: *workspace})
 	if err != nil {
 		return err
 	}
@@ -49,7 +51,7 @@ func runRun(ctx context.Context, a *App, args []string) error {
 		if !created {
 			verb = "existing"
 		}
-		fmt.Fprintf(a.Stdout, "%s run %s (%s)\n", verb, r.ID, r.Status)
+		fmt.Fprintf(a.Stdout, "%s run %s (%s) in workspace %s\n", verb, r.ID, r.Status, r.WorkspaceID)
 		return nil
 	}
 	if !a.json {

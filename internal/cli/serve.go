@@ -21,6 +21,7 @@ import (
 	"github.com/helmr/helmr/internal/store/sqlite"
 	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/workers"
+	"github.com/helmr/helmr/internal/workspaces"
 )
 
 // store is what the control plane needs from a storage engine.
@@ -29,6 +30,7 @@ type store interface {
 	deployments.Store
 	workers.Store
 	vault.Store
+	workspaces.Store
 	Close() error
 }
 
@@ -73,7 +75,8 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		svc.Vault = v
 	}
 	svc.Deployments = st
-	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v})
+	svc.Workspaces = st
+	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: st, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		st.Close()

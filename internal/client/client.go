@@ -17,6 +17,7 @@ import (
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/vault"
+	"github.com/helmr/helmr/internal/workspaces"
 )
 
 // Client talks to one control plane.
@@ -159,16 +160,56 @@ func (c *Client) TriggerRun(ctx context.Context, project, env, task string, payl
 // TriggerRunWith is TriggerRun binding the task's secrets (name →
 // "vault:NAME").
 func (c *Client) TriggerRunWith(ctx context.Context, project, env, task string, payload json.RawMessage, key string, secrets map[string]string) (runs.Run, bool, error) {
+	return c.Trigger(ctx, project, env, task, TriggerOptions{Payload: payload, IdempotencyKey: key, Secrets: secrets})
+}
+
+// TriggerOptions are a new run's payload, idempotency key, secret
+// bindings (name → "vault:NAME") and workspace (empty: a new one).
+type TriggerOptions struct {
+	Payload        json.RawMessage
+	IdempotencyKey string
+	Secrets        map[string]string
+	WorkspaceID    string
+}
+
+// Trigger starts a run; created is false when the idempotency key matched
+// an existing run.
+func (c *Client) Trigger(ctx context.Context, project, env, task string, o TriggerOptions) (runs.Run, bool, error) {
 	var r runs.Run
-	body := map[string]any{"payload": payload}
-	if key != "" {
-		body["idempotencyKey"] = key
+	body := map[string]any{"payload": o.Payload}
+	if o.IdempotencyKey != "" {
+		body["idempotencyKey"] = o.IdempotencyKey
 	}
-	if len(secrets) > 0 {
-		body["secrets"] = secrets
+	if len(o.Secrets) > 0 {
+		body["secrets"] = o.Secrets
+	}
+	if o.WorkspaceID != "" {
+		body["workspaceId"] = o.WorkspaceID
 	}
 	st, err := c.do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(task)+"/runs", scope(project, env), body, &r)
 	return r, st == http.StatusCreated, err
+}
+
+// ListWorkspaces lists the live workspaces of project/env.
+func (c *Client) ListWorkspaces(ctx context.Context, project, env string) ([]workspaces.Workspace, error) {
+	var out struct {
+		Workspaces []workspaces.Workspace `json:"workspaces"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/workspaces", scope(project, env), nil, &out)
+	return out.Workspaces, err
+}
+
+// GetWorkspace fetches a workspace.
+func (c *Client) GetWorkspace(ctx context.Context, id string) (workspaces.Workspace, error) {
+	var w workspaces.Workspace
+	_, err := c.do(ctx, http.MethodGet, "/v1/workspaces/"+url.PathEscape(id), nil, nil, &w)
+	return w, err
+}
+
+// DeleteWorkspace deletes a workspace.
+func (c *Client) DeleteWorkspace(ctx context.Context, id string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/v1/workspaces/"+url.PathEscape(id), nil, nil, nil)
+	return err
 }
 
 // GetRun fetches a run.

@@ -92,6 +92,15 @@ func (w Worker) RunSecrets(ctx context.Context, runID string) (map[string][]byte
 	return vals, nil
 }
 
+// DeletedWorkspaces implements worker.ControlPlane.
+func (w Worker) DeletedWorkspaces(ctx context.Context, ids []string) ([]string, error) {
+	var out struct {
+		Deleted []string `json:"deleted"`
+	}
+	_, err := w.C.do(ctx, http.MethodPost, "/v1/worker/workspaces/deleted", nil, map[string]any{"ids": ids}, &out)
+	return out.Deleted, err
+}
+
 // BuildSecret implements worker.ControlPlane.
 func (w Worker) BuildSecret(ctx context.Context, runID, name string) ([]byte, error) {
 	var out struct {

@@ -203,7 +203,7 @@ func testSandboxIsolation(t *testing.T, tier string) {
 			t.Errorf("%s: probe reported %s", c.name, r.Output)
 		}
 	}
-	if _, err := workspaceFile(t, d.dataDir, r.ID, "probe.txt"); err != nil {
+	if _, err := workspaceFile(t, d.dataDir, r.WorkspaceID, "probe.txt"); err != nil {
 		t.Errorf("the workspace write did not reach the host: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -26,10 +27,12 @@ import (
 type dev struct {
 	t       *testing.T
 	bin     string
-	env     []string
+	base    []string // the environment helmr dev starts with
+	env     []string // base and the running helmr dev's URL
 	dataDir string
 	url     string
 	api     *client.Client
+	stop    func() // stops the running helmr dev (once)
 }
 
 // tiers are the isolation tiers the end-to-end tests run on.
@@ -67,12 +70,21 @@ func startDev(t *testing.T, tier string, env ...string) *dev {
 	bin := testenv.Binaries(t)
 	tmp := t.TempDir()
 	d := &dev{t: t, bin: bin, dataDir: filepath.Join(tmp, "data")}
-	d.env = append(os.Environ(),
+	d.base = append(os.Environ(),
 		"HELMR_DATA_DIR="+d.dataDir, "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
 		"HELMR_ADDR=127.0.0.1:0", "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROJECT=", "HELMR_URL=",
 		"HELMR_RUNTIME="+tier)
-	d.env = append(d.env, env...)
-	cmd := exec.Command(filepath.Join(bin, "helmr"), "dev")
+	d.base = append(d.base, env...)
+	d.launch()
+	return d
+}
+
+// launch starts helmr dev with d's settings and waits for its URL.
+func (d *dev) launch() {
+	t := d.t
+	t.Helper()
+	d.env = slices.Clip(d.base)
+	cmd := exec.Command(filepath.Join(d.bin, "helmr"), "dev")
 	cmd.Env = d.env
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -83,20 +95,24 @@ func startDev(t *testing.T, tier string, env ...string) *dev {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("helmr dev log:\n%s", logs.String())
-		}
-	})
+	var once sync.Once
+	d.stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(os.Interrupt)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+			if t.Failed() {
+				t.Logf("helmr dev log:\n%s", logs.String())
+			}
+		})
+	}
+	t.Cleanup(d.stop)
 	urlCh := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -113,7 +129,14 @@ func startDev(t *testing.T, tier string, env ...string) *dev {
 	}
 	d.env = append(d.env, "HELMR_URL="+d.url)
 	d.api = client.New(d.url, "")
-	return d
+}
+
+// restart stops helmr dev and starts it again on the same data dir (a
+// fresh worker; the store, vault and workspaces stay).
+func (d *dev) restart() {
+	d.t.Helper()
+	d.stop()
+	d.launch()
 }
 
 // helmr runs the CLI and returns stdout, stderr and the exit code.
@@ -244,12 +267,15 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
-// workspaceFile reads a file of a finished run's workspace on a worker
+// workspaceFile reads a file of a workspace no run holds, on a worker
 // with data dir dataDir: from its disk image (mounted read-only for the
 // read) under a workspace quota, else from its directory.
-func workspaceFile(t *testing.T, dataDir, runID, name string) ([]byte, error) {
+func workspaceFile(t *testing.T, dataDir, workspaceID, name string) ([]byte, error) {
 	t.Helper()
-	base := filepath.Join(dataDir, "workspaces", runID)
+	if workspaceID == "" {
+		t.Fatal("workspaceFile: the run has no workspace")
+	}
+	base := filepath.Join(dataDir, "workspaces", workspaceID)
 	if _, err := os.Stat(base + ".img"); err != nil {
 		return os.ReadFile(filepath.Join(base, name))
 	}

@@ -67,7 +67,7 @@ func testHello(t *testing.T, tier string) {
 	if output.Greeting != "Hello, e2e!" || output.File != "hello.txt" || !strings.HasPrefix(output.Node, "v22.") {
 		t.Errorf("output = %+v, want greeting for e2e from node 22", output)
 	}
-	data, err := workspaceFile(t, d.dataDir, r.ID, "hello.txt")
+	data, err := workspaceFile(t, d.dataDir, r.WorkspaceID, "hello.txt")
 	if err != nil || string(data) != "Hello, e2e!\n" {
 		t.Errorf("workspace hello.txt = %q, %v; want the greeting", data, err)
 	}

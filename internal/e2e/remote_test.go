@@ -40,7 +40,7 @@ func TestRemoteWorker(t *testing.T) {
 	if !strings.Contains(strings.Join(logLines(d.events(r.ID)), "\n"), "hello: wrote hello.txt") {
 		t.Errorf("logs sent over HTTP lack the task's lines")
 	}
-	if data, err := workspaceFile(t, filepath.Join(tmp, "worker"), r.ID, "hello.txt"); err != nil || string(data) != "Hello, remote!\n" {
+	if data, err := workspaceFile(t, filepath.Join(tmp, "worker"), r.WorkspaceID, "hello.txt"); err != nil || string(data) != "Hello, remote!\n" {
 		t.Errorf("worker workspace hello.txt = %q, %v", data, err)
 	}
 	// A wrong worker token is refused.

@@ -15,6 +15,8 @@ type TriggerRequest struct {
 	Payload        json.RawMessage   `json:"payload"`
 	IdempotencyKey string            `json:"idempotencyKey,omitempty"`
 	Secrets        map[string]string `json:"secrets,omitempty"`
+	// WorkspaceID attaches the run to an existing workspace; empty: a new one.
+	WorkspaceID string `json:"workspaceId,omitempty"`
 }
 
 func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request) error {
@@ -35,7 +37,7 @@ func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request) error {
 	}
 	run, created, err := s.cfg.Runs.Trigger(r.Context(), runs.TriggerRequest{
 		Project: project, Env: env, TaskID: r.PathValue("id"), Payload: req.Payload, IdempotencyKey: key,
-		Secrets: req.Secrets,
+		Secrets: req.Secrets, WorkspaceID: req.WorkspaceID,
 	})
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/worker"
+	"github.com/helmr/helmr/internal/workspaces"
 )
 
 // Config wires a Server.
@@ -26,6 +27,9 @@ type Config struct {
 	LeaseWait time.Duration
 	// Vault holds the secrets; nil: the secrets endpoints answer 503.
 	Vault *vault.Vault
+	// Workspaces holds the workspaces; nil: the workspace endpoints
+	// answer 503.
+	Workspaces workspaces.Store
 }
 
 // Server is the control plane's HTTP API.
@@ -46,7 +50,7 @@ func New(cfg Config) *Server {
 		cfg.LeaseWait = 20 * time.Second
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
-		control: &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Wait: cfg.LeaseWait}}
+		control: &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Workspaces: cfg.Workspaces, Wait: cfg.LeaseWait}}
 	for _, r := range s.routes() {
 		s.mux.Handle(r.pattern, s.adapt(r.h))
 	}
@@ -76,6 +80,9 @@ func (s *Server) routes() []route {
 		{"GET /v1/secrets", s.listSecrets},
 		{"PUT /v1/secrets/{name}", s.setSecret},
 		{"DELETE /v1/secrets/{name}", s.deleteSecret},
+		{"GET /v1/workspaces", s.listWorkspaces},
+		{"GET /v1/workspaces/{id}", s.getWorkspace},
+		{"DELETE /v1/workspaces/{id}", s.deleteWorkspace},
 		{"POST /v1/worker/lease", w(s.workerLease)},
 		{"POST /v1/worker/heartbeat", w(s.workerHeartbeat)},
 		{"GET /v1/worker/deployments/{id}/files", w(s.workerFiles)},
@@ -85,6 +92,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/worker/runs/{id}/status", w(s.workerStatus)},
 		{"GET /v1/worker/runs/{id}/secrets", w(s.workerSecrets)},
 		{"GET /v1/worker/runs/{id}/build-secrets/{name}", w(s.workerBuildSecret)},
+		{"POST /v1/worker/workspaces/deleted", w(s.workerDeletedWorkspaces)},
 	}
 }
 

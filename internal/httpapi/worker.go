@@ -118,6 +118,32 @@ func (s *Server) workerSecrets(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]any{"secrets": out})
 }
 
+// workerDeletedWorkspaces tells a worker which of the workspaces it holds
+// files of were deleted (or are unknown), so it removes them.
+func (s *Server) workerDeletedWorkspaces(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		IDs []string `json:"ids"`
+	}
+	if err := decodeJSON(w, r, 4<<20, &req); err != nil {
+		return err
+	}
+	if len(req.IDs) > 100000 {
+		return badRequest("at most 100000 workspace ids at once")
+	}
+	st, err := s.workspaceStore()
+	if err != nil {
+		return err
+	}
+	gone, err := st.DeletedWorkspaces(r.Context(), req.IDs)
+	if err != nil {
+		return err
+	}
+	if gone == nil {
+		gone = []string{}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"deleted": gone})
+}
+
 // workerBuildSecret hands the worker building a run's image one build
 // secret the image names.
 func (s *Server) workerBuildSecret(w http.ResponseWriter, r *http.Request) error {

@@ -177,6 +177,8 @@ type Filter struct {
 	Status  Status
 	// Kind selects task runs ("" or KindTask) or build runs (KindBuild).
 	Kind string
+	// WorkspaceID selects the runs attached to a workspace.
+	WorkspaceID string
 	// Limit caps the page size (the store applies 1..1000, default 50).
 	Limit int
 	// Cursor is the opaque NextCursor of a previous page.

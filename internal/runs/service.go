@@ -11,6 +11,7 @@ import (
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/workers"
+	"github.com/helmr/helmr/internal/workspaces"
 )
 
 // MaxPayloadBytes caps a run's JSON payload.
@@ -38,6 +39,9 @@ type Service struct {
 	// Deployments, if set, lets build secrets be checked against the
 	// run's image. Set before use.
 	Deployments DeploymentLookup
+	// Workspaces, if set, gives every run a workspace: the one it asks
+	// for, or a new one. Set before use.
+	Workspaces workspaces.Store
 
 	store   Store
 	tasks   TaskLookup
@@ -65,6 +69,9 @@ type TriggerRequest struct {
 	IdempotencyKey string
 	// Secrets binds the task's declared secrets: name → "vault:NAME".
 	Secrets map[string]string
+	// WorkspaceID attaches the run to an existing workspace of the same
+	// project environment; empty: a new workspace.
+	WorkspaceID string
 }
 
 // Trigger creates a QUEUED run of the latest deployment of the task. With an
@@ -96,12 +103,25 @@ func (s *Service) Trigger(ctx context.Context, req TriggerRequest) (Run, bool, e
 	if maxDur <= 0 {
 		maxDur = DefaultMaxDuration
 	}
+	needs := needsOf(task)
+	ws, fresh, err := s.workspaceFor(ctx, req)
+	if err != nil {
+		return Run{}, false, err
+	}
+	needs.Host = ws.Host
 	r, created, err := s.store.CreateRun(ctx, Run{
 		Project: req.Project, Env: req.Env, TaskID: req.TaskID,
 		DeploymentID: task.DeploymentID, DeploymentVersion: task.DeploymentVersion,
 		Status: StatusQueued, Payload: req.Payload, IdempotencyKey: req.IdempotencyKey, Secrets: req.Secrets,
-		MaxDurationSec: maxDur, Needs: needsOf(task), CreatedAt: s.now(),
+		MaxDurationSec: maxDur, Needs: needs, CreatedAt: s.now(), WorkspaceID: ws.ID,
 	})
+	if fresh && (err != nil || !created) {
+		// The run was not made (or is a repeat of one that has its own):
+		// the new workspace serves nothing.
+		if derr := s.Workspaces.DeleteWorkspace(ctx, ws.ID, s.now()); derr != nil {
+			s.log.Warn("drop an unused workspace", "workspace_id", ws.ID, "err", derr)
+		}
+	}
 	if err != nil {
 		return Run{}, false, fmt.Errorf("create run: %w", err)
 	}
@@ -237,8 +257,51 @@ func (s *Service) Lease(ctx context.Context, workerID string, caps workers.Capab
 	if err != nil {
 		return Run{}, err
 	}
+	if r.WorkspaceID != "" && s.Workspaces != nil && caps.Host != "" {
+		// The workspace's files are on this worker's host from now on:
+		// its next runs go there.
+		if err := s.Workspaces.UseWorkspace(ctx, r.WorkspaceID, r.ID, caps.Host, now); err != nil {
+			s.log.Error("record where a workspace is", "workspace_id", r.WorkspaceID, "run_id", r.ID, "err", err)
+		}
+	}
 	s.broker.Publish(r.ID)
 	return r, nil
+}
+
+// workspaceFor returns the workspace a new run attaches to: the one asked
+// for, which must be a live workspace of the run's project environment
+// that no unfinished run holds (a workspace serves one run at a time), or
+// a new one (fresh).
+func (s *Service) workspaceFor(ctx context.Context, req TriggerRequest) (ws workspaces.Workspace, fresh bool, err error) {
+	if s.Workspaces == nil {
+		if req.WorkspaceID != "" {
+			return ws, false, fmt.Errorf("this control plane keeps no workspaces: %w", ErrInvalid)
+		}
+		return ws, false, nil
+	}
+	if req.WorkspaceID == "" {
+		ws, err = s.Workspaces.CreateWorkspace(ctx, workspaces.Workspace{Project: req.Project, Env: req.Env, TaskID: req.TaskID, CreatedAt: s.now()})
+		if err != nil {
+			return ws, false, fmt.Errorf("create a workspace for the run: %w", err)
+		}
+		return ws, true, nil
+	}
+	ws, err = s.Workspaces.GetWorkspace(ctx, req.WorkspaceID)
+	if err != nil || ws.Project != req.Project || ws.Env != req.Env {
+		return ws, false, fmt.Errorf("workspace %q in %s/%s: %w", req.WorkspaceID, req.Project, req.Env, ErrNotFound)
+	}
+	if ws.DeletedAt != nil {
+		return ws, false, fmt.Errorf("workspace %s was deleted: %w", ws.ID, ErrConflict)
+	}
+	page, err := s.store.ListRuns(ctx, Filter{Project: req.Project, Env: req.Env, WorkspaceID: ws.ID, Limit: 1})
+	if err != nil {
+		return ws, false, err
+	}
+	if len(page.Runs) > 0 && !page.Runs[0].Status.Terminal() {
+		return ws, false, fmt.Errorf("workspace %s is in use by run %s (%s): a workspace serves one run at a time: %w",
+			ws.ID, page.Runs[0].ID, page.Runs[0].Status, ErrConflict)
+	}
+	return ws, false, nil
 }
 
 // Started moves a leased run to RUNNING on the given tier and records the

@@ -103,7 +103,7 @@ func NewWorkspace(w workspaces.Workspace) (workspaces.Workspace, error) {
 		w.ID = NewID(workspaces.Prefix)
 	}
 	w.CreatedAt = Time(w.CreatedAt)
-	w.WorkerID, w.LastRunID, w.UsedAt, w.DeletedAt = "", "", nil, nil
+	w.Host, w.LastRunID, w.UsedAt, w.DeletedAt = "", "", nil, nil
 	return w, nil
 }
 

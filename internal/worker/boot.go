@@ -78,15 +78,26 @@ func newSandboxID() string {
 // boot starts a sandbox for p and the adapter in it, and returns once the
 // adapter runs (or booting failed, with an error wrapping
 // sandbox.ErrGuestRuntime or the runtime's error). The sandbox's life is
-// not tied to ctx.
-func (w *Worker) boot(ctx context.Context, key string, p prepared) (*booted, error) {
+// not tied to ctx. existing, if set, is a workspace earlier runs left (an
+// image or a directory) that the sandbox gets instead of a fresh one.
+func (w *Worker) boot(ctx context.Context, key string, p prepared, existing string) (*booted, error) {
 	b := &booted{id: newSandboxID(), key: key, ready: make(chan struct{}), done: make(chan struct{})}
 	b.dir = filepath.Join(w.cfg.DataDir, "booted", b.id)
 	b.wsDir, b.helmrDir = filepath.Join(b.dir, "workspace"), filepath.Join(b.dir, "helmr")
 	if err := os.MkdirAll(b.wsDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create workspace: %w", err)
 	}
-	if w.disks != nil {
+	switch {
+	case strings.HasSuffix(existing, ".img"):
+		d, err := disk.Mount(existing, b.wsDir, false)
+		if err != nil {
+			os.RemoveAll(b.dir)
+			return nil, fmt.Errorf("attach the workspace: %w", err)
+		}
+		b.disk = d
+	case existing != "":
+		b.wsDir = existing
+	case w.disks != nil:
 		d, err := w.disks.Create(filepath.Join(b.dir, "workspace.img"), b.wsDir)
 		if err != nil {
 			os.RemoveAll(b.dir)
@@ -94,12 +105,14 @@ func (w *Worker) boot(ctx context.Context, key string, p prepared) (*booted, err
 		}
 		b.disk = d
 	}
-	// What the image holds at the workspace path starts the workspace
+	// What the image holds at the workspace path starts a new workspace
 	// (like a fresh volume in Docker): dependencies installed there at
 	// build time are the run's to use.
-	if _, err := p.img.CopyTree(p.spec.Workspace, b.wsDir); err != nil {
-		b.removeDir()
-		return nil, fmt.Errorf("%w: seed the workspace from the image's %s: %w", images.ErrPreparation, p.spec.Workspace, err)
+	if existing == "" {
+		if _, err := p.img.CopyTree(p.spec.Workspace, b.wsDir); err != nil {
+			b.removeDir()
+			return nil, fmt.Errorf("%w: seed the workspace from the image's %s: %w", images.ErrPreparation, p.spec.Workspace, err)
+		}
 	}
 	if err := writeFile(filepath.Join(b.helmrDir, "runtime", "adapter.mjs"), w.cfg.Adapter); err != nil {
 		b.removeDir()

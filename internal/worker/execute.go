@@ -88,10 +88,17 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 	}
 	red = sec.redact
 	key := bootKey(w.cfg.Runtime.Name(), p)
-	b, warm := w.warm.claim(ctx, key), true
+	// A workspace that earlier runs used boots with its files; a new one
+	// can take a sandbox booted ahead with a fresh workspace.
+	var b *booted
+	existing := w.existingWorkspace(workspaceOf(l.Run))
+	warm := existing == ""
+	if warm {
+		b = w.warm.claim(ctx, key)
+	}
 	if b == nil {
 		warm = false
-		if b, err = w.boot(ctx, key, p); err != nil {
+		if b, err = w.boot(ctx, key, p, existing); err != nil {
 			if errors.Is(err, images.ErrPreparation) {
 				return failed(runs.ClassImagePreparation, "%v", err)
 			}
@@ -142,17 +149,24 @@ func (w *Worker) claim(l Lease, b *booted, files map[string][]byte) error {
 	if b.disk != nil {
 		// The disk stays mounted where the sandbox has it; its image
 		// becomes the run's.
-		img := w.WorkspaceDir(l.Run.ID) + ".img"
+		img := w.WorkspaceDir(workspaceOf(l.Run)) + ".img"
+		if b.disk.Image == img {
+			return nil // the workspace's own disk, booted with it
+		}
 		if err := os.Rename(b.disk.Image, img); err != nil {
 			return fmt.Errorf("assign workspace: %w", err)
 		}
 		b.disk.Image = img
 		return nil
 	}
-	if err := os.Rename(b.wsDir, w.WorkspaceDir(l.Run.ID)); err != nil {
+	dir := w.WorkspaceDir(workspaceOf(l.Run))
+	if b.wsDir == dir {
+		return nil
+	}
+	if err := os.Rename(b.wsDir, dir); err != nil {
 		return fmt.Errorf("assign workspace: %w", err)
 	}
-	b.wsDir = w.WorkspaceDir(l.Run.ID)
+	b.wsDir = dir
 	return nil
 }
 

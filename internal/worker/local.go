@@ -8,12 +8,15 @@ import (
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/workers"
+	"github.com/helmr/helmr/internal/workspaces"
 )
 
 // Local is the in-process ControlPlane used by helmr dev.
 type Local struct {
 	Runs        *runs.Service
 	Deployments deployments.Store
+	// Workspaces, if set, says which workspaces were deleted.
+	Workspaces workspaces.Store
 	// Wait bounds one Lease call.
 	Wait time.Duration
 }
@@ -99,6 +102,14 @@ func (c *Local) Status(ctx context.Context, runID string) (runs.Status, error) {
 // RunSecrets implements ControlPlane.
 func (c *Local) RunSecrets(ctx context.Context, runID string) (map[string][]byte, error) {
 	return c.Runs.RunSecrets(ctx, runID)
+}
+
+// DeletedWorkspaces implements ControlPlane.
+func (c *Local) DeletedWorkspaces(ctx context.Context, ids []string) ([]string, error) {
+	if c.Workspaces == nil {
+		return nil, nil
+	}
+	return c.Workspaces.DeletedWorkspaces(ctx, ids)
 }
 
 // BuildSecret implements ControlPlane.

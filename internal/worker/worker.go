@@ -5,11 +5,14 @@ package worker
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +23,7 @@ import (
 	"github.com/helmr/helmr/internal/sandbox/disk"
 	"github.com/helmr/helmr/internal/sandbox/network"
 	"github.com/helmr/helmr/internal/workers"
+	"github.com/helmr/helmr/internal/workspaces"
 )
 
 // ErrNoWork is returned by ControlPlane.Lease when nothing was queued
@@ -49,6 +53,9 @@ type ControlPlane interface {
 	// RunSecrets returns the values of a run's bound secrets (the run must
 	// be this worker's and under way).
 	RunSecrets(ctx context.Context, runID string) (map[string][]byte, error)
+	// DeletedWorkspaces returns which of the workspaces ids (whose files
+	// this worker holds) were deleted, or are unknown.
+	DeletedWorkspaces(ctx context.Context, ids []string) ([]string, error)
 	// BuildSecret returns a build secret the run's image names (the run
 	// must be this worker's and under way).
 	BuildSecret(ctx context.Context, runID, name string) ([]byte, error)
@@ -138,6 +145,13 @@ func New(cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("worker data dir: %w", err)
 		}
 	}
+	if cfg.Capabilities.Host == "" {
+		h, err := hostID(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Capabilities.Host = h
+	}
 	if cfg.WorkspaceQuota > 0 {
 		if err := disk.Check(); err != nil {
 			return nil, fmt.Errorf("worker: a workspace quota needs %w (or set the quota to 0)", err)
@@ -185,11 +199,9 @@ const (
 	collectGrace = 10 * time.Minute
 )
 
-// maybeCollect starts a layer cache collection unless one ran recently.
+// maybeCollect starts a layer cache collection, and removes the files of
+// deleted workspaces, unless that ran recently.
 func (w *Worker) maybeCollect() {
-	if w.cfg.LayerCacheMax <= 0 {
-		return
-	}
 	w.gcMu.Lock()
 	if time.Since(w.gcLast) < collectEvery {
 		w.gcMu.Unlock()
@@ -197,6 +209,10 @@ func (w *Worker) maybeCollect() {
 	}
 	w.gcLast = time.Now()
 	w.gcMu.Unlock()
+	go w.sweepWorkspaces()
+	if w.cfg.LayerCacheMax <= 0 {
+		return
+	}
 	var inUse []string
 	w.boxes.Range(func(_, v any) bool {
 		inUse = append(inUse, v.(*booted).layers...)
@@ -223,9 +239,85 @@ func (w *Worker) reportDenial(sandboxID string, d network.Denial) {
 	}
 }
 
-// WorkspaceDir is where a run's workspace lives on this worker.
-func (w *Worker) WorkspaceDir(runID string) string {
-	return filepath.Join(w.cfg.DataDir, "workspaces", runID)
+// hostID returns the identity of the host the worker keeps workspaces on:
+// made once per data dir (the machine's name and random bytes, so two data
+// dirs on one machine differ) and kept in it, so it survives restarts.
+func hostID(dataDir string) (string, error) {
+	p := filepath.Join(dataDir, "host-id")
+	if b, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	name, _ := os.Hostname()
+	rnd := make([]byte, 6)
+	_, _ = rand.Read(rnd)
+	id := name + "-" + hex.EncodeToString(rnd)
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("worker host id: %w", err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return "", fmt.Errorf("worker host id: %w", err)
+	}
+	return id, nil
+}
+
+// sweepWorkspaces removes the files of the workspaces this worker holds
+// that the control plane says were deleted. (A workspace an unfinished
+// run holds cannot be deleted, so none of these is in use.)
+func (w *Worker) sweepWorkspaces() {
+	ents, err := os.ReadDir(filepath.Join(w.cfg.DataDir, "workspaces"))
+	if err != nil {
+		return
+	}
+	var ids []string
+	for _, e := range ents {
+		if id := strings.TrimSuffix(e.Name(), ".img"); strings.HasPrefix(id, workspaces.Prefix) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	gone, err := w.cfg.Control.DeletedWorkspaces(ctx, ids)
+	if err != nil {
+		w.log.Warn("ask which workspaces were deleted", "err", err)
+		return
+	}
+	for _, id := range gone {
+		if err := errors.Join(os.Remove(w.WorkspaceDir(id)+".img"), os.RemoveAll(w.WorkspaceDir(id))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			w.log.Warn("remove a deleted workspace", "workspace_id", id, "err", err)
+			continue
+		}
+		w.log.Info("removed a deleted workspace", "workspace_id", id)
+	}
+}
+
+// WorkspaceDir is where a workspace (by ID; a run without one: by the
+// run's ID) lives on this worker: a directory, or under a workspace quota
+// the filesystem image WorkspaceDir(id)+".img".
+func (w *Worker) WorkspaceDir(id string) string {
+	return filepath.Join(w.cfg.DataDir, "workspaces", id)
+}
+
+// workspaceOf is the ID a run's workspace is kept under.
+func workspaceOf(r runs.Run) string {
+	if r.WorkspaceID != "" {
+		return r.WorkspaceID
+	}
+	return r.ID
+}
+
+// existingWorkspace returns the kept files of workspace id on this worker
+// (its image, or its directory), or "" when it has none yet.
+func (w *Worker) existingWorkspace(id string) string {
+	for _, p := range []string{w.WorkspaceDir(id) + ".img", w.WorkspaceDir(id)} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
 }
 
 // closer is the optional capability of runtimes that hold resources
@@ -240,10 +332,14 @@ type closer interface {
 func (w *Worker) Run(ctx context.Context) error {
 	slots := make(chan struct{}, w.cfg.Slots)
 	w.runCtx = ctx
-	w.wg.Add(1)
+	w.wg.Add(2)
 	go func() {
 		defer w.wg.Done()
 		w.heartbeat(ctx)
+	}()
+	go func() {
+		defer w.wg.Done()
+		w.sweepWorkspaces() // what was deleted while the worker was away
 	}()
 	defer func() {
 		w.closeWarm(context.WithoutCancel(ctx))

@@ -66,6 +66,7 @@ func (f *fakeControl) BuildSecret(_ context.Context, _, name string) ([]byte, er
 	}
 	return v, nil
 }
+func (f *fakeControl) DeletedWorkspaces(context.Context, []string) ([]string, error) { return nil, nil }
 func (f *fakeControl) Logs(context.Context, string, []runs.LogData, time.Time) error { return nil }
 func (f *fakeControl) Finish(_ context.Context, _ string, o runs.Outcome) error {
 	f.mu.Lock()

@@ -21,6 +21,9 @@ type Capabilities struct {
 	MemoryBytes int64    `json:"memoryBytes"`       // memory a single sandbox may use
 	Slots       int      `json:"slots"`             // runs executed at once
 	Digests     []string `json:"digests,omitempty"` // "kernel:…" (tiers with a guest kernel), "rootfs:BASE@sha256:…"
+	// Host identifies where the worker keeps workspaces (its machine and
+	// data dir); it stays the same across the worker's restarts.
+	Host string `json:"host,omitempty"`
 }
 
 // Worker is a worker as the control plane last saw it.
@@ -44,16 +47,16 @@ type Need struct {
 	// BaseDigest is what the image's base resolved to at deploy: the
 	// worker pulls a registry base by it, not by its tag.
 	BaseDigest string `json:"baseDigest,omitempty"`
-	// Worker, if set, is the only worker that can take the run: it holds
-	// the files of the run's workspace.
-	Worker string `json:"worker,omitempty"`
+	// Host, if set, is where the run's workspace's files are: only a
+	// worker of that host can take the run.
+	Host string `json:"host,omitempty"`
 }
 
 // Takes reports whether worker w can run a sandbox needing n, and if not,
 // why.
 func (w Worker) Takes(n Need) (bool, string) {
-	if n.Worker != "" && n.Worker != w.ID {
-		return false, "the run's workspace is on worker " + n.Worker
+	if n.Host != "" && n.Host != w.Capabilities.Host {
+		return false, "the run's workspace is on host " + n.Host
 	}
 	return w.Capabilities.Fits(n)
 }

@@ -2,7 +2,8 @@
 // whose files outlive the runs that use them. A run attaches to one (or
 // Helmr makes one for it); the next run that attaches finds what the last
 // one left. A workspace's files live on the worker that last used it, as
-// one filesystem image under its quota; runs of it go to that worker.
+// one filesystem image under its quota; runs of it go to a worker of that
+// host.
 package workspaces
 
 import (
@@ -22,8 +23,10 @@ type Workspace struct {
 	// TaskID is the task whose sandbox made the workspace (its image seeds
 	// a fresh workspace, its workspace path is where runs see it).
 	TaskID string `json:"taskId"`
-	// WorkerID holds the workspace's files; empty until a run used it.
-	WorkerID string `json:"workerId,omitempty"`
+	// Host is where the workspace's files are: the host identity of the
+	// worker (its machine and data dir, stable across its restarts) that
+	// leased its latest run; empty until then.
+	Host string `json:"host,omitempty"`
 	// LastRunID is the latest run attached to it.
 	LastRunID string     `json:"lastRunId,omitempty"`
 	CreatedAt time.Time  `json:"createdAt"`
@@ -43,8 +46,8 @@ type Store interface {
 	// ListWorkspaces returns the live workspaces of project/env, newest
 	// first.
 	ListWorkspaces(ctx context.Context, project, env string, limit int) ([]Workspace, error)
-	// UseWorkspace records that run runID on workerID used the workspace.
-	UseWorkspace(ctx context.Context, id, runID, workerID string, at time.Time) error
+	// UseWorkspace records that run runID uses the workspace on host.
+	UseWorkspace(ctx context.Context, id, runID, host string, at time.Time) error
 	// DeleteWorkspace marks it deleted; ErrNotFound when unknown.
 	DeleteWorkspace(ctx context.Context, id string, at time.Time) error
 	// DeletedWorkspaces returns which of ids are deleted (or unknown).

@@ -17,7 +17,7 @@ import (
 const runColumns = `id, project, env, task_id, deployment_id, deployment_version, status,
 	payload, output, error, idempotency_key, worker_id, tier, max_duration_sec,
 	need_cpu, need_memory, created_at, started_at, finished_at, last_seq, secrets,
-	kind, need_digests, need_image, need_base_digest, workspace_id, need_worker`
+	kind, need_digests, need_image, need_base_digest, workspace_id, need_host`
 
 func scanRun(row scanner) (runs.Run, error) {
 	var (
@@ -29,7 +29,7 @@ func scanRun(row scanner) (runs.Run, error) {
 	err := row.Scan(&r.ID, &r.Project, &r.Env, &r.TaskID, &r.DeploymentID, &r.DeploymentVersion, &r.Status,
 		&payload, &output, &errJSON, &key, &r.WorkerID, &r.Tier, &r.MaxDurationSec,
 		&r.Needs.CPU, &r.Needs.MemoryBytes, &r.CreatedAt, &r.StartedAt, &r.FinishedAt, &r.LastSeq, &secrets,
-		&r.Kind, &digests, &r.Needs.Image, &r.Needs.BaseDigest, &r.WorkspaceID, &r.Needs.Worker)
+		&r.Kind, &digests, &r.Needs.Image, &r.Needs.BaseDigest, &r.WorkspaceID, &r.Needs.Host)
 	if err != nil {
 		return runs.Run{}, err
 	}
@@ -85,7 +85,7 @@ func (s *Store) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, erro
 			r.ID, r.Project, r.Env, r.TaskID, r.DeploymentID, r.DeploymentVersion, r.Status,
 			nullText(r.Payload), nullText(r.IdempotencyKey), r.MaxDurationSec,
 			r.Needs.CPU, r.Needs.MemoryBytes, r.CreatedAt, store.EncodeBindings(r.Secrets),
-			r.Kind, store.EncodeDigests(r.Needs.Digests), r.Needs.Image, r.Needs.BaseDigest, r.WorkspaceID, r.Needs.Worker)
+			r.Kind, store.EncodeDigests(r.Needs.Digests), r.Needs.Image, r.Needs.BaseDigest, r.WorkspaceID, r.Needs.Host)
 		if err != nil {
 			return err
 		}
@@ -129,7 +129,7 @@ func (s *Store) ListRuns(ctx context.Context, f runs.Filter) (runs.Page, error) 
 	var args []any
 	for _, c := range []struct{ col, val string }{
 		{"project", f.Project}, {"env", f.Env}, {"task_id", f.TaskID}, {"status", string(f.Status)},
-		{"kind", store.RunKind(f.Kind)},
+		{"kind", store.RunKind(f.Kind)}, {"workspace_id", f.WorkspaceID},
 	} {
 		if c.val != "" {
 			args = append(args, c.val)

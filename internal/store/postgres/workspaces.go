@@ -9,11 +9,11 @@ import (
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
-const workspaceColumns = `id, project, env, task_id, worker_id, last_run_id, created_at, used_at, deleted_at`
+const workspaceColumns = `id, project, env, task_id, host, last_run_id, created_at, used_at, deleted_at`
 
 func scanWorkspace(row scanner) (workspaces.Workspace, error) {
 	var w workspaces.Workspace
-	if err := row.Scan(&w.ID, &w.Project, &w.Env, &w.TaskID, &w.WorkerID, &w.LastRunID, &w.CreatedAt, &w.UsedAt, &w.DeletedAt); err != nil {
+	if err := row.Scan(&w.ID, &w.Project, &w.Env, &w.TaskID, &w.Host, &w.LastRunID, &w.CreatedAt, &w.UsedAt, &w.DeletedAt); err != nil {
 		return workspaces.Workspace{}, err
 	}
 	w.CreatedAt = w.CreatedAt.UTC()
@@ -69,10 +69,10 @@ func (s *Store) ListWorkspaces(ctx context.Context, project, env string, limit i
 	return out, nil
 }
 
-// UseWorkspace records a run of the workspace on a worker.
-func (s *Store) UseWorkspace(ctx context.Context, id, runID, workerID string, at time.Time) error {
-	return s.updateWorkspace(ctx, id, `UPDATE workspaces SET last_run_id = $1, worker_id = $2, used_at = $3 WHERE id = $4`,
-		runID, workerID, store.Time(at), id)
+// UseWorkspace records a run of the workspace on a host.
+func (s *Store) UseWorkspace(ctx context.Context, id, runID, host string, at time.Time) error {
+	return s.updateWorkspace(ctx, id, `UPDATE workspaces SET last_run_id = $1, host = $2, used_at = $3 WHERE id = $4`,
+		runID, host, store.Time(at), id)
 }
 
 // DeleteWorkspace marks the workspace deleted (the first deletion's time stays).

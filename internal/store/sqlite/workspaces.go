@@ -12,7 +12,7 @@ import (
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
-const workspaceColumns = `id, project, env, task_id, worker_id, last_run_id, created_at, used_at, deleted_at`
+const workspaceColumns = `id, project, env, task_id, host, last_run_id, created_at, used_at, deleted_at`
 
 func scanWorkspace(row scanner) (workspaces.Workspace, error) {
 	var (
@@ -21,7 +21,7 @@ func scanWorkspace(row scanner) (workspaces.Workspace, error) {
 		used, deleted sql.NullString
 		errs          [3]error
 	)
-	if err := row.Scan(&w.ID, &w.Project, &w.Env, &w.TaskID, &w.WorkerID, &w.LastRunID, &created, &used, &deleted); err != nil {
+	if err := row.Scan(&w.ID, &w.Project, &w.Env, &w.TaskID, &w.Host, &w.LastRunID, &created, &used, &deleted); err != nil {
 		return workspaces.Workspace{}, err
 	}
 	w.CreatedAt, errs[0] = parseTime(created)
@@ -82,10 +82,10 @@ func (s *Store) ListWorkspaces(ctx context.Context, project, env string, limit i
 	return out, nil
 }
 
-// UseWorkspace records a run of the workspace on a worker.
-func (s *Store) UseWorkspace(ctx context.Context, id, runID, workerID string, at time.Time) error {
-	return s.updateWorkspace(ctx, id, `UPDATE workspaces SET last_run_id = ?, worker_id = ?, used_at = ? WHERE id = ?`,
-		runID, workerID, fmtTime(at), id)
+// UseWorkspace records a run of the workspace on a host.
+func (s *Store) UseWorkspace(ctx context.Context, id, runID, host string, at time.Time) error {
+	return s.updateWorkspace(ctx, id, `UPDATE workspaces SET last_run_id = ?, host = ?, used_at = ? WHERE id = ?`,
+		runID, host, fmtTime(at), id)
 }
 
 // DeleteWorkspace marks the workspace deleted (the first deletion's time stays).

@@ -168,17 +168,19 @@ func testLeaseConcurrent(t *testing.T, s Store) {
 func testLeaseWorker(t *testing.T, s Store) {
 	ctx := t.Context()
 	pinned := newRun("p", "dev", "pinned")
-	pinned.CreatedAt, pinned.Needs = at(0), workers.Need{Worker: "w2"}
+	pinned.CreatedAt, pinned.Needs = at(0), workers.Need{Host: "h2"}
 	pinned = mustCreate(t, s, pinned)
 	free := newRun("p", "dev", "free")
 	free.CreatedAt = at(1)
 	free = mustCreate(t, s, free)
-	if got, err := s.LeaseRun(ctx, "w1", anything, at(10)); err != nil || got.ID != free.ID {
-		t.Errorf("LeaseRun(w1) = %s, %v; want the unpinned run %s", got.ID, err, free.ID)
+	h1, h2 := anything, anything
+	h1.Host, h2.Host = "h1", "h2"
+	if got, err := s.LeaseRun(ctx, "w1", h1, at(10)); err != nil || got.ID != free.ID {
+		t.Errorf("LeaseRun(host h1) = %s, %v; want the unpinned run %s", got.ID, err, free.ID)
 	}
-	_, err := s.LeaseRun(ctx, "w1", anything, at(11))
-	wantErr(t, "LeaseRun(w1, only a run pinned to w2 queued)", err, runs.ErrNotFound)
-	if got, err := s.LeaseRun(ctx, "w2", anything, at(12)); err != nil || got.ID != pinned.ID {
-		t.Errorf("LeaseRun(w2) = %s, %v; want the pinned run %s", got.ID, err, pinned.ID)
+	_, err := s.LeaseRun(ctx, "w1", h1, at(11))
+	wantErr(t, "LeaseRun(host h1, only a run pinned to h2 queued)", err, runs.ErrNotFound)
+	if got, err := s.LeaseRun(ctx, "w2", h2, at(12)); err != nil || got.ID != pinned.ID {
+		t.Errorf("LeaseRun(host h2) = %s, %v; want the pinned run %s", got.ID, err, pinned.ID)
 	}
 }

@@ -244,7 +244,7 @@ func testNeeds(t *testing.T, s Store) {
 		{"large", workers.Need{CPU: 64, MemoryBytes: 1 << 40}},
 		{"typical", workers.Need{CPU: 1.5, MemoryBytes: 3 << 30}},
 		{"built at deploy", workers.Need{CPU: 1, Digests: []string{"rootfs:helmr/b@sha256:1", "kernel:k@sha256:2"}, Image: "sha256:3", BaseDigest: "sha256:4"}},
-		{"on a workspace's worker", workers.Need{CPU: 1, Worker: "w7"}},
+		{"on a workspace's worker", workers.Need{CPU: 1, Host: "h7"}},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -17,8 +17,8 @@ func testWorkspaces(t *testing.T, s Store) {
 	ctx := t.Context()
 	var made []workspaces.Workspace
 	for i, scope := range [][2]string{{"p", "dev"}, {"p", "dev"}, {"p", "prod"}} {
-		w, err := s.CreateWorkspace(ctx, workspaces.Workspace{Project: scope[0], Env: scope[1], TaskID: "agent", CreatedAt: at(i), WorkerID: "ignored"})
-		if err != nil || len(w.ID) != len("ws_")+26 || w.WorkerID != "" || !w.CreatedAt.Equal(at(i)) {
+		w, err := s.CreateWorkspace(ctx, workspaces.Workspace{Project: scope[0], Env: scope[1], TaskID: "agent", CreatedAt: at(i), Host: "ignored"})
+		if err != nil || len(w.ID) != len("ws_")+26 || w.Host != "" || !w.CreatedAt.Equal(at(i)) {
 			t.Fatalf("CreateWorkspace = %+v, %v; want ws_… without a worker", w, err)
 		}
 		got, err := s.GetWorkspace(ctx, w.ID)
@@ -42,7 +42,7 @@ func testWorkspaces(t *testing.T, s Store) {
 		t.Fatal(err)
 	}
 	got, _ := s.GetWorkspace(ctx, made[0].ID)
-	if got.WorkerID != "w1" || got.LastRunID != "run_1" || got.UsedAt == nil || !got.UsedAt.Equal(at(5)) {
+	if got.Host != "w1" || got.LastRunID != "run_1" || got.UsedAt == nil || !got.UsedAt.Equal(at(5)) {
 		t.Errorf("after UseWorkspace: %+v, want w1, run_1, used at %v", got, at(5))
 	}
 	wantErr(t, "UseWorkspace(missing)", s.UseWorkspace(ctx, "ws_missing", "r", "w", at(5)), workspaces.ErrNotFound)

@@ -1,5 +1,6 @@
 -- 0006: workspaces, durable project-environment objects that runs attach
--- to. worker_id is where the workspace's files are (empty until used).
+-- to. host is where the workspace's files are: a worker's host identity
+-- (empty until used); runs of it need that host.
 -- Keep in step with sqlite/migrations/0006_workspaces.sql.
 
 CREATE TABLE workspaces (
@@ -7,7 +8,7 @@ CREATE TABLE workspaces (
     project     text NOT NULL,
     env         text NOT NULL,
     task_id     text NOT NULL,
-    worker_id   text NOT NULL DEFAULT '',
+    host        text NOT NULL DEFAULT '',
     last_run_id text NOT NULL DEFAULT '',
     created_at  timestamptz NOT NULL,
     used_at     timestamptz,
@@ -17,6 +18,6 @@ CREATE TABLE workspaces (
 CREATE INDEX workspaces_project_env ON workspaces (project, env, created_at DESC, id DESC);
 
 ALTER TABLE runs ADD COLUMN workspace_id text NOT NULL DEFAULT '';
-ALTER TABLE runs ADD COLUMN need_worker text NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN need_host text NOT NULL DEFAULT '';
 
 CREATE INDEX runs_workspace ON runs (workspace_id, created_at DESC) WHERE workspace_id <> '';
