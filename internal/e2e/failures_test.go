@@ -95,7 +95,7 @@ func testRunFailures(t *testing.T, tier string) {
 			t.Errorf("no event says the workspace reached its quota")
 		}
 		var st syscall.Stat_t
-		img := filepath.Join(d.dataDir, "workspaces", r.ID+".img")
+		img := filepath.Join(d.dataDir, "workspaces", r.WorkspaceID+".img")
 		if err := syscall.Stat(img, &st); err != nil || st.Blocks*512 > 16<<20 {
 			t.Errorf("workspace image %s: %d bytes on the host (%v), want at most the 16 MiB quota", img, st.Blocks*512, err)
 		}
