@@ -18,6 +18,7 @@ import (
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/workers"
 )
 
@@ -26,6 +27,7 @@ type Store interface {
 	runs.Store
 	deployments.Store
 	workers.Store
+	waitpoints.Store
 }
 
 // RowCounter is optionally implemented by the store an engine's test passes
@@ -35,7 +37,7 @@ type RowCounter interface {
 }
 
 // Tables lists every table of the schema that holds domain rows.
-var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers"}
+var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers", "waitpoints"}
 
 type storeTest struct {
 	name string
@@ -52,6 +54,7 @@ func RunStoreSuite(t *testing.T, open func(t *testing.T) Store) {
 	tests = append(tests, eventTests...)
 	tests = append(tests, deploymentTests...)
 	tests = append(tests, workerTests...)
+	tests = append(tests, waitpointTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
