@@ -11,6 +11,7 @@ import (
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/vault"
+	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/worker"
 )
 
@@ -26,6 +27,9 @@ type Config struct {
 	LeaseWait time.Duration
 	// Vault holds the secrets; nil: the secrets endpoints answer 503.
 	Vault *vault.Vault
+	// Waits serves tokens, human waits and timers; nil: the tokens
+	// endpoints answer 503.
+	Waits *waitpoints.Service
 }
 
 // Server is the control plane's HTTP API.
@@ -46,7 +50,7 @@ func New(cfg Config) *Server {
 		cfg.LeaseWait = 20 * time.Second
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
-		control: &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Wait: cfg.LeaseWait}}
+		control: &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Waits: cfg.Waits, Wait: cfg.LeaseWait}}
 	for _, r := range s.routes() {
 		s.mux.Handle(r.pattern, s.adapt(r.h))
 	}
@@ -71,11 +75,19 @@ func (s *Server) routes() []route {
 		{"GET /v1/runs", s.listRuns},
 		{"GET /v1/runs/{id}", s.getRun},
 		{"POST /v1/runs/{id}/cancel", s.cancelRun},
+		{"POST /v1/runs/{id}/approve", s.approveRun},
+		{"POST /v1/runs/{id}/reject", s.rejectRun},
 		{"GET /v1/runs/{id}/events", s.listEvents},
 		{"GET /v1/runs/{id}/events/stream", s.streamEvents},
 		{"GET /v1/secrets", s.listSecrets},
 		{"PUT /v1/secrets/{name}", s.setSecret},
 		{"DELETE /v1/secrets/{name}", s.deleteSecret},
+		{"POST /v1/tokens", s.createToken},
+		{"GET /v1/tokens", s.listTokens},
+		{"GET /v1/tokens/{id}", s.getToken},
+		{"POST /v1/tokens/{id}/complete", s.completeToken},
+		{"POST /v1/tokens/{id}/cancel", s.cancelToken},
+		{"POST /v1/tokens/{id}/callback/{secret}", s.tokenCallback},
 		{"POST /v1/worker/lease", w(s.workerLease)},
 		{"POST /v1/worker/heartbeat", w(s.workerHeartbeat)},
 		{"GET /v1/worker/deployments/{id}/files", w(s.workerFiles)},
@@ -85,6 +97,10 @@ func (s *Server) routes() []route {
 		{"GET /v1/worker/runs/{id}/status", w(s.workerStatus)},
 		{"GET /v1/worker/runs/{id}/secrets", w(s.workerSecrets)},
 		{"GET /v1/worker/runs/{id}/build-secrets/{name}", w(s.workerBuildSecret)},
+		{"POST /v1/worker/runs/{id}/waitpoints", w(s.workerCreateWaitpoint)},
+		{"POST /v1/worker/runs/{id}/waits/{wp}", w(s.workerBeginWait)},
+		{"GET /v1/worker/runs/{id}/waits/{wp}", w(s.workerAwaitWaitpoint)},
+		{"POST /v1/worker/runs/{id}/waits/{wp}/end", w(s.workerEndWait)},
 	}
 }
 

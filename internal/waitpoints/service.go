@@ -170,16 +170,9 @@ func validateCreate(req *CreateRequest) error {
 	return nil
 }
 
-// Get returns a waitpoint of the project env; another env's is not found.
-func (s *Service) Get(ctx context.Context, project, env, id string) (Waitpoint, error) {
-	w, err := s.store.GetWaitpoint(ctx, id)
-	if err != nil {
-		return Waitpoint{}, err
-	}
-	if w.Project != project || w.Env != env {
-		return Waitpoint{}, fmt.Errorf("get waitpoint %s: %w", id, ErrNotFound)
-	}
-	return w, nil
+// Get returns a waitpoint.
+func (s *Service) Get(ctx context.Context, id string) (Waitpoint, error) {
+	return s.store.GetWaitpoint(ctx, id)
 }
 
 // List returns a page of waitpoints.
@@ -190,12 +183,11 @@ func (s *Service) List(ctx context.Context, f Filter) (Page, error) {
 	return s.store.ListWaitpoints(ctx, f)
 }
 
-// Complete completes a waiting waitpoint of the project env with data
-// (JSON; empty is null). Completing again with the same data returns it
+// Complete completes a waiting waitpoint with data (JSON; empty is null). Completing again with the same data returns it
 // unchanged; with other data, or a waitpoint canceled or timed out, is
 // ErrConflict. A human wait's data must fit its schema (see checkData).
-func (s *Service) Complete(ctx context.Context, project, env, id string, data json.RawMessage) (Waitpoint, error) {
-	w, err := s.Get(ctx, project, env, id)
+func (s *Service) Complete(ctx context.Context, id string, data json.RawMessage) (Waitpoint, error) {
+	w, err := s.Get(ctx, id)
 	if err != nil {
 		return Waitpoint{}, err
 	}
@@ -218,11 +210,11 @@ func (s *Service) complete(ctx context.Context, w Waitpoint, data json.RawMessag
 	return s.resolve(ctx, w.ID, Resolution{Status: StatusCompleted, Data: canon, Time: s.now()})
 }
 
-// Cancel cancels a waiting waitpoint of the project env; the waiting task
+// Cancel cancels a waiting waitpoint; the waiting task
 // gets a canceled result with reason. Canceling a canceled waitpoint
 // returns it; one completed or timed out is ErrConflict.
-func (s *Service) Cancel(ctx context.Context, project, env, id, reason string) (Waitpoint, error) {
-	w, err := s.Get(ctx, project, env, id)
+func (s *Service) Cancel(ctx context.Context, id, reason string) (Waitpoint, error) {
+	w, err := s.Get(ctx, id)
 	if err != nil {
 		return Waitpoint{}, err
 	}

@@ -191,3 +191,18 @@ func (s *Service) publish(id string) {
 		}
 	}
 }
+
+// CreateForRun creates a waitpoint of run runID (its task's ctx.wait), in
+// the run's project env. The run must be under way.
+func (s *Service) CreateForRun(ctx context.Context, runID string, req CreateRequest) (Waitpoint, error) {
+	r, err := s.runs.Get(ctx, runID)
+	if err != nil {
+		return Waitpoint{}, err
+	}
+	if r.Status != runs.StatusRunning && r.Status != runs.StatusWaiting {
+		return Waitpoint{}, fmt.Errorf("run %s is %s: only a running run creates waitpoints: %w", runID, r.Status, ErrConflict)
+	}
+	req.Project, req.Env, req.RunID = r.Project, r.Env, r.ID
+	w, _, err := s.Create(ctx, req)
+	return w, err
+}

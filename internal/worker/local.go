@@ -7,6 +7,7 @@ import (
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/workers"
 )
 
@@ -14,8 +15,11 @@ import (
 type Local struct {
 	Runs        *runs.Service
 	Deployments deployments.Store
+	Waits       *waitpoints.Service
 	// Wait bounds one Lease call.
 	Wait time.Duration
+	// AwaitWait bounds one AwaitWaitpoint call (default 25s).
+	AwaitWait time.Duration
 }
 
 // Lease implements ControlPlane.
@@ -104,4 +108,28 @@ func (c *Local) RunSecrets(ctx context.Context, runID string) (map[string][]byte
 // BuildSecret implements ControlPlane.
 func (c *Local) BuildSecret(ctx context.Context, runID, name string) ([]byte, error) {
 	return c.Runs.RunBuildSecret(ctx, runID, name)
+}
+
+// CreateWaitpoint implements ControlPlane.
+func (c *Local) CreateWaitpoint(ctx context.Context, runID string, req waitpoints.CreateRequest) (waitpoints.Waitpoint, error) {
+	return c.Waits.CreateForRun(ctx, runID, req)
+}
+
+// BeginWait implements ControlPlane.
+func (c *Local) BeginWait(ctx context.Context, runID, waitpointID string) (waitpoints.Waitpoint, error) {
+	return c.Waits.BeginWait(ctx, runID, waitpointID)
+}
+
+// AwaitWaitpoint implements ControlPlane.
+func (c *Local) AwaitWaitpoint(ctx context.Context, runID, waitpointID string) (waitpoints.Waitpoint, error) {
+	d := c.AwaitWait
+	if d == 0 {
+		d = 25 * time.Second
+	}
+	return c.Waits.Await(ctx, waitpointID, d)
+}
+
+// EndWait implements ControlPlane.
+func (c *Local) EndWait(ctx context.Context, runID, waitpointID string) error {
+	return c.Waits.EndWait(ctx, runID, waitpointID)
 }
