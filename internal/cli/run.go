@@ -147,11 +147,30 @@ func runRuns(ctx context.Context, a *App, args []string) error {
 		return err
 	}
 	if len(pos) == 2 && pos[0] == "show" {
-		r, err := c.GetRun(ctx, pos[1])
+		v, err := c.GetRunView(ctx, pos[1])
 		if err != nil {
 			return err
 		}
-		return a.showRun(r)
+		if a.json {
+			return a.printJSON(v)
+		}
+		if err := a.showRun(v.Run); err != nil {
+			return err
+		}
+		for _, w := range v.WaitingOn {
+			line := fmt.Sprintf("waiting on %s (%s)", w.ID, w.Kind)
+			if w.DisplayText != "" {
+				line += ": " + w.DisplayText
+			}
+			if w.TimeoutAt != nil {
+				line += " (times out " + w.TimeoutAt.Local().Format(time.RFC3339) + ")"
+			}
+			fmt.Fprintln(a.Stdout, line)
+		}
+		if len(v.WaitingOn) > 0 && v.WaitingOn[0].Kind == "human" {
+			fmt.Fprintf(a.Stdout, "answer: helmr approve %s [--data-json JSON] | helmr reject %s [--reason R]\n", v.ID, v.ID)
+		}
+		return nil
 	}
 	if len(pos) != 0 {
 		return errors.New("usage: helmr runs [--task T] [--status S] | helmr runs show ID")

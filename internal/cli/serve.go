@@ -20,6 +20,7 @@ import (
 	"github.com/helmr/helmr/internal/store/postgres"
 	"github.com/helmr/helmr/internal/store/sqlite"
 	"github.com/helmr/helmr/internal/vault"
+	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/workers"
 	"github.com/helmr/helmr/internal/workspaces"
 )
@@ -31,6 +32,7 @@ type store interface {
 	workers.Store
 	vault.Store
 	workspaces.Store
+	waitpoints.Store
 	Close() error
 }
 
@@ -51,11 +53,13 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store,
 type controlPlane struct {
 	store store
 	runs  *runs.Service
+	waits *waitpoints.Service
 	api   *httpapi.Server
 	url   string
 	srv   *http.Server
 	ln    net.Listener
-	// stopWatch ends the goroutine that fails runs of lost workers.
+	// stopWatch ends the goroutines that fail runs of lost workers and
+	// expire due waitpoints.
 	stopWatch func()
 }
 
@@ -76,12 +80,20 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 	}
 	svc.Deployments = st
 	svc.Workspaces = st
-	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: st, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v})
+	waits := waitpoints.NewService(st, svc, log)
+	svc.Ended = func(ctx context.Context, r runs.Run) {
+		if err := waits.CancelForRun(ctx, r); err != nil {
+			log.Warn("cancel the waitpoints of an ended run", "run_id", r.ID, "err", err)
+		}
+	}
+	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: st, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v, Waits: waits})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
+	url := "http://" + ln.Addr().String()
+	waits.BaseURL = url
 	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -94,12 +106,17 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		defer close(watchDone)
 		svc.WatchWorkers(wctx, cfg.WorkerTTL/2)
 	}()
+	expireDone := make(chan struct{})
+	go func() {
+		defer close(expireDone)
+		waits.Watch(wctx, time.Second)
+	}()
 	log.Info("control plane listening", "addr", ln.Addr().String(), "store", desc)
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 		log.Warn("the API is listening beyond loopback, and this version has no API authentication: anyone who can reach it can deploy and run tasks")
 	}
-	return &controlPlane{store: st, runs: svc, api: api, url: "http://" + ln.Addr().String(), srv: srv, ln: ln,
-		stopWatch: func() { stopWatch(); <-watchDone }}, nil
+	return &controlPlane{store: st, runs: svc, waits: waits, api: api, url: url, srv: srv, ln: ln,
+		stopWatch: func() { stopWatch(); <-watchDone; <-expireDone }}, nil
 }
 
 // Close stops serving and closes the store.

@@ -62,10 +62,3 @@ func runWorkspace(ctx context.Context, a *App, args []string) error {
 	}
 	return errors.New(usage)
 }
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}

@@ -11,12 +11,14 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/vault"
+	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
@@ -302,4 +304,73 @@ func (c *Client) ListSecrets(ctx context.Context, project, env string) ([]vault.
 func (c *Client) DeleteSecret(ctx context.Context, project, env, name string) error {
 	_, err := c.do(ctx, http.MethodDelete, "/v1/secrets/"+url.PathEscape(name), scope(project, env), nil, nil)
 	return err
+}
+
+// RunView is a run as GET /v1/runs/{id} shows it: with what a WAITING run
+// waits on.
+type RunView struct {
+	runs.Run
+	WaitingOn []waitpoints.Waitpoint `json:"waitingOn,omitempty"`
+}
+
+// GetRunView returns a run with the waitpoints it waits on.
+func (c *Client) GetRunView(ctx context.Context, id string) (RunView, error) {
+	var r RunView
+	_, err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, nil, &r)
+	return r, err
+}
+
+// ListTokens lists waitpoints of a project env.
+func (c *Client) ListTokens(ctx context.Context, project, env string, f waitpoints.Filter) (waitpoints.Page, error) {
+	q := scope(project, env)
+	for k, v := range map[string]string{"status": string(f.Status), "run": f.RunID, "tag": f.Tag, "cursor": f.Cursor} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	var p waitpoints.Page
+	_, err := c.do(ctx, http.MethodGet, "/v1/tokens", q, nil, &p)
+	return p, err
+}
+
+// GetToken returns a waitpoint.
+func (c *Client) GetToken(ctx context.Context, id string) (waitpoints.Waitpoint, error) {
+	var w waitpoints.Waitpoint
+	_, err := c.do(ctx, http.MethodGet, "/v1/tokens/"+url.PathEscape(id), nil, nil, &w)
+	return w, err
+}
+
+// CompleteToken completes a waitpoint with data (JSON).
+func (c *Client) CompleteToken(ctx context.Context, id string, data json.RawMessage) (waitpoints.Waitpoint, error) {
+	var w waitpoints.Waitpoint
+	_, err := c.do(ctx, http.MethodPost, "/v1/tokens/"+url.PathEscape(id)+"/complete", nil, map[string]any{"data": data}, &w)
+	return w, err
+}
+
+// CancelToken cancels a waitpoint.
+func (c *Client) CancelToken(ctx context.Context, id, reason string) (waitpoints.Waitpoint, error) {
+	var w waitpoints.Waitpoint
+	_, err := c.do(ctx, http.MethodPost, "/v1/tokens/"+url.PathEscape(id)+"/cancel", nil, map[string]any{"reason": reason}, &w)
+	return w, err
+}
+
+// Approve completes the human wait of a run with data (JSON; nil: none).
+func (c *Client) Approve(ctx context.Context, runID string, data json.RawMessage) (waitpoints.Waitpoint, error) {
+	body := map[string]any{}
+	if data != nil {
+		body["data"] = data
+	}
+	var w waitpoints.Waitpoint
+	_, err := c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+"/approve", nil, body, &w)
+	return w, err
+}
+
+// Reject cancels the human wait of a run with a reason.
+func (c *Client) Reject(ctx context.Context, runID, reason string) (waitpoints.Waitpoint, error) {
+	var w waitpoints.Waitpoint
+	_, err := c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+"/reject", nil, map[string]any{"reason": reason}, &w)
+	return w, err
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/worker"
 	"github.com/helmr/helmr/internal/workers"
 )
@@ -110,4 +111,35 @@ func (w Worker) BuildSecret(ctx context.Context, runID, name string) ([]byte, er
 		return nil, err
 	}
 	return base64.StdEncoding.DecodeString(out.Value)
+}
+
+func waitPath(runID, waitpointID string) string {
+	return "/v1/worker/runs/" + url.PathEscape(runID) + "/waits/" + url.PathEscape(waitpointID)
+}
+
+// CreateWaitpoint implements worker.ControlPlane.
+func (w Worker) CreateWaitpoint(ctx context.Context, runID string, req waitpoints.CreateRequest) (waitpoints.Waitpoint, error) {
+	var out waitpoints.Waitpoint
+	_, err := w.C.do(ctx, http.MethodPost, "/v1/worker/runs/"+url.PathEscape(runID)+"/waitpoints", nil, req, &out)
+	return out, err
+}
+
+// BeginWait implements worker.ControlPlane.
+func (w Worker) BeginWait(ctx context.Context, runID, waitpointID string) (waitpoints.Waitpoint, error) {
+	var out waitpoints.Waitpoint
+	_, err := w.C.do(ctx, http.MethodPost, waitPath(runID, waitpointID), nil, nil, &out)
+	return out, err
+}
+
+// AwaitWaitpoint implements worker.ControlPlane (long poll).
+func (w Worker) AwaitWaitpoint(ctx context.Context, runID, waitpointID string) (waitpoints.Waitpoint, error) {
+	var out waitpoints.Waitpoint
+	_, err := w.C.do(ctx, http.MethodGet, waitPath(runID, waitpointID), nil, nil, &out)
+	return out, err
+}
+
+// EndWait implements worker.ControlPlane.
+func (w Worker) EndWait(ctx context.Context, runID, waitpointID string) error {
+	_, err := w.C.do(ctx, http.MethodPost, waitPath(runID, waitpointID)+"/end", nil, nil, nil)
+	return err
 }

@@ -84,7 +84,11 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, run)
+	v, err := s.runView(r, run)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, v)
 }
 
 func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {

@@ -11,6 +11,7 @@ import (
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/vault"
+	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/worker"
 	"github.com/helmr/helmr/internal/workspaces"
 )
@@ -30,6 +31,9 @@ type Config struct {
 	// Workspaces holds the workspaces; nil: the workspace endpoints
 	// answer 503.
 	Workspaces workspaces.Store
+	// Waits serves tokens, human waits and timers; nil: the tokens
+	// endpoints answer 503.
+	Waits *waitpoints.Service
 }
 
 // Server is the control plane's HTTP API.
@@ -50,7 +54,7 @@ func New(cfg Config) *Server {
 		cfg.LeaseWait = 20 * time.Second
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
-		control: &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Workspaces: cfg.Workspaces, Wait: cfg.LeaseWait}}
+		control: &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Workspaces: cfg.Workspaces, Waits: cfg.Waits, Wait: cfg.LeaseWait}}
 	for _, r := range s.routes() {
 		s.mux.Handle(r.pattern, s.adapt(r.h))
 	}
@@ -75,6 +79,8 @@ func (s *Server) routes() []route {
 		{"GET /v1/runs", s.listRuns},
 		{"GET /v1/runs/{id}", s.getRun},
 		{"POST /v1/runs/{id}/cancel", s.cancelRun},
+		{"POST /v1/runs/{id}/approve", s.approveRun},
+		{"POST /v1/runs/{id}/reject", s.rejectRun},
 		{"GET /v1/runs/{id}/events", s.listEvents},
 		{"GET /v1/runs/{id}/events/stream", s.streamEvents},
 		{"GET /v1/secrets", s.listSecrets},
@@ -83,6 +89,12 @@ func (s *Server) routes() []route {
 		{"GET /v1/workspaces", s.listWorkspaces},
 		{"GET /v1/workspaces/{id}", s.getWorkspace},
 		{"DELETE /v1/workspaces/{id}", s.deleteWorkspace},
+		{"POST /v1/tokens", s.createToken},
+		{"GET /v1/tokens", s.listTokens},
+		{"GET /v1/tokens/{id}", s.getToken},
+		{"POST /v1/tokens/{id}/complete", s.completeToken},
+		{"POST /v1/tokens/{id}/cancel", s.cancelToken},
+		{"POST /v1/tokens/{id}/callback/{secret}", s.tokenCallback},
 		{"POST /v1/worker/lease", w(s.workerLease)},
 		{"POST /v1/worker/heartbeat", w(s.workerHeartbeat)},
 		{"GET /v1/worker/deployments/{id}/files", w(s.workerFiles)},
@@ -93,6 +105,10 @@ func (s *Server) routes() []route {
 		{"GET /v1/worker/runs/{id}/secrets", w(s.workerSecrets)},
 		{"GET /v1/worker/runs/{id}/build-secrets/{name}", w(s.workerBuildSecret)},
 		{"POST /v1/worker/workspaces/deleted", w(s.workerDeletedWorkspaces)},
+		{"POST /v1/worker/runs/{id}/waitpoints", w(s.workerCreateWaitpoint)},
+		{"POST /v1/worker/runs/{id}/waits/{wp}", w(s.workerBeginWait)},
+		{"GET /v1/worker/runs/{id}/waits/{wp}", w(s.workerAwaitWaitpoint)},
+		{"POST /v1/worker/runs/{id}/waits/{wp}/end", w(s.workerEndWait)},
 	}
 }
 

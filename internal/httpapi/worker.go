@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/worker"
 	"github.com/helmr/helmr/internal/workers"
 )
@@ -160,6 +161,56 @@ func (s *Server) workerHeartbeat(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := s.cfg.Runs.Heartbeat(r.Context(), req.WorkerID, req.Capabilities); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) workerCreateWaitpoint(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.waits(); err != nil {
+		return err
+	}
+	var req waitpoints.CreateRequest
+	if err := decodeJSON(w, r, waitpoints.MaxSchemaBytes+64<<10, &req); err != nil {
+		return err
+	}
+	wp, err := s.control.CreateWaitpoint(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, wp)
+}
+
+func (s *Server) workerBeginWait(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.waits(); err != nil {
+		return err
+	}
+	wp, err := s.control.BeginWait(r.Context(), r.PathValue("id"), r.PathValue("wp"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, wp)
+}
+
+// workerAwaitWaitpoint long-polls: it answers once the waitpoint resolved,
+// or with it still WAITING after the control plane's await bound.
+func (s *Server) workerAwaitWaitpoint(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.waits(); err != nil {
+		return err
+	}
+	wp, err := s.control.AwaitWaitpoint(r.Context(), r.PathValue("id"), r.PathValue("wp"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, wp)
+}
+
+func (s *Server) workerEndWait(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.waits(); err != nil {
+		return err
+	}
+	if err := s.control.EndWait(r.Context(), r.PathValue("id"), r.PathValue("wp")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -43,6 +43,11 @@ type Service struct {
 	// for, or a new one. Set before use.
 	Workspaces workspaces.Store
 
+	// Ended, if set, is called after a run reached a terminal state through
+	// Cancel or Finish (the waitpoint service cancels the run's waits).
+	// Set before use.
+	Ended func(ctx context.Context, r Run)
+
 	store   Store
 	tasks   TaskLookup
 	workers workers.Store
@@ -243,7 +248,52 @@ func (s *Service) Cancel(ctx context.Context, id string) (Run, error) {
 		return Run{}, err
 	}
 	s.broker.Publish(id)
+	s.ended(ctx, r)
 	return r, nil
+}
+
+func (s *Service) ended(ctx context.Context, r Run) {
+	if s.Ended != nil {
+		s.Ended(context.WithoutCancel(ctx), r)
+	}
+}
+
+// WaitOn records note (the waitpoint the run waits on) as a system event
+// and moves a RUNNING run to WAITING; a run already WAITING (on another
+// waitpoint too) stays so. Time spent WAITING does not count against the
+// task's maxDuration: the worker's clock for it stops (see worker).
+func (s *Service) WaitOn(ctx context.Context, id string, note SystemData) (Run, error) {
+	return s.waitStep(ctx, id, note, StatusRunning, StatusWaiting)
+}
+
+// Resume records note (how the waitpoint resolved) and moves a WAITING run
+// back to RUNNING; a RUNNING run stays so.
+func (s *Service) Resume(ctx context.Context, id string, note SystemData) (Run, error) {
+	return s.waitStep(ctx, id, note, StatusWaiting, StatusRunning)
+}
+
+func (s *Service) waitStep(ctx context.Context, id string, note SystemData, from, to Status) (Run, error) {
+	cur, err := s.store.GetRun(ctx, id)
+	if err != nil {
+		return Run{}, err
+	}
+	if cur.Status != from && cur.Status != to {
+		return Run{}, fmt.Errorf("run %s is %s, not %s or %s: %w", id, cur.Status, from, to, ErrConflict)
+	}
+	now := s.now()
+	data, _ := json.Marshal(note)
+	if _, err := s.store.AppendEvents(ctx, id, []NewEvent{{Type: EventSystem, Time: now, Data: data}}); err != nil {
+		return Run{}, fmt.Errorf("record the wait of run %s: %w", id, err)
+	}
+	r, _, err := s.store.Transition(ctx, id, Transition{From: []Status{from}, To: to, Time: now})
+	if errors.Is(err, ErrConflict) {
+		r, err = s.store.GetRun(ctx, id)
+		if err == nil && r.Status != to {
+			err = fmt.Errorf("run %s is %s, not %s: %w", id, r.Status, to, ErrConflict)
+		}
+	}
+	s.broker.Publish(id)
+	return r, err
 }
 
 // Lease records the worker and its capabilities, then hands it the oldest
@@ -368,22 +418,26 @@ func (s *Service) Finish(ctx context.Context, id string, o Outcome) (Run, error)
 		Output: o.Output, Error: o.Error, FinishedAt: &now, Time: now,
 	})
 	s.broker.Publish(id)
+	if err == nil {
+		s.ended(ctx, r)
+	}
 	return r, err
 }
 
 // FailOrphans ends, as FAILED/guest_runtime with message, every run that a
-// worker had started (STARTING or RUNNING) and that no worker runs any
+// worker had started (STARTING, RUNNING or WAITING) and that no worker runs any
 // more. helmr dev calls it at start-up: its only worker is in-process, so a
 // run it left unfinished was cut off by the previous process's end.
 func (s *Service) FailOrphans(ctx context.Context, message string) (int, error) {
 	return s.failStarted(ctx, func(Run) (string, bool) { return message, true })
 }
 
-// failStarted fails, as guest_runtime, each started run (STARTING or
-// RUNNING) for which pick returns true, with pick's message.
+// failStarted fails, as guest_runtime, each started run (STARTING,
+// RUNNING or WAITING: a waiting run's sandbox is on its worker) for which
+// pick returns true, with pick's message.
 func (s *Service) failStarted(ctx context.Context, pick func(Run) (string, bool)) (int, error) {
 	n := 0
-	for _, st := range []Status{StatusStarting, StatusRunning} {
+	for _, st := range []Status{StatusStarting, StatusRunning, StatusWaiting} {
 		cursor := ""
 		for {
 			page, err := s.store.ListRuns(ctx, Filter{Status: st, Limit: 500, Cursor: cursor})

@@ -12,7 +12,10 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/helmr/helmr/internal/waitpoints"
 )
 
 // Run and deployment ID prefixes.
@@ -95,4 +98,78 @@ func DecodeBindings(runID, s string) (map[string]string, error) {
 		return nil, fmt.Errorf("decode secret bindings of run %s: %w", runID, err)
 	}
 	return b, nil
+}
+
+// WaitpointPrefix starts waitpoint ids.
+const WaitpointPrefix = "wp_"
+
+// Page sizes of waitpoint lists.
+const (
+	DefaultWaitpointsLimit = 50
+	MaxWaitpointsLimit     = 1000
+)
+
+// NewWaitpoint fills the fields CreateWaitpoint assigns: ID when empty,
+// status WAITING, normalized times, no resolution, tags never nil.
+func NewWaitpoint(w waitpoints.Waitpoint) waitpoints.Waitpoint {
+	if w.ID == "" {
+		w.ID = NewID(WaitpointPrefix)
+	}
+	w.Status = waitpoints.StatusWaiting
+	w.CreatedAt = Time(w.CreatedAt)
+	w.TimeoutAt = TimePtr(w.TimeoutAt)
+	w.Data, w.Reason, w.WaitedAt, w.CompletedAt, w.CallbackURL = nil, "", nil, nil, ""
+	if w.Tags == nil {
+		w.Tags = []string{}
+	}
+	return w
+}
+
+// EncodeTags is a waitpoint's tags as stored (a JSON array).
+func EncodeTags(tags []string) string {
+	if len(tags) == 0 {
+		return "[]"
+	}
+	b, _ := json.Marshal(tags)
+	return string(b)
+}
+
+// DecodeTags reverses EncodeTags; none is an empty list.
+func DecodeTags(id, s string) ([]string, error) {
+	tags := []string{}
+	if s == "" {
+		return tags, nil
+	}
+	if err := json.Unmarshal([]byte(s), &tags); err != nil {
+		return nil, fmt.Errorf("decode tags of waitpoint %s: %w", id, err)
+	}
+	return tags, nil
+}
+
+// CheckResolution decides a ResolveWaitpoint on waitpoint w (its row
+// locked): apply (true) when w waits; for a resolved w, nil when it is
+// already resolved the same way (r.Status, and for a completion the same
+// data), else waitpoints.ErrConflict.
+func CheckResolution(w waitpoints.Waitpoint, r waitpoints.Resolution) (bool, error) {
+	if w.Status == waitpoints.StatusWaiting {
+		return true, nil
+	}
+	if w.Status == r.Status && (r.Status != waitpoints.StatusCompleted || string(w.Data) == string(r.Data)) {
+		return false, nil
+	}
+	what := "it is " + string(w.Status)
+	if w.Status == r.Status {
+		what = "it was completed with other data"
+	}
+	return false, fmt.Errorf("%s waitpoint %s: %s: %w", strings.ToLower(verb(r.Status)), w.ID, what, waitpoints.ErrConflict)
+}
+
+func verb(s waitpoints.Status) string {
+	switch s {
+	case waitpoints.StatusCompleted:
+		return "Complete"
+	case waitpoints.StatusCanceled:
+		return "Cancel"
+	}
+	return "Time out"
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/workers"
 	"github.com/helmr/helmr/internal/workspaces"
 )
@@ -17,8 +18,11 @@ type Local struct {
 	Deployments deployments.Store
 	// Workspaces, if set, says which workspaces were deleted.
 	Workspaces workspaces.Store
+	Waits      *waitpoints.Service
 	// Wait bounds one Lease call.
 	Wait time.Duration
+	// AwaitWait bounds one AwaitWaitpoint call (default 25s).
+	AwaitWait time.Duration
 }
 
 // Lease implements ControlPlane.
@@ -115,4 +119,28 @@ func (c *Local) DeletedWorkspaces(ctx context.Context, ids []string) ([]string, 
 // BuildSecret implements ControlPlane.
 func (c *Local) BuildSecret(ctx context.Context, runID, name string) ([]byte, error) {
 	return c.Runs.RunBuildSecret(ctx, runID, name)
+}
+
+// CreateWaitpoint implements ControlPlane.
+func (c *Local) CreateWaitpoint(ctx context.Context, runID string, req waitpoints.CreateRequest) (waitpoints.Waitpoint, error) {
+	return c.Waits.CreateForRun(ctx, runID, req)
+}
+
+// BeginWait implements ControlPlane.
+func (c *Local) BeginWait(ctx context.Context, runID, waitpointID string) (waitpoints.Waitpoint, error) {
+	return c.Waits.BeginWait(ctx, runID, waitpointID)
+}
+
+// AwaitWaitpoint implements ControlPlane.
+func (c *Local) AwaitWaitpoint(ctx context.Context, runID, waitpointID string) (waitpoints.Waitpoint, error) {
+	d := c.AwaitWait
+	if d == 0 {
+		d = 25 * time.Second
+	}
+	return c.Waits.Await(ctx, waitpointID, d)
+}
+
+// EndWait implements ControlPlane.
+func (c *Local) EndWait(ctx context.Context, runID, waitpointID string) error {
+	return c.Waits.EndWait(ctx, runID, waitpointID)
 }

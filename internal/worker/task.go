@@ -24,8 +24,13 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared, se
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	ctx, stop := context.WithTimeoutCause(ctx, maxDur, errTimedOut)
-	defer stop()
+	// maxDuration counts the time the run is RUNNING: waits stop its clock.
+	waits := newRunWaits(w, l.Run.ID, maxDur, func() { cancel(errTimedOut) })
+	waits.send = b.sender.Send
+	defer func() {
+		cancel(nil)
+		waits.stop()
+	}()
 	go w.watchCancel(ctx, l.Run.ID, cancel)
 
 	logs := newLogSink(w.cfg.Control, l.Run.ID, w.log)
@@ -38,7 +43,14 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared, se
 		var m adapterMessage
 		mu.Lock()
 		defer mu.Unlock()
-		if json.Unmarshal(msg, &m) == nil && (m.Type == "result" || m.Type == "error") && result == nil {
+		if json.Unmarshal(msg, &m) != nil {
+			return
+		}
+		if m.Type == "request" {
+			waits.handle(ctx, msg)
+			return
+		}
+		if (m.Type == "result" || m.Type == "error") && result == nil {
 			result = &m
 			close(reported)
 		}

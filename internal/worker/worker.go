@@ -22,6 +22,7 @@ import (
 	"github.com/helmr/helmr/internal/sandbox"
 	"github.com/helmr/helmr/internal/sandbox/disk"
 	"github.com/helmr/helmr/internal/sandbox/network"
+	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/workers"
 	"github.com/helmr/helmr/internal/workspaces"
 )
@@ -62,6 +63,16 @@ type ControlPlane interface {
 	// Heartbeat says the worker is alive, busy or not; a worker silent for
 	// the control plane's worker TTL loses its runs (FAILED).
 	Heartbeat(ctx context.Context, workerID string, caps workers.Capabilities) error
+	// CreateWaitpoint creates a waitpoint of the run (its task's
+	// ctx.wait.*); a token's answer carries its callback URL.
+	CreateWaitpoint(ctx context.Context, runID string, req waitpoints.CreateRequest) (waitpoints.Waitpoint, error)
+	// BeginWait moves the run to WAITING on a waitpoint of its project env.
+	BeginWait(ctx context.Context, runID, waitpointID string) (waitpoints.Waitpoint, error)
+	// AwaitWaitpoint returns the waitpoint once it resolved, or as it is
+	// (WAITING) after a long poll.
+	AwaitWaitpoint(ctx context.Context, runID, waitpointID string) (waitpoints.Waitpoint, error)
+	// EndWait moves the run back to RUNNING after its waits.
+	EndWait(ctx context.Context, runID, waitpointID string) error
 }
 
 // Config wires a Worker.

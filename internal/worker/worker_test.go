@@ -26,6 +26,7 @@ import (
 	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/workers"
 )
 
@@ -421,3 +422,20 @@ func TestSecretPlacementAndRedaction(t *testing.T) {
 		t.Errorf("bad directory value: outcome %+v", cp2.outcome)
 	}
 }
+
+// errNoWaits: the fake control plane serves no waits (the e2e tests drive them).
+var errNoWaits = errors.New("the fake control plane has no waitpoints")
+
+func (f *fakeControl) CreateWaitpoint(context.Context, string, waitpoints.CreateRequest) (waitpoints.Waitpoint, error) {
+	return waitpoints.Waitpoint{}, errNoWaits
+}
+
+func (f *fakeControl) BeginWait(context.Context, string, string) (waitpoints.Waitpoint, error) {
+	return waitpoints.Waitpoint{}, errNoWaits
+}
+
+func (f *fakeControl) AwaitWaitpoint(context.Context, string, string) (waitpoints.Waitpoint, error) {
+	return waitpoints.Waitpoint{}, errNoWaits
+}
+
+func (f *fakeControl) EndWait(context.Context, string, string) error { return errNoWaits }

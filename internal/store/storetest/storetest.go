@@ -18,6 +18,7 @@ import (
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/workers"
 	"github.com/helmr/helmr/internal/workspaces"
 )
@@ -28,6 +29,7 @@ type Store interface {
 	deployments.Store
 	workers.Store
 	workspaces.Store
+	waitpoints.Store
 }
 
 // RowCounter is optionally implemented by the store an engine's test passes
@@ -37,7 +39,7 @@ type RowCounter interface {
 }
 
 // Tables lists every table of the schema that holds domain rows.
-var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers", "workspaces"}
+var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers", "workspaces", "waitpoints"}
 
 type storeTest struct {
 	name string
@@ -55,6 +57,7 @@ func RunStoreSuite(t *testing.T, open func(t *testing.T) Store) {
 	tests = append(tests, deploymentTests...)
 	tests = append(tests, workerTests...)
 	tests = append(tests, workspaceTests...)
+	tests = append(tests, waitpointTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,6 +1,7 @@
 // The guest adapter: `node /opt/helmr/runtime/adapter.mjs`, started by the
 // guest agent with fd 3 as a bidirectional channel (see protocol.ts). It reads
-// one start message, runs the task, writes one result or error message, waits
+// one start message, runs the task (its ctx.wait.* are requests to the worker,
+// answered on the same channel), writes one result or error message, waits
 // for it to flush and exits: 0 after a result, 1 after an error. stdout and
 // stderr are the task's own; the agent records them as log lines.
 
@@ -58,7 +59,8 @@ async function main(): Promise<void> {
     return finish(channel, JSON.stringify(errorMessage(e)));
   }
   Object.assign(process.env, start.env ?? {});
-  return finish(channel, await runTask(start));
+  const ch = channel;
+  return finish(channel, await runTask(start, (method, params) => ch.request(method, params)));
 }
 
 void main();

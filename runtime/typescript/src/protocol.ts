@@ -5,10 +5,19 @@
 //   adapter -> agent  {"type":"result","output":<JSON>}                     exactly one of these two,
 //   adapter -> agent  {"type":"error","name":"...","message":"...","stack":"..."}   then the adapter exits
 //
-// Requests from the adapter (waits, later) carry an id that the answer echoes:
+// Requests from the adapter (ctx.wait.*) carry an id that the answer echoes;
+// the worker answers them through the agent:
 //
 //   adapter -> agent  {"type":"request","id":1,"method":"wait.human","params":{...}}
 //   agent -> adapter  {"type":"response","id":1,"result":...} or {"type":"response","id":1,"error":{"message":"..."}}
+//
+// Methods and params (durations in seconds):
+//   wait.human        {displayText, timeoutSeconds?, schema?}   -> WaitResult
+//   wait.createToken  {timeoutSeconds?, idempotencyKey?, tags?}  -> {id, url}
+//   wait.forToken     {token, timeoutSeconds?}                   -> WaitResult
+//   wait.for          {seconds}                                  -> null
+//   wait.until        {until: ISO date}                          -> null
+// WaitResult: {ok:true,data} | {ok:false,timedOut:true} | {ok:false,canceled:true,reason?}
 
 /** The run being executed, as the agent describes it. */
 export interface RunInfo {

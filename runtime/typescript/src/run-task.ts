@@ -1,7 +1,7 @@
 import { isAbsolute, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 
-import { createContext } from "./context.js";
+import { createContext, type Requester } from "./context.js";
 import { AdapterError, OutputError, errorMessage, withPrefix } from "./errors.js";
 import type { StartMessage } from "./protocol.js";
 import { brandProblem, hasBrand } from "./task-brand.js";
@@ -15,9 +15,10 @@ export function moduleURL(module: string): string {
 /**
  * runTask imports the start message's module, runs the task's run function
  * and returns the one line (JSON, without newline) to send back: a result or
- * an error message. It never throws.
+ * an error message. It never throws. request carries ctx.wait.* to the
+ * worker.
  */
-export async function runTask(start: StartMessage): Promise<string> {
+export async function runTask(start: StartMessage, request?: Requester): Promise<string> {
   let exports: Record<string, unknown>;
   try {
     exports = (await import(moduleURL(start.module))) as Record<string, unknown>;
@@ -45,7 +46,7 @@ export async function runTask(start: StartMessage): Promise<string> {
 
   let output: unknown;
   try {
-    output = await run.call(value, start.payload, createContext(start.run));
+    output = await run.call(value, start.payload, createContext(start.run, request));
   } catch (err) {
     return failure(err);
   }

@@ -40,6 +40,20 @@ describe("adapter", () => {
     assert.match(String((got.messages[0] as { message: string }).message), /env must map names to strings/);
   });
 
+  it("sends ctx.wait.human to the worker and resumes with its answer", async () => {
+    const requests: unknown[] = [];
+    const got = await runAdapter(startLine("waitsForHuman"), {
+      answer: (req) => {
+        requests.push({ method: req.method, params: req.params });
+        if (req.method === "wait.human") return { ok: true, data: { approved: true } };
+        throw new Error("unexpected");
+      },
+    });
+    assert.equal(got.code, 0, got.stderr);
+    assert.deepStrictEqual(requests, [{ method: "wait.human", params: { displayText: "ok?" } }]);
+    assert.deepStrictEqual(got.messages, [{ type: "result", output: { resolved: { ok: true, data: { approved: true } } } }]);
+  });
+
   it("reports null for an undefined return value", async () => {
     const got = await runAdapter(startLine("nothing"));
     assert.deepStrictEqual(got.messages, [{ type: "result", output: null }]);
@@ -56,7 +70,7 @@ describe("adapter", () => {
     ["a thrown string", "throwsString", { name: "NonErrorThrown", message: /non-Error value: 'plain string'/ }],
     ["a BigInt output", "bigint", { name: "OutputError", message: /task "bigint" returned a value that is not JSON-serializable: .*BigInt/ }],
     ["a function output", "fn", { name: "OutputError", message: /not JSON-serializable: a function has no JSON form/ }],
-    ["ctx.wait.human", "waitsForHuman", { name: "Error", message: /^ctx\.wait\.human is not supported by this Helmr version yet$/ }],
+    ["a wait the worker refuses", "waitsForHuman", { name: "RequestError", message: /^run_1 is not running$/ }],
     ["an unhandled rejection", "unhandled", { name: "Error", message: /^nobody caught me$/ }],
     ["an uncaught exception", "uncaught", { name: "TypeError", message: /^thrown from a timer$/ }],
     ["a task without run", "declaredOnly", { name: "AdapterError", message: /task "declared-only" .* has no run function/ }],
@@ -65,7 +79,11 @@ describe("adapter", () => {
   ];
   for (const [what, exportName, want] of failures) {
     it(`reports ${what} as one error message`, async () => {
-      const got = await runAdapter(startLine(exportName));
+      const got = await runAdapter(startLine(exportName), {
+        answer: () => {
+          throw new Error("run_1 is not running");
+        },
+      });
       assert.equal(got.code, 1, got.stderr);
       assert.equal(got.messages.length, 1, JSON.stringify(got.messages));
       const m = got.messages[0] as Record<string, unknown>;

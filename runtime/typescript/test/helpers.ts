@@ -14,7 +14,7 @@ export interface Exit {
   code: number | null;
   stdout: string;
   stderr: string;
-  /** Lines the child wrote on fd 3, parsed. */
+  /** Lines the child wrote on fd 3, parsed, but for requests (answered by runAdapter's answer). */
   messages: unknown[];
 }
 
@@ -22,7 +22,10 @@ export interface Exit {
  * runAdapter starts the compiled adapter with fd 3 as a socket pair, sends
  * the given first line, and collects everything until the child exits.
  */
-export async function runAdapter(firstLine: string | undefined, options: { halfClose?: boolean } = {}): Promise<Exit & { cwd: string }> {
+export async function runAdapter(
+  firstLine: string | undefined,
+  options: { halfClose?: boolean; answer?: (request: { id: number; method: string; params?: unknown }) => unknown } = {},
+): Promise<Exit & { cwd: string }> {
   const cwd = await mkdtemp(join(tmpdir(), "helmr-adapter-"));
   const child = spawn(process.execPath, [join(buildSrc, "adapter.js")], { cwd, stdio: ["pipe", "pipe", "pipe", "pipe"] });
   const channel = child.stdio[3] as Duplex;
@@ -32,7 +35,23 @@ export async function runAdapter(firstLine: string | undefined, options: { halfC
   child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
   child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
   channel.setEncoding("utf8");
-  channel.on("data", (d: string) => (fd3 += d));
+  let seen = 0;
+  channel.on("data", (d: string) => {
+    fd3 += d;
+    // Answer requests as a worker would (result, or error if answer throws).
+    const lines = fd3.split("\n");
+    for (; seen < lines.length - 1; seen++) {
+      const m = JSON.parse(lines[seen]!) as { type?: string; id: number; method: string; params?: unknown };
+      if (m.type !== "request" || options.answer === undefined) continue;
+      let reply: unknown;
+      try {
+        reply = { type: "response", id: m.id, result: options.answer(m) };
+      } catch (err) {
+        reply = { type: "response", id: m.id, error: { message: (err as Error).message } };
+      }
+      channel.write(`${JSON.stringify(reply)}\n`);
+    }
+  });
   channel.on("error", () => {});
   if (firstLine !== undefined) channel.write(`${firstLine}\n`);
   if (firstLine === undefined || options.halfClose === true) channel.end();
@@ -40,7 +59,8 @@ export async function runAdapter(firstLine: string | undefined, options: { halfC
   const messages = fd3
     .split("\n")
     .filter((l) => l !== "")
-    .map((l) => JSON.parse(l) as unknown);
+    .map((l) => JSON.parse(l) as unknown)
+    .filter((m) => (m as { type?: string }).type !== "request");
   return { code, stdout, stderr, messages, cwd };
 }
 

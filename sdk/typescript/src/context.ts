@@ -32,17 +32,25 @@ export type JsonSchema = Record<string, unknown>;
 
 /** Options of ctx.wait.human. */
 export interface HumanWaitOptions {
-  /** What the person answering sees. */
+  /** What the person answering sees (helmr runs show, the run's events). */
   displayText: string;
-  /** How long to wait before the wait fails; the server default when absent. */
+  /** How long to wait before the wait times out; absent: until answered. */
   timeout?: WaitDuration;
-  /** The expected shape of the answer, checked before the run resumes. */
+  /**
+   * The expected shape of the answer (JSON Schema). Helmr checks its
+   * top-level `type`, `required`, the `type` of listed `properties` and a
+   * top-level `enum` before the run resumes; an answer that does not fit
+   * is refused.
+   */
   schema?: JsonSchema;
 }
 
 /** Options of ctx.wait.createToken. */
 export interface CreateTokenOptions {
+  /** How long until the token times out; absent: never. */
   timeout?: WaitDuration;
+  /** Makes creation idempotent in the project environment. */
+  idempotencyKey?: string;
   /** Tags to find the token by. */
   tags?: string[];
 }
@@ -50,23 +58,40 @@ export interface CreateTokenOptions {
 /** A wait token that an API call (or a person) completes. */
 export interface WaitToken {
   id: string;
-  /** The URL that completes the token with a POSTed JSON body. */
+  /**
+   * The URL that completes the token with a POSTed JSON body, without
+   * credentials (it carries a secret: treat it as one). Absent when an
+   * idempotency key returned an existing token.
+   */
   url?: string;
 }
 
 /** Options of ctx.wait.forToken. */
 export interface ForTokenOptions {
+  /** Stop waiting after this long ({ ok: false, timedOut: true }); the token stays open. */
   timeout?: WaitDuration;
 }
 
-/** Waits park the run until someone answers or a timer fires. */
+/**
+ * How a wait ended: completed with data, timed out, or canceled (a token
+ * canceled through the API, or a human wait rejected with helmr reject).
+ */
+export type WaitResult<T> =
+  | { ok: true; data: T; timedOut?: undefined; canceled?: undefined }
+  | { ok: false; timedOut: true; canceled?: undefined }
+  | { ok: false; canceled: true; reason?: string; timedOut?: undefined };
+
+/**
+ * Waits: the run is WAITING until someone answers or a timer fires. Time
+ * spent waiting does not count against the task's maxDuration.
+ */
 export interface Wait {
-  /** human asks a person and resolves with their answer. */
-  human<T = unknown>(options: HumanWaitOptions): Promise<T>;
+  /** human asks a person (helmr approve / reject RUN) and resolves with how that ended. */
+  human<T = unknown>(options: HumanWaitOptions): Promise<WaitResult<T>>;
   /** createToken creates a token that an API call completes later. */
   createToken(options?: CreateTokenOptions): Promise<WaitToken>;
-  /** forToken waits until the token is completed and resolves with its data. */
-  forToken<T = unknown>(token: string | WaitToken, options?: ForTokenOptions): Promise<T>;
+  /** forToken waits until the token is completed, canceled or timed out. */
+  forToken<T = unknown>(token: string | WaitToken, options?: ForTokenOptions): Promise<WaitResult<T>>;
   /** for waits for a duration. */
   for(duration: WaitDuration): Promise<void>;
   /** until waits until a point in time. */

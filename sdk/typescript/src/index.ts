@@ -13,6 +13,7 @@ export type {
   TaskContext,
   Wait,
   WaitDuration,
+  WaitResult,
   WaitToken,
 } from "./context.js";
 export { image, Image, type BuildSecret, type CacheMount, type CopyOptions, type FromOptions, type RunOptions } from "./image.js";

@@ -1,0 +1,234 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/helmr/helmr/internal/waitpoints"
+)
+
+// adapterRequest is a request from the adapter (ctx.wait.*), answered with
+// a response of the same id.
+type adapterRequest struct {
+	ID     int64           `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+}
+
+// waitParams are the params of the wait.* requests.
+type waitParams struct {
+	DisplayText    string          `json:"displayText"`
+	Schema         json.RawMessage `json:"schema"`
+	TimeoutSeconds float64         `json:"timeoutSeconds"`
+	IdempotencyKey string          `json:"idempotencyKey"`
+	Tags           []string        `json:"tags"`
+	Token          string          `json:"token"`
+	Seconds        float64         `json:"seconds"`
+	Until          *time.Time      `json:"until"`
+}
+
+// runWaits serves one run's wait requests and keeps its maxDuration clock:
+// the clock stops while the run waits (time spent WAITING does not count
+// against maxDuration; a wait is bounded by its own timeout instead).
+type runWaits struct {
+	w     *Worker
+	runID string
+	send  func(msg []byte) error
+	wg    sync.WaitGroup
+
+	mu      sync.Mutex
+	sendMu  sync.Mutex
+	left    time.Duration // of maxDuration, when the clock is stopped
+	since   time.Time     // when the clock last started
+	timer   *time.Timer   // fires at the end of maxDuration while running
+	expired bool
+	waits   int // waits in progress
+	fire    func()
+}
+
+func newRunWaits(w *Worker, runID string, maxDur time.Duration, fire func()) *runWaits {
+	rw := &runWaits{w: w, runID: runID, left: maxDur, since: time.Now(), fire: fire}
+	rw.timer = time.AfterFunc(maxDur, rw.expire)
+	return rw
+}
+
+func (rw *runWaits) expire() {
+	rw.mu.Lock()
+	rw.expired = true
+	rw.mu.Unlock()
+	rw.fire()
+}
+
+// stop ends the maxDuration clock and waits for the requests in flight
+// (their context must have ended).
+func (rw *runWaits) stop() {
+	rw.mu.Lock()
+	rw.timer.Stop()
+	rw.mu.Unlock()
+	rw.wg.Wait()
+}
+
+// begin counts a wait; the first stops the clock.
+func (rw *runWaits) begin() {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	rw.waits++
+	if rw.waits == 1 && rw.timer.Stop() {
+		rw.left -= time.Since(rw.since)
+	}
+}
+
+// end counts a wait done; the last restarts the clock and reports true.
+func (rw *runWaits) end() bool {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	rw.waits--
+	if rw.waits > 0 {
+		return false
+	}
+	if !rw.expired {
+		rw.since = time.Now()
+		rw.timer = time.AfterFunc(max(rw.left, 0), rw.expire)
+	}
+	return true
+}
+
+// handle answers a request in the background.
+func (rw *runWaits) handle(ctx context.Context, msg []byte) {
+	var req adapterRequest
+	if err := json.Unmarshal(msg, &req); err != nil {
+		rw.w.log.Warn("malformed request from the adapter", "run_id", rw.runID, "err", err)
+		return
+	}
+	rw.wg.Add(1)
+	go func() {
+		defer rw.wg.Done()
+		result, err := rw.serve(ctx, req)
+		if ctx.Err() != nil {
+			return // the run is ending: nobody reads the answer
+		}
+		resp := map[string]any{"type": "response", "id": req.ID}
+		if err != nil {
+			resp["error"] = map[string]string{"message": err.Error()}
+		} else {
+			resp["result"] = result
+		}
+		b, _ := json.Marshal(resp)
+		rw.sendMu.Lock()
+		defer rw.sendMu.Unlock()
+		if err := rw.send(b); err != nil {
+			rw.w.log.Warn("answer the adapter", "run_id", rw.runID, "method", req.Method, "err", err)
+		}
+	}()
+}
+
+func (rw *runWaits) serve(ctx context.Context, req adapterRequest) (any, error) {
+	var p waitParams
+	if len(req.Params) > 0 {
+		if err := json.Unmarshal(req.Params, &p); err != nil {
+			return nil, fmt.Errorf("%s: malformed params: %v", req.Method, err)
+		}
+	}
+	cp := rw.w.cfg.Control
+	switch req.Method {
+	case "wait.createToken":
+		wp, err := cp.CreateWaitpoint(ctx, rw.runID, waitpoints.CreateRequest{Kind: waitpoints.KindToken,
+			TimeoutSeconds: p.TimeoutSeconds, IdempotencyKey: p.IdempotencyKey, Tags: p.Tags})
+		if err != nil {
+			return nil, err
+		}
+		return map[string]string{"id": wp.ID, "url": wp.CallbackURL}, nil
+	case "wait.human":
+		wp, err := cp.CreateWaitpoint(ctx, rw.runID, waitpoints.CreateRequest{Kind: waitpoints.KindHuman,
+			DisplayText: p.DisplayText, Schema: p.Schema, TimeoutSeconds: p.TimeoutSeconds})
+		if err != nil {
+			return nil, err
+		}
+		return rw.wait(ctx, wp.ID, 0)
+	case "wait.forToken":
+		if p.Token == "" {
+			return nil, errors.New("wait.forToken: a token id is required")
+		}
+		return rw.wait(ctx, p.Token, time.Duration(p.TimeoutSeconds*float64(time.Second)))
+	case "wait.for", "wait.until":
+		creq := waitpoints.CreateRequest{Kind: waitpoints.KindTimer, TimeoutSeconds: p.Seconds, FireAt: p.Until}
+		if req.Method == "wait.for" && p.Seconds <= 0 {
+			return nil, nil // nothing to wait for
+		}
+		if req.Method == "wait.until" && (p.Until == nil || !p.Until.After(time.Now())) {
+			return nil, nil // the time has come
+		}
+		wp, err := cp.CreateWaitpoint(ctx, rw.runID, creq)
+		if err != nil {
+			return nil, err
+		}
+		_, err = rw.wait(ctx, wp.ID, 0)
+		return nil, err
+	}
+	return nil, fmt.Errorf("unknown request %q", req.Method)
+}
+
+// wait makes the run wait on waitpoint id until it resolves (or, if
+// limit > 0, until limit passes: a timed-out result that leaves the token
+// waiting), then resumes the run and returns the task's result.
+func (rw *runWaits) wait(ctx context.Context, id string, limit time.Duration) (waitpoints.Result, error) {
+	cp := rw.w.cfg.Control
+	rw.begin()
+	ended := false
+	end := func() error {
+		if ended {
+			return nil
+		}
+		ended = true
+		if rw.end() {
+			return cp.EndWait(ctx, rw.runID, id)
+		}
+		return nil
+	}
+	defer end()
+	wp, err := cp.BeginWait(ctx, rw.runID, id)
+	if err != nil {
+		return waitpoints.Result{}, err
+	}
+	var deadline time.Time
+	if limit > 0 {
+		deadline = time.Now().Add(limit)
+	}
+	backoff := 100 * time.Millisecond
+	for wp.Status == waitpoints.StatusWaiting {
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			if err := end(); err != nil {
+				return waitpoints.Result{}, err
+			}
+			return waitpoints.Result{TimedOut: true}, nil
+		}
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if !deadline.IsZero() {
+			actx, cancel = context.WithDeadline(ctx, deadline)
+		}
+		next, err := cp.AwaitWaitpoint(actx, rw.runID, id)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return waitpoints.Result{}, ctx.Err()
+		case err != nil && actx.Err() == nil:
+			rw.w.log.Warn("await waitpoint", "run_id", rw.runID, "waitpoint", id, "err", err)
+			select {
+			case <-ctx.Done():
+				return waitpoints.Result{}, ctx.Err()
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+		case err == nil:
+			wp, backoff = next, 100*time.Millisecond
+		}
+	}
+	if err := end(); err != nil {
+		return waitpoints.Result{}, err
+	}
+	return waitpoints.ResultOf(wp), nil
+}
