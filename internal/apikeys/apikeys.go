@@ -1,0 +1,175 @@
+// Package apikeys holds the control plane's credentials: API keys, each
+// scoped to one project environment with explicit grants, stored only as
+// the SHA-256 hash of their secret, with expiry, revocation and a
+// last-used time; the owner credential, which holds every grant on every
+// project; and the Principal an authenticated request acts as.
+//
+// A key reads hk_<id>_<secret>: the id finds the stored key, the secret
+// (256 random bits) is compared by hash in constant time. A high-entropy
+// secret needs no slow password hash.
+package apikeys
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Errors callers branch on.
+var (
+	ErrNotFound = errors.New("API key not found")
+	ErrInvalid  = errors.New("invalid API key request")
+	// ErrUnauthenticated: the credential is missing, malformed, unknown,
+	// expired or revoked.
+	ErrUnauthenticated = errors.New("unauthenticated")
+)
+
+// Grant is a permission an API key carries.
+type Grant string
+
+// The grants. Each API route declares the one it needs (see httpapi).
+const (
+	RunsCreate          Grant = "runs:create"           // trigger runs
+	RunsRead            Grant = "runs:read"             // runs, their events and streams
+	RunsManage          Grant = "runs:manage"           // cancel runs
+	SessionStreamsRead  Grant = "session-streams:read"  // read a run's session streams
+	SessionInputSend    Grant = "session-input:send"    // send input to a run's session
+	SessionOutputAppend Grant = "session-output:append" // append to a run's session output
+	TokensCreate        Grant = "tokens:create"         // create wait tokens
+	TokensRead          Grant = "tokens:read"           // read wait tokens
+	TokensComplete      Grant = "tokens:complete"       // complete wait tokens
+	TokensCancel        Grant = "tokens:cancel"         // cancel wait tokens
+	SecretsWrite        Grant = "secrets:write"         // set, list (metadata) and delete secrets; never read values
+	TasksDeploy         Grant = "tasks:deploy"          // upload deployments
+	TasksRead           Grant = "tasks:read"            // read deployments and tasks
+)
+
+// Grants lists every grant, in the order help and listings show them.
+var Grants = []Grant{
+	RunsCreate, RunsRead, RunsManage,
+	SessionStreamsRead, SessionInputSend, SessionOutputAppend,
+	TokensCreate, TokensRead, TokensComplete, TokensCancel,
+	SecretsWrite, TasksDeploy, TasksRead,
+}
+
+// Valid reports whether g is a known grant.
+func (g Grant) Valid() bool { return slices.Contains(Grants, g) }
+
+// ParseGrants checks a list of grant names ("runs:read", ...): at least
+// one, each known. The result is deduplicated, in the order of Grants.
+func ParseGrants(names []string) ([]Grant, error) {
+	gs, err := parseGrants(names)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return gs, nil
+}
+
+func parseGrants(names []string) ([]Grant, error) {
+	seen := map[Grant]bool{}
+	for _, n := range names {
+		g := Grant(strings.TrimSpace(n))
+		if !g.Valid() {
+			return nil, fmt.Errorf("unknown grant %q (known: %s)", n, grantList())
+		}
+		seen[g] = true
+	}
+	if len(seen) == 0 {
+		return nil, fmt.Errorf("an API key needs at least one grant (known: %s)", grantList())
+	}
+	var out []Grant
+	for _, g := range Grants {
+		if seen[g] {
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
+
+func grantList() string {
+	s := make([]string, len(Grants))
+	for i, g := range Grants {
+		s[i] = string(g)
+	}
+	return strings.Join(s, ", ")
+}
+
+// Key is an API key as stored: never its secret, only the secret's hash.
+type Key struct {
+	ID      string  `json:"id"`
+	Project string  `json:"project"`
+	Env     string  `json:"env"`
+	Name    string  `json:"name,omitempty"`
+	Grants  []Grant `json:"grants"`
+	// SecretHash is SHA-256 of the key's secret; never shown.
+	SecretHash []byte     `json:"-"`
+	CreatedAt  time.Time  `json:"createdAt"`
+	ExpiresAt  *time.Time `json:"expiresAt,omitempty"`
+	RevokedAt  *time.Time `json:"revokedAt,omitempty"`
+	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
+}
+
+// TouchInterval is how stale a key's last-used time may get: a key in
+// use has it written at most once per interval.
+const TouchInterval = time.Minute
+
+// Store keeps API keys.
+type Store interface {
+	// CreateAPIKey stores a new key (its ID set by the caller).
+	CreateAPIKey(ctx context.Context, k Key) error
+	// GetAPIKey returns the key with id, or ErrNotFound.
+	GetAPIKey(ctx context.Context, id string) (Key, error)
+	// ListAPIKeys returns every key, oldest first.
+	ListAPIKeys(ctx context.Context) ([]Key, error)
+	// RevokeAPIKey marks the key revoked at at and returns it; a key
+	// revoked before keeps its first revocation time. ErrNotFound for an
+	// unknown id.
+	RevokeAPIKey(ctx context.Context, id string, at time.Time) (Key, error)
+	// TouchAPIKey sets the key's last-used time to at, unless it is
+	// already within TouchInterval before at; it reports whether it
+	// wrote. An unknown id writes nothing.
+	TouchAPIKey(ctx context.Context, id string, at time.Time) (bool, error)
+}
+
+// maxTTL bounds a key's lifetime as given to ParseTTL: ten years.
+const maxTTL = 10 * 365 * 24 * time.Hour
+
+// ParseTTL reads a key lifetime: a whole number of days ("30d"), or a Go
+// duration ("12h", "90m").
+func ParseTTL(s string) (time.Duration, error) {
+	d, err := parseTTL(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return d, nil
+}
+
+func parseTTL(s string) (time.Duration, error) {
+	var d time.Duration
+	var err error
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		var days int
+		days, err = strconv.Atoi(n)
+		d = time.Duration(days) * 24 * time.Hour
+		if days > int(maxTTL/(24*time.Hour)) {
+			d = maxTTL + 1
+		}
+	} else {
+		d, err = time.ParseDuration(s)
+	}
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("expiry %q: want a positive lifetime like 30d, 12h or 90m", s)
+	}
+	if d > maxTTL {
+		return 0, fmt.Errorf("expiry %q: at most 3650d", s)
+	}
+	return d, nil
+}
+
+// namePattern is what a key's name may be.
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)

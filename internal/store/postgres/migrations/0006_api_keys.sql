@@ -1,0 +1,18 @@
+-- 0006: API keys (package apikeys). Only the SHA-256 hash of a key's
+-- secret is stored; grants are a JSON array of grant names.
+-- Keep in step with sqlite/migrations/0006_api_keys.sql.
+
+CREATE TABLE api_keys (
+    id           TEXT PRIMARY KEY,
+    project      TEXT NOT NULL,
+    env          TEXT NOT NULL,
+    name         TEXT NOT NULL DEFAULT '',
+    secret_hash  BYTEA NOT NULL,
+    grants       TEXT NOT NULL,
+    created_at   TIMESTAMPTZ NOT NULL,
+    expires_at   TIMESTAMPTZ,
+    revoked_at   TIMESTAMPTZ,
+    last_used_at TIMESTAMPTZ
+);
+
+CREATE INDEX api_keys_created ON api_keys (created_at, id);
