@@ -73,7 +73,7 @@ func ParseGrants(names []string) ([]Grant, error) {
 func parseGrants(names []string) ([]Grant, error) {
 	seen := map[Grant]bool{}
 	for _, n := range names {
-		g := Grant(strings.TrimSpace(n))
+		g := Grant(n)
 		if !g.Valid() {
 			return nil, fmt.Errorf("unknown grant %q (known: %s)", n, grantList())
 		}
@@ -136,11 +136,11 @@ type Store interface {
 	TouchAPIKey(ctx context.Context, id string, at time.Time) (bool, error)
 }
 
-// maxTTL bounds a key's lifetime as given to ParseTTL: ten years.
-const maxTTL = 10 * 365 * 24 * time.Hour
+// ttlPattern is a key lifetime: days, hours or minutes.
+var ttlPattern = regexp.MustCompile(`^(?:[1-9][0-9]{0,3}d|[1-9][0-9]{0,4}h|[1-9][0-9]{0,6}m)$`)
 
-// ParseTTL reads a key lifetime: a whole number of days ("30d"), or a Go
-// duration ("12h", "90m").
+// ParseTTL reads a key lifetime: a whole number of days ("30d", at most
+// 9999d), hours ("12h") or minutes ("90m").
 func ParseTTL(s string) (time.Duration, error) {
 	d, err := parseTTL(s)
 	if err != nil {
@@ -150,25 +150,12 @@ func ParseTTL(s string) (time.Duration, error) {
 }
 
 func parseTTL(s string) (time.Duration, error) {
-	var d time.Duration
-	var err error
-	if n, ok := strings.CutSuffix(s, "d"); ok {
-		var days int
-		days, err = strconv.Atoi(n)
-		d = time.Duration(days) * 24 * time.Hour
-		if days > int(maxTTL/(24*time.Hour)) {
-			d = maxTTL + 1
-		}
-	} else {
-		d, err = time.ParseDuration(s)
+	if !ttlPattern.MatchString(s) {
+		return 0, fmt.Errorf("expiry %q: want a lifetime in days, hours or minutes, like 30d, 12h or 90m", s)
 	}
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("expiry %q: want a positive lifetime like 30d, 12h or 90m", s)
-	}
-	if d > maxTTL {
-		return 0, fmt.Errorf("expiry %q: at most 3650d", s)
-	}
-	return d, nil
+	n, _ := strconv.Atoi(s[:len(s)-1])
+	unit := map[byte]time.Duration{'d': 24 * time.Hour, 'h': time.Hour, 'm': time.Minute}[s[len(s)-1]]
+	return time.Duration(n) * unit, nil
 }
 
 // namePattern is what a key's name may be.

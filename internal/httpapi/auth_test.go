@@ -1,0 +1,243 @@
+package httpapi_test
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/httpapi"
+)
+
+// authFixture is what the route walk addresses: objects of project p,
+// environment dev.
+type authFixture struct {
+	runID, depID, victimKeyID string
+}
+
+func newAuthFixture(t *testing.T, e *apiEnv) authFixture {
+	t.Helper()
+	var f authFixture
+	st, d := e.call("POST", "/v1/deployments", deployment(goodTask("a")))
+	if st != http.StatusCreated {
+		t.Fatalf("deploy = %d %v", st, d)
+	}
+	f.depID = d["id"].(string)
+	st, r := e.call("POST", "/v1/tasks/a/runs?project=p&env=dev", `{"payload": 1}`)
+	if st != http.StatusCreated {
+		t.Fatalf("trigger = %d %v", st, r)
+	}
+	f.runID = r["id"].(string)
+	// Canceled, so that its event stream ends instead of waiting.
+	if st, body := e.call("POST", "/v1/runs/"+f.runID+"/cancel", nil); st != http.StatusOK {
+		t.Fatalf("cancel = %d %v", st, body)
+	}
+	if st, body := e.call("PUT", "/v1/secrets/TOKEN?project=p&env=dev", `{"value": "s3cret-value"}`); st != http.StatusOK {
+		t.Fatalf("set secret = %d %v", st, body)
+	}
+	_, victim := e.key("p", "dev", apikeys.RunsRead)
+	f.victimKeyID = victim
+	return f
+}
+
+// key makes an API key through the API and returns it and its id.
+func (e *apiEnv) key(project, env string, grants ...apikeys.Grant) (string, string) {
+	e.t.Helper()
+	st, body := e.call("POST", "/v1/apikeys", map[string]any{"project": project, "env": env, "grants": grants})
+	if st != http.StatusCreated {
+		e.t.Fatalf("create key %s/%s %v = %d %v", project, env, grants, st, body)
+	}
+	return body["key"].(string), body["apiKey"].(map[string]any)["id"].(string)
+}
+
+// fill puts the fixture's objects into a route's path parameters; a
+// parameter it does not know fails the test, so a new route is filled in
+// here before it can pass.
+func (f authFixture) fill(t *testing.T, path string) string {
+	t.Helper()
+	repl := map[string]string{
+		"/v1/deployments/{id}":        "/v1/deployments/" + f.depID,
+		"/v1/worker/deployments/{id}": "/v1/worker/deployments/" + f.depID,
+		"/v1/tasks/{id}":              "/v1/tasks/a",
+		"/v1/runs/{id}":               "/v1/runs/" + f.runID,
+		"/v1/worker/runs/{id}":        "/v1/worker/runs/" + f.runID,
+		"/v1/apikeys/{id}":            "/v1/apikeys/" + f.victimKeyID,
+		"{name}":                      "TOKEN",
+	}
+	for from, to := range repl {
+		path = strings.Replace(path, from, to, 1)
+	}
+	if strings.Contains(path, "{") {
+		t.Fatalf("route %s: no fixture for its path parameters (add one to fill)", path)
+	}
+	return path + "?project=p&env=dev"
+}
+
+// bodies are valid request bodies by route; others send {}.
+func bodies() map[string]any {
+	return map[string]any{
+		"POST /v1/deployments":           map[string]any{"env": "dev", "manifest": deployment(goodTask("a"))["manifest"], "files": deployment()["files"]},
+		"POST /v1/tasks/{id}/runs":       `{"payload": 2}`,
+		"PUT /v1/secrets/{name}":         `{"value": "another-value"}`,
+		"POST /v1/apikeys":               `{"project": "p", "env": "dev", "grants": ["runs:read"]}`,
+		"POST /v1/worker/lease":          `{"workerId": "w"}`,
+		"POST /v1/worker/heartbeat":      `{"workerId": "w"}`,
+		"POST /v1/worker/runs/{id}/logs": `{"lines": []}`,
+	}
+}
+
+// TestEveryRouteIsGuarded walks every route of the route table with
+// every kind of credential. Routes addressing an object by id answer 404
+// to a key of another environment (the object is hidden); routes naming
+// a project environment answer 403.
+func TestEveryRouteIsGuarded(t *testing.T) {
+	e := newAPI(t)
+	f := newAuthFixture(t, e)
+
+	// An expired key, written straight to the store (keys cannot be
+	// created already expired through the API).
+	expiredSecret := strings.Repeat("a", 52)
+	h := sha256.Sum256([]byte(expiredSecret))
+	past := time.Now().Add(-time.Minute)
+	if err := e.st.CreateAPIKey(t.Context(), apikeys.Key{ID: "0000000000000001", Project: "p", Env: "dev", Grants: apikeys.Grants,
+		SecretHash: h[:], CreatedAt: past.Add(-time.Hour), ExpiresAt: &past}); err != nil {
+		t.Fatal(err)
+	}
+	expired := "hk_0000000000000001_" + expiredSecret
+	revoked, revokedID := e.key("p", "dev", apikeys.Grants...)
+	if st, body := e.call("POST", "/v1/apikeys/"+revokedID+"/revoke", nil); st != http.StatusOK {
+		t.Fatalf("revoke = %d %v", st, body)
+	}
+	otherEnv, _ := e.key("p", "prod", apikeys.Grants...)
+	otherProject, _ := e.key("q", "dev", apikeys.Grants...)
+	allGrants, _ := e.key("p", "dev", apikeys.Grants...)
+
+	srv := httpapi.New(httpapi.Config{})
+	var walked int
+	for _, r := range srv.Routes() {
+		pattern := r.Method + " " + r.Path
+		t.Run(pattern, func(t *testing.T) {
+			walked++
+			path := f.fill(t, r.Path)
+			body := bodies()[pattern]
+			if body == nil && r.Method != "GET" && r.Method != "DELETE" {
+				body = "{}"
+			}
+			do := func(auth string) (int, map[string]any) {
+				return e.call(r.Method, path, body, "Authorization", auth)
+			}
+			want := func(what, auth string, codes ...int) {
+				t.Helper()
+				st, resp := do(auth)
+				for _, c := range codes {
+					if st == c {
+						return
+					}
+				}
+				t.Errorf("%s %s with %s = %d %v, want %v", r.Method, path, what, st, resp, codes)
+			}
+			if r.Access == httpapi.AccessOpen {
+				want("no credential", "", 200)
+				return
+			}
+			want("no credential", "", 401)
+			want("a malformed key", "Bearer hk_nope", 401)
+			want("a non-bearer header", "Basic "+allGrants, 401)
+			want("an expired key", "Bearer "+expired, 401)
+			want("a revoked key", "Bearer "+revoked, 401)
+			switch r.Access {
+			case httpapi.AccessWorker:
+				// Worker routes take the worker token only.
+				want("an API key with every grant", "Bearer "+allGrants, 401)
+				want("the owner credential", "Bearer "+e.owner, 401)
+				if st, resp := do("Bearer wtok"); st == 401 || st == 403 {
+					t.Errorf("%s with the worker token = %d %v", pattern, st, resp)
+				}
+				return
+			case httpapi.AccessOwner:
+				want("an API key with every grant", "Bearer "+allGrants, 403)
+				want("a key of another environment", "Bearer "+otherEnv, 403)
+				if st, resp := do("Bearer " + e.owner); st >= 400 {
+					t.Errorf("%s as the owner = %d %v, want success", pattern, st, resp)
+				}
+				return
+			}
+			grant := apikeys.Grant(r.Access)
+			var others []apikeys.Grant
+			for _, g := range apikeys.Grants {
+				if g != grant {
+					others = append(others, g)
+				}
+			}
+			lacking, _ := e.key("p", "dev", others...)
+			want("a key lacking "+string(grant), "Bearer "+lacking, 403)
+			elsewhere := 403
+			if strings.Contains(r.Path, "/{id}") && !strings.HasPrefix(r.Path, "/v1/tasks/") {
+				elsewhere = 404 // addressed by id: hidden
+			}
+			want("a key of another environment", "Bearer "+otherEnv, elsewhere)
+			want("a key of another project", "Bearer "+otherProject, elsewhere)
+			only, _ := e.key("p", "dev", grant)
+			if st, resp := do("Bearer " + only); st >= 400 {
+				t.Errorf("%s with a key holding only %s = %d %v, want success", pattern, grant, st, resp)
+			}
+		})
+	}
+	if n := len(srv.Routes()); walked != n || n < 20 {
+		t.Errorf("walked %d routes of %d", walked, n)
+	}
+}
+
+func TestAPIKeyEndpoints(t *testing.T) {
+	e := newAPI(t)
+	for _, c := range []struct {
+		name, body, want string
+	}{
+		{"unknown grant", `{"project": "p", "env": "prod", "grants": ["runs:read", "runs:delete"]}`, `unknown grant "runs:delete"`},
+		{"no grant", `{"project": "p", "env": "prod", "grants": []}`, "at least one grant"},
+		{"malformed expiry", `{"project": "p", "env": "prod", "grants": ["runs:read"], "expiresIn": "1 month"}`, `expiry "1 month"`},
+		{"bad env", `{"project": "p", "env": "../prod", "grants": ["runs:read"]}`, `env "../prod"`},
+		{"unknown field", `{"project": "p", "env": "prod", "grants": ["runs:read"], "admin": true}`, "unknown field"},
+	} {
+		st, body := e.call("POST", "/v1/apikeys", c.body)
+		msg := fmt.Sprint(body["error"])
+		if st != http.StatusBadRequest || !strings.Contains(msg, c.want) {
+			t.Errorf("create with %s = %d %s, want 400 naming %q", c.name, st, msg, c.want)
+		}
+	}
+	if n := e.rows()["api_keys"]; n != 0 {
+		t.Fatalf("%d API keys stored after refused requests, want 0", n)
+	}
+	st, created := e.call("POST", "/v1/apikeys", `{"project": "p", "env": "prod", "name": "ci", "grants": ["runs:read", "runs:create"], "expiresIn": "30d"}`)
+	if st != http.StatusCreated {
+		t.Fatalf("create = %d %v", st, created)
+	}
+	key := created["key"].(string)
+	meta := created["apiKey"].(map[string]any)
+	id := meta["id"].(string)
+	if !strings.HasPrefix(key, "hk_"+id+"_") || fmt.Sprint(meta["grants"]) != "[runs:create runs:read]" || meta["expiresAt"] == nil {
+		t.Errorf("created = %v", created)
+	}
+	_, list := e.call("GET", "/v1/apikeys", nil)
+	listed := fmt.Sprint(list)
+	if strings.Contains(listed, key[len(key)-52:]) || strings.Contains(strings.ToLower(listed), "hash") || !strings.Contains(listed, id) {
+		t.Errorf("list = %s, want the key's metadata without its secret or hash", listed)
+	}
+	// The key works, then is revoked, then does not.
+	if st, body := e.call("GET", "/v1/runs?project=p&env=prod", nil, "Authorization", "Bearer "+key); st != http.StatusOK {
+		t.Errorf("list runs with the key = %d %v", st, body)
+	}
+	if st, body := e.call("POST", "/v1/apikeys/"+id+"/revoke", nil); st != http.StatusOK || body["revokedAt"] == nil {
+		t.Errorf("revoke = %d %v", st, body)
+	}
+	if st, body := e.call("GET", "/v1/runs?project=p&env=prod", nil, "Authorization", "Bearer "+key); st != http.StatusUnauthorized ||
+		!strings.Contains(fmt.Sprint(body), "revoked") {
+		t.Errorf("list runs with the revoked key = %d %v, want 401 saying revoked", st, body)
+	}
+	if st, _ := e.call("POST", "/v1/apikeys/nope/revoke", nil); st != http.StatusNotFound {
+		t.Errorf("revoke unknown = %d, want 404", st)
+	}
+}
