@@ -54,9 +54,9 @@ func runDev(ctx context.Context, a *App, args []string) error {
 	}()
 	a.cfg.URL = cp.url
 	p, _ := config.LoadProfile(a.cfg.Profile)
-	p.URL = cp.url
+	p.URL, p.Credential = cp.url, cp.owner
 	if err := config.SaveProfile(a.cfg.Profile, p); err != nil {
-		log.Warn("cannot save the CLI profile", "path", a.cfg.Profile, "err", err)
+		log.Warn("cannot save the CLI profile: the CLI has no credential for this helmr dev (use HELMR_API_KEY)", "path", a.cfg.Profile, "err", err)
 	}
 	fmt.Fprintf(a.Stdout, "Helmr dev at %s (data in %s)\n", cp.url, a.cfg.DataDir)
 	<-ctx.Done()
