@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/helmr/helmr/internal/config"
 )
 
 // BuildBinaries builds helmr and the static helmr-agent into a new
@@ -30,10 +32,13 @@ func BuildBinaries() (string, error) {
 // Dev is a `helmr dev` started by StartDev.
 type Dev struct {
 	URL string
-	Cmd *exec.Cmd
+	// Token is the owner credential helmr dev wrote to its profile.
+	Token string
+	Cmd   *exec.Cmd
 }
 
-// StartDev starts bin/helmr dev with env and waits for it to print its URL.
+// StartDev starts bin/helmr dev with env (which must set HELMR_PROFILE)
+// and waits for it to print its URL.
 func StartDev(bin string, env []string) (*Dev, error) {
 	cmd := exec.Command(filepath.Join(bin, "helmr"), "dev")
 	cmd.Env = env
@@ -53,11 +58,28 @@ func StartDev(bin string, env []string) (*Dev, error) {
 				for sc.Scan() {
 				}
 			}()
+			p, err := config.LoadProfile(envValue(env, "HELMR_PROFILE"))
+			if err != nil || p.Credential == "" {
+				d.Stop()
+				return nil, fmt.Errorf("helmr dev wrote no credential to its profile (HELMR_PROFILE): %v", err)
+			}
+			d.Token = p.Credential
 			return d, nil
 		}
 	}
 	d.Stop()
 	return nil, errors.New("helmr dev did not start")
+}
+
+// envValue is the last value of name in env.
+func envValue(env []string, name string) string {
+	v := ""
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == name {
+			v = val
+		}
+	}
+	return v
 }
 
 // Stop interrupts helmr dev and waits for it to exit.
