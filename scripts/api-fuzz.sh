@@ -27,7 +27,11 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 [ -n "${url:-}" ] || { echo "api-fuzz: helmr dev did not start" >&2; cat "$tmp/dev.log" >&2; exit 1; }
+# The CLI finds dev's owner credential in the profile; schemathesis reads
+# it from the environment (proto/fuzz/schemathesis.toml), never argv.
 HELMR_URL=$url bin/helmr deploy examples/hello >/dev/null 2>&1
+HELMR_FUZZ_TOKEN=$(cat "$HELMR_DATA_DIR/owner.token")
+export HELMR_FUZZ_TOKEN
 
 cd proto/fuzz
 # filter_too_much is Hypothesis giving up on generating enough bodies that
