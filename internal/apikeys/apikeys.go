@@ -4,6 +4,10 @@
 // last-used time; the owner credential, which holds every grant on every
 // project; and the Principal an authenticated request acts as.
 //
+// Workers authenticate with worker credentials (hw_<id>_<secret>), kept
+// alongside: a worker credential acts only as worker IDs <id>.<suffix> and
+// only on the runs such a worker holds.
+//
 // A key reads hk_<id>_<secret>: the id finds the stored key, the secret
 // (256 random bits) is compared by hash in constant time. A high-entropy
 // secret needs no slow password hash.
@@ -99,11 +103,25 @@ func grantList() string {
 	return strings.Join(s, ", ")
 }
 
-// Key is an API key as stored: never its secret, only the secret's hash.
+// Kind tells API keys from worker credentials.
+type Kind string
+
+// The kinds of key.
+const (
+	// KindAPI: an API key of one project environment, with grants.
+	KindAPI Kind = "api"
+	// KindWorker: a worker credential. It leases runs and reports on the
+	// runs it holds, and has no project environment or grants.
+	KindWorker Kind = "worker"
+)
+
+// Key is an API key or a worker credential as stored: never its secret,
+// only the secret's hash.
 type Key struct {
 	ID      string  `json:"id"`
-	Project string  `json:"project"`
-	Env     string  `json:"env"`
+	Kind    Kind    `json:"kind"`
+	Project string  `json:"project,omitempty"`
+	Env     string  `json:"env,omitempty"`
 	Name    string  `json:"name,omitempty"`
 	Grants  []Grant `json:"grants"`
 	// SecretHash is SHA-256 of the key's secret; never shown.

@@ -36,18 +36,28 @@ func TestParseTTL(t *testing.T) {
 }
 
 func TestKeyFormat(t *testing.T) {
-	id, secret, tok := newKey()
-	gotID, gotSecret, ok := parseKey(tok)
-	if !ok || gotID != id || gotSecret != secret {
-		t.Fatalf("parseKey(newKey()) = %q, %q, %v; want %q, %q", gotID, gotSecret, ok, id, secret)
+	id, secret, tok := newKey(KindAPI)
+	kind, gotID, gotSecret, ok := parseKey(tok)
+	if !ok || kind != KindAPI || gotID != id || gotSecret != secret {
+		t.Fatalf("parseKey(newKey()) = %q, %q, %q, %v; want %q, %q", kind, gotID, gotSecret, ok, id, secret)
 	}
-	if _, _, tok2 := newKey(); tok2 == tok {
+	wid, _, wtok := newKey(KindWorker)
+	if kind, _, _, ok := parseKey(wtok); !ok || kind != KindWorker || !strings.HasPrefix(wtok, "hw_") {
+		t.Errorf("parseKey(%q) = %q, %v; want a worker credential", wtok, kind, ok)
+	}
+	if got, ok := WorkerCredentialID(wtok); !ok || got != wid {
+		t.Errorf("WorkerCredentialID(%q) = %q, %v; want %q", wtok, got, ok, wid)
+	}
+	if _, ok := WorkerCredentialID(tok); ok {
+		t.Errorf("WorkerCredentialID(an API key) ok, want not a worker credential")
+	}
+	if _, _, tok2 := newKey(KindAPI); tok2 == tok {
 		t.Errorf("newKey() twice = %q both times", tok)
 	}
 	for _, bad := range []string{"", "hk_", "hk_" + id, "hk_" + id + "_", "hk_" + id + "_" + secret + "x",
 		"hk_" + id + "x_" + secret[1:], "hk_" + strings.ToUpper(id) + "_" + secret, "xx_" + id + "_" + secret,
 		"hk_" + id + "_" + secret[1:] + "u", tok + " "} {
-		if _, _, ok := parseKey(bad); ok {
+		if _, _, _, ok := parseKey(bad); ok {
 			t.Errorf("parseKey(%q) ok, want malformed", bad)
 		}
 	}

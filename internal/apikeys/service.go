@@ -93,8 +93,8 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Key, string, e
 		}
 		return Key{}, "", fmt.Errorf("%w: %s", ErrInvalid, strings.Join(msgs, "; "))
 	}
-	id, secret, token := newKey()
-	k := Key{ID: id, Project: req.Project, Env: req.Env, Name: req.Name, Grants: grants,
+	id, secret, token := newKey(KindAPI)
+	k := Key{ID: id, Kind: KindAPI, Project: req.Project, Env: req.Env, Name: req.Name, Grants: grants,
 		SecretHash: hash(secret), CreatedAt: now, ExpiresAt: expires}
 	if err := s.store.CreateAPIKey(ctx, k); err != nil {
 		return Key{}, "", err
@@ -104,6 +104,46 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Key, string, e
 		return Key{}, "", err
 	}
 	s.log.Info("API key created", "key_id", id, "project", k.Project, "env", k.Env, "grants", grants)
+	return k, token, nil
+}
+
+// CreateWorkerRequest describes a new worker credential.
+type CreateWorkerRequest struct {
+	Name string `json:"name,omitempty"`
+	// ExpiresIn is a lifetime for ParseTTL ("30d"); empty: no expiry.
+	ExpiresIn string `json:"expiresIn,omitempty"`
+}
+
+// CreateWorker stores a new worker credential and returns it with the
+// credential itself (only its hash is stored).
+func (s *Service) CreateWorker(ctx context.Context, req CreateWorkerRequest) (Key, string, error) {
+	var msgs []string
+	if req.Name != "" && !namePattern.MatchString(req.Name) {
+		msgs = append(msgs, fmt.Sprintf("name %q: want 1-64 letters, digits, '.', '_' or '-'", req.Name))
+	}
+	now := s.now().UTC()
+	var expires *time.Time
+	if req.ExpiresIn != "" {
+		ttl, err := parseTTL(req.ExpiresIn)
+		if err != nil {
+			msgs = append(msgs, err.Error())
+		}
+		at := now.Add(ttl)
+		expires = &at
+	}
+	if len(msgs) > 0 {
+		return Key{}, "", fmt.Errorf("%w: %s", ErrInvalid, strings.Join(msgs, "; "))
+	}
+	id, secret, token := newKey(KindWorker)
+	k := Key{ID: id, Kind: KindWorker, Name: req.Name, Grants: []Grant{}, SecretHash: hash(secret), CreatedAt: now, ExpiresAt: expires}
+	if err := s.store.CreateAPIKey(ctx, k); err != nil {
+		return Key{}, "", err
+	}
+	k, err := s.store.GetAPIKey(ctx, id)
+	if err != nil {
+		return Key{}, "", err
+	}
+	s.log.Info("worker credential created", "key_id", id)
 	return k, token, nil
 }
 
@@ -130,9 +170,9 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Principal, er
 	if s.ownerHash != nil && subtle.ConstantTimeCompare(th[:], s.ownerHash) == 1 {
 		return Principal{Owner: true}, nil
 	}
-	id, secret, ok := parseKey(token)
+	kind, id, secret, ok := parseKey(token)
 	if !ok {
-		return Principal{}, fmt.Errorf("%w: the credential is neither the owner credential nor an API key (hk_...)", ErrUnauthenticated)
+		return Principal{}, fmt.Errorf("%w: the credential is neither the owner credential nor an API key (hk_...) or worker credential (hw_...)", ErrUnauthenticated)
 	}
 	k, err := s.lookup(ctx, id)
 	if errors.Is(err, ErrNotFound) {
@@ -141,7 +181,7 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Principal, er
 	if err != nil {
 		return Principal{}, err
 	}
-	if subtle.ConstantTimeCompare(hash(secret), k.SecretHash) != 1 {
+	if subtle.ConstantTimeCompare(hash(secret), k.SecretHash) != 1 || k.Kind != kind {
 		return Principal{}, fmt.Errorf("%w: unknown API key", ErrUnauthenticated)
 	}
 	now := s.now()
@@ -153,6 +193,9 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Principal, er
 	}
 	if k.LastUsedAt == nil || now.Sub(*k.LastUsedAt) >= TouchInterval {
 		s.touch(ctx, k.ID, now)
+	}
+	if k.Kind == KindWorker {
+		return Principal{Worker: true, KeyID: k.ID}, nil
 	}
 	return Principal{KeyID: k.ID, Project: k.Project, Env: k.Env, Grants: k.Grants}, nil
 }

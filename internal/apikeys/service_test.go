@@ -117,3 +117,23 @@ func TestCreateRefusesBadInput(t *testing.T) {
 		t.Errorf("%d keys stored after bad requests, want 0", len(ks))
 	}
 }
+
+func TestWorkerCredential(t *testing.T) {
+	ctx := t.Context()
+	s, _ := newService(t, "")
+	k, tok, err := s.CreateWorker(ctx, apikeys.CreateWorkerRequest{Name: "w1"})
+	if err != nil || k.Kind != apikeys.KindWorker || !strings.HasPrefix(tok, "hw_"+k.ID+"_") {
+		t.Fatalf("CreateWorker() = %+v, %q, %v", k, tok, err)
+	}
+	p, err := s.Authenticate(ctx, tok)
+	if err != nil || !p.Worker || p.KeyID != k.ID || p.WorkerPrefix() != k.ID+"." || p.Has(apikeys.RunsRead) || p.InScope("", "") {
+		t.Errorf("Authenticate(worker credential) = %+v, %v; want a worker without grants or scope", p, err)
+	}
+	// The same id and secret under the other prefix is no key.
+	if _, err := s.Authenticate(ctx, "hk_"+tok[3:]); !errors.Is(err, apikeys.ErrUnauthenticated) {
+		t.Errorf("Authenticate(worker credential as hk_) error = %v, want ErrUnauthenticated", err)
+	}
+	if _, _, err := s.CreateWorker(ctx, apikeys.CreateWorkerRequest{ExpiresIn: "1y"}); !errors.Is(err, apikeys.ErrInvalid) {
+		t.Errorf("CreateWorker(expires 1y) error = %v, want ErrInvalid", err)
+	}
+}

@@ -11,8 +11,8 @@ import (
 	"unicode"
 )
 
-// keyPrefix starts every API key.
-const keyPrefix = "hk_"
+// The prefixes of API keys and worker credentials.
+var prefixes = map[Kind]string{KindAPI: "hk_", KindWorker: "hw_"}
 
 // Lengths of a key's parts: a 10-byte id and a 32-byte secret, each in
 // lower-case base32.
@@ -32,24 +32,33 @@ func random(n int) string {
 }
 
 // newKey returns a new key id, its secret and the key as the client holds
-// it (hk_<id>_<secret>).
-func newKey() (id, secret, token string) {
+// it (hk_<id>_<secret> or hw_<id>_<secret>).
+func newKey(kind Kind) (id, secret, token string) {
 	id, secret = random(10), random(32)
-	return id, secret, keyPrefix + id + "_" + secret
+	return id, secret, prefixes[kind] + id + "_" + secret
 }
 
-// parseKey splits an API key into its id and secret, or reports that it is
-// not one.
-func parseKey(token string) (id, secret string, ok bool) {
-	rest, ok := strings.CutPrefix(token, keyPrefix)
-	if !ok {
-		return "", "", false
+// parseKey splits a key into its kind, id and secret, or reports that it
+// is not one.
+func parseKey(token string) (kind Kind, id, secret string, ok bool) {
+	var rest string
+	for k, p := range prefixes {
+		if r, found := strings.CutPrefix(token, p); found {
+			kind, rest = k, r
+		}
 	}
 	id, secret, ok = strings.Cut(rest, "_")
-	if !ok || len(id) != idLen || len(secret) != secretLen || !inAlphabet(id) || !inAlphabet(secret) {
-		return "", "", false
+	if kind == "" || !ok || len(id) != idLen || len(secret) != secretLen || !inAlphabet(id) || !inAlphabet(secret) {
+		return "", "", "", false
 	}
-	return id, secret, true
+	return kind, id, secret, true
+}
+
+// WorkerCredentialID is the id of a worker credential (hw_<id>_<secret>),
+// which prefixes the IDs its workers use.
+func WorkerCredentialID(token string) (string, bool) {
+	kind, id, _, ok := parseKey(token)
+	return id, ok && kind == KindWorker
 }
 
 func inAlphabet(s string) bool {

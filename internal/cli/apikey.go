@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/client"
 )
 
-const apikeyUsage = "usage: helmr apikey create --env ENV --grant G1,G2 [--expires 30d] [--name NAME] | list | revoke ID"
+const apikeyUsage = "usage: helmr apikey create --env ENV --grant G1,G2 [--expires 30d] [--name NAME] | create --worker [--expires 30d] [--name NAME] | list | revoke ID"
 
 // runAPIKey manages API keys. Only the owner credential may: a key cannot
 // make, see or revoke keys.
@@ -21,7 +22,9 @@ func runAPIKey(ctx context.Context, a *App, args []string) error {
 	}
 	fs := a.flags("apikey " + args[0])
 	var grants, expires, name string
+	var worker bool
 	if args[0] == "create" {
+		fs.BoolVar(&worker, "worker", false, "make a worker credential (for helmr worker's HELMR_WORKER_TOKEN) instead of an API key")
 		fs.StringVar(&grants, "grant", "", "comma-separated grants: "+grantNames())
 		fs.StringVar(&expires, "expires", "", "lifetime: days (30d), hours (12h) or minutes (90m); default: none")
 		fs.StringVar(&name, "name", "", "a name to recognise the key by (letters, digits, '.', '_', '-')")
@@ -36,6 +39,9 @@ func runAPIKey(ctx context.Context, a *App, args []string) error {
 	}
 	switch args[0] {
 	case "create":
+		if worker {
+			return createWorkerCredential(ctx, a, c, pos, grants, name, expires)
+		}
 		if len(pos) != 0 || grants == "" {
 			return errors.New("usage: helmr apikey create --env ENV --grant G1,G2 [--expires 30d] [--name NAME] (grants: " + grantNames() + ")")
 		}
@@ -72,9 +78,13 @@ func runAPIKey(ctx context.Context, a *App, args []string) error {
 			return a.printJSON(ks)
 		}
 		tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tPROJECT/ENV\tGRANTS\tCREATED\tEXPIRES\tREVOKED\tLAST USED")
+		fmt.Fprintln(tw, "ID\tKIND\tNAME\tPROJECT/ENV\tGRANTS\tCREATED\tEXPIRES\tREVOKED\tLAST USED")
 		for _, k := range ks {
-			fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, or(k.Name, "-"), k.Project, k.Env, joinGrants(k.Grants),
+			scope, grants := k.Project+"/"+k.Env, joinGrants(k.Grants)
+			if k.Kind == apikeys.KindWorker {
+				scope, grants = "-", "(leases runs)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Kind, or(k.Name, "-"), scope, grants,
 				when(&k.CreatedAt), when(k.ExpiresAt), when(k.RevokedAt), when(k.LastUsedAt))
 		}
 		return tw.Flush()
@@ -93,6 +103,23 @@ func runAPIKey(ctx context.Context, a *App, args []string) error {
 		return nil
 	}
 	return errors.New(apikeyUsage)
+}
+
+// createWorkerCredential is apikey create --worker.
+func createWorkerCredential(ctx context.Context, a *App, c *client.Client, pos []string, grants, name, expires string) error {
+	if len(pos) != 0 || grants != "" {
+		return errors.New("usage: helmr apikey create --worker [--expires 30d] [--name NAME] (a worker credential has no grants)")
+	}
+	k, key, err := c.CreateWorkerCredential(ctx, apikeys.CreateWorkerRequest{Name: name, ExpiresIn: expires})
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(map[string]any{"key": key, "apiKey": k})
+	}
+	fmt.Fprintf(a.Stderr, "worker credential %s%s: give it to helmr worker as HELMR_WORKER_TOKEN. It is shown this once: Helmr keeps only its hash.\n", k.ID, expiry(k))
+	fmt.Fprintln(a.Stdout, key)
+	return nil
 }
 
 func grantNames() string {

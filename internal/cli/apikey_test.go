@@ -132,6 +132,16 @@ func TestAPIKeyCommands(t *testing.T) {
 	}
 
 	e.env["HELMR_API_KEY"] = e.owner
+	out, errOut, code = e.helmr("apikey", "create", "--worker", "--name", "w1")
+	if wk := strings.TrimSpace(out); code != 0 || !regexp.MustCompile(`^hw_[0-9a-z]{16}_[0-9a-z]{52}$`).MatchString(wk) || !strings.Contains(errOut, "HELMR_WORKER_TOKEN") {
+		t.Errorf("apikey create --worker = %d %q %q", code, out, errOut)
+	}
+	if _, errOut, code := e.helmr("apikey", "create", "--worker", "--grant", "runs:read"); code == 0 || !strings.Contains(errOut, "no grants") {
+		t.Errorf("apikey create --worker --grant = %d %q, want a refusal", code, errOut)
+	}
+	if out, _, _ := e.helmr("apikey", "list"); !strings.Contains(out, "worker") || !strings.Contains(out, "w1") {
+		t.Errorf("apikey list = %q, want the worker credential", out)
+	}
 	if out, errOut, code := e.helmr("apikey", "revoke", id); code != 0 || !strings.Contains(out, "revoked") {
 		t.Fatalf("apikey revoke = %d %q %q", code, out, errOut)
 	}

@@ -150,7 +150,7 @@ func runServer(ctx context.Context, a *App, args []string) error {
 	}
 	fmt.Fprintf(a.Stdout, "Helmr control plane at %s\n", cp.url)
 	if a.cfg.WorkerToken == "" {
-		fmt.Fprintln(a.Stdout, "no HELMR_WORKER_TOKEN set: remote workers cannot connect")
+		fmt.Fprintln(a.Stdout, "no HELMR_WORKER_TOKEN set: remote workers connect with worker credentials (helmr apikey create --worker)")
 	}
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

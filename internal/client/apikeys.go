@@ -34,3 +34,15 @@ func (c *Client) RevokeAPIKey(ctx context.Context, id string) (apikeys.Key, erro
 	_, err := c.do(ctx, http.MethodPost, "/v1/apikeys/"+url.PathEscape(id)+"/revoke", nil, nil, &k)
 	return k, err
 }
+
+// CreateWorkerCredential makes a worker credential (owner only) and
+// returns it with the credential itself, which the control plane does not
+// keep.
+func (c *Client) CreateWorkerCredential(ctx context.Context, req apikeys.CreateWorkerRequest) (apikeys.Key, string, error) {
+	var out struct {
+		Key    string      `json:"key"`
+		APIKey apikeys.Key `json:"apiKey"`
+	}
+	_, err := c.do(ctx, http.MethodPost, "/v1/apikeys/worker", nil, req, &out)
+	return out.APIKey, out.Key, err
+}

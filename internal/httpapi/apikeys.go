@@ -67,3 +67,20 @@ func (s *Server) revokeAPIKey(w http.ResponseWriter, r *http.Request) error {
 	}
 	return writeJSON(w, http.StatusOK, k)
 }
+
+func (s *Server) createWorkerCredential(w http.ResponseWriter, r *http.Request) error {
+	ks, err := s.keys()
+	if err != nil {
+		return err
+	}
+	var req apikeys.CreateWorkerRequest
+	if err := decodeJSON(w, r, 64<<10, &req); err != nil {
+		return err
+	}
+	k, tok, err := ks.CreateWorker(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	return writeJSON(w, http.StatusCreated, CreateAPIKeyResponse{Key: tok, APIKey: k})
+}

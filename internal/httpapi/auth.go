@@ -138,14 +138,53 @@ func hidden(err, notFound error) error {
 	return err
 }
 
-// worker guards the worker endpoints with the worker token.
+// worker guards the worker endpoints: a worker credential (hw_...), or
+// the shared worker token. Neither the owner nor an API key is a worker.
 func (s *Server) worker(h handlerFunc) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if s.cfg.WorkerToken == "" || !ok ||
-			subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.WorkerToken)) != 1 {
-			return unauthorized("a valid worker token is required")
+		var p apikeys.Principal
+		switch {
+		case !ok || tok == "":
+		case s.cfg.WorkerToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.WorkerToken)) == 1:
+			p = apikeys.Principal{Worker: true}
+		case s.auth != nil:
+			if _, isWorker := apikeys.WorkerCredentialID(tok); isWorker {
+				var err error
+				if p, err = s.auth.Authenticate(r.Context(), tok); err != nil && !errors.Is(err, apikeys.ErrUnauthenticated) {
+					return err
+				}
+			}
 		}
-		return h(w, r)
+		if !p.Worker {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="helmr-worker"`)
+			return unauthorized("a valid worker token or worker credential is required")
+		}
+		return h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	}
+}
+
+// actAs checks that a worker request may act as workerID: a worker
+// credential's workers use IDs that start with its prefix.
+func actAs(ctx context.Context, workerID string) error {
+	p, _ := ctx.Value(principalKey{}).(apikeys.Principal)
+	if pre := p.WorkerPrefix(); pre != "" && !strings.HasPrefix(workerID, pre) {
+		return forbidden(fmt.Sprintf("%s acts only as worker IDs starting %q, not %q", p, pre, workerID))
+	}
+	return nil
+}
+
+// heldRun is the run a worker request addresses, if its worker holds it:
+// a worker credential sees only runs leased to its workers (others are not
+// found). The shared worker token sees every run.
+func (s *Server) heldRun(r *http.Request) (runs.Run, error) {
+	run, err := s.cfg.Runs.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return runs.Run{}, err
+	}
+	p, _ := r.Context().Value(principalKey{}).(apikeys.Principal)
+	if pre := p.WorkerPrefix(); pre != "" && !strings.HasPrefix(run.WorkerID, pre) {
+		return runs.Run{}, fmt.Errorf("get run %s: %w", run.ID, runs.ErrNotFound)
+	}
+	return run, nil
 }

@@ -76,16 +76,18 @@ func (f authFixture) fill(t *testing.T, path string) string {
 	return path + "?project=p&env=dev"
 }
 
-// bodies are valid request bodies by route; others send {}.
-func bodies() map[string]any {
+// bodies are valid request bodies by route, for a worker workerID; others
+// send {}.
+func bodies(workerID string) map[string]any {
 	return map[string]any{
-		"POST /v1/deployments":           map[string]any{"env": "dev", "manifest": deployment(goodTask("a"))["manifest"], "files": deployment()["files"]},
-		"POST /v1/tasks/{id}/runs":       `{"payload": 2}`,
-		"PUT /v1/secrets/{name}":         `{"value": "another-value"}`,
-		"POST /v1/apikeys":               `{"project": "p", "env": "dev", "grants": ["runs:read"]}`,
-		"POST /v1/worker/lease":          `{"workerId": "w"}`,
-		"POST /v1/worker/heartbeat":      `{"workerId": "w"}`,
-		"POST /v1/worker/runs/{id}/logs": `{"lines": []}`,
+		"POST /v1/deployments":              map[string]any{"env": "dev", "manifest": deployment(goodTask("a"))["manifest"], "files": deployment()["files"]},
+		"POST /v1/tasks/{id}/runs":          `{"payload": 2}`,
+		"PUT /v1/secrets/{name}":            `{"value": "another-value"}`,
+		"POST /v1/apikeys":                  `{"project": "p", "env": "dev", "grants": ["runs:read"]}`,
+		"POST /v1/worker/lease":             fmt.Sprintf(`{"workerId": %q}`, workerID),
+		"POST /v1/worker/heartbeat":         fmt.Sprintf(`{"workerId": %q}`, workerID),
+		"POST /v1/worker/runs/{id}/started": fmt.Sprintf(`{"workerId": %q, "tier": "process"}`, workerID),
+		"POST /v1/worker/runs/{id}/logs":    `{"lines": []}`,
 	}
 }
 
@@ -112,6 +114,12 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 		t.Fatalf("revoke = %d %v", st, body)
 	}
 	otherEnv, _ := e.key("p", "prod", apikeys.Grants...)
+	st, wc := e.call("POST", "/v1/apikeys/worker", `{"name": "w"}`)
+	if st != http.StatusCreated {
+		t.Fatalf("create worker credential = %d %v", st, wc)
+	}
+	workerCred := wc["key"].(string)
+	workerID := wc["apiKey"].(map[string]any)["id"].(string) + ".w"
 	otherProject, _ := e.key("q", "dev", apikeys.Grants...)
 	allGrants, _ := e.key("p", "dev", apikeys.Grants...)
 
@@ -122,7 +130,7 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 		t.Run(pattern, func(t *testing.T) {
 			walked++
 			path := f.fill(t, r.Path)
-			body := bodies()[pattern]
+			body := bodies(workerID)[pattern]
 			if body == nil && r.Method != "GET" && r.Method != "DELETE" {
 				body = "{}"
 			}
@@ -153,12 +161,15 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 				// Worker routes take the worker token only.
 				want("an API key with every grant", "Bearer "+allGrants, 401)
 				want("the owner credential", "Bearer "+e.owner, 401)
-				if st, resp := do("Bearer wtok"); st == 401 || st == 403 {
-					t.Errorf("%s with the worker token = %d %v", pattern, st, resp)
+				for _, tok := range []string{"wtok", workerCred} {
+					if st, resp := do("Bearer " + tok); st == 401 || st == 403 {
+						t.Errorf("%s with a worker credential = %d %v", pattern, st, resp)
+					}
 				}
 				return
 			case httpapi.AccessOwner:
 				want("an API key with every grant", "Bearer "+allGrants, 403)
+				want("a worker credential", "Bearer "+workerCred, 403)
 				want("a key of another environment", "Bearer "+otherEnv, 403)
 				if st, resp := do("Bearer " + e.owner); st >= 400 {
 					t.Errorf("%s as the owner = %d %v, want success", pattern, st, resp)
@@ -174,6 +185,8 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 			}
 			lacking, _ := e.key("p", "dev", others...)
 			want("a key lacking "+string(grant), "Bearer "+lacking, 403)
+			want("a worker credential", "Bearer "+workerCred, 403)
+			want("the shared worker token", "Bearer wtok", 401)
 			elsewhere := 403
 			if strings.Contains(r.Path, "/{id}") && !strings.HasPrefix(r.Path, "/v1/tasks/") {
 				elsewhere = 404 // addressed by id: hidden
@@ -239,5 +252,69 @@ func TestAPIKeyEndpoints(t *testing.T) {
 	}
 	if st, _ := e.call("POST", "/v1/apikeys/nope/revoke", nil); st != http.StatusNotFound {
 		t.Errorf("revoke unknown = %d, want 404", st)
+	}
+}
+
+// TestWorkerCredentialsHoldTheirRuns checks that a worker credential acts
+// only as its own workers and sees only the runs they hold.
+func TestWorkerCredentialsHoldTheirRuns(t *testing.T) {
+	e := newAPI(t)
+	cred := func() (key, prefix string) {
+		st, body := e.call("POST", "/v1/apikeys/worker", `{}`)
+		if st != http.StatusCreated {
+			t.Fatalf("create worker credential = %d %v", st, body)
+		}
+		return body["key"].(string), body["apiKey"].(map[string]any)["id"].(string) + "."
+	}
+	a, aPre := cred()
+	b, bPre := cred()
+	if st, body := e.call("POST", "/v1/deployments", deployment(goodTask("t"))); st != http.StatusCreated {
+		t.Fatalf("deploy = %d %v", st, body)
+	}
+	_, run := e.call("POST", "/v1/tasks/t/runs?project=p", `{"payload": 1}`)
+	id := run["id"].(string)
+	lease := func(tok, workerID string) (int, map[string]any) {
+		return e.call("POST", "/v1/worker/lease", fmt.Sprintf(`{"workerId": %q, "capabilities": {"arch": "amd64", "tiers": ["process"], "cpus": 8, "memoryBytes": 17179869184, "slots": 1}}`, workerID),
+			"Authorization", "Bearer "+tok)
+	}
+	if st, body := lease(b, aPre+"x"); st != http.StatusForbidden {
+		t.Errorf("lease by B as A's worker = %d %v, want 403", st, body)
+	}
+	st, body := lease(a, aPre+"x")
+	if st != http.StatusOK || fmt.Sprint(body["run"].(map[string]any)["id"]) != id {
+		t.Fatalf("lease by A = %d %v, want run %s", st, body, id)
+	}
+	for _, c := range []struct{ method, path, body string }{
+		{"GET", "/v1/worker/runs/" + id + "/status", ""},
+		{"GET", "/v1/worker/runs/" + id + "/secrets", ""},
+		{"GET", "/v1/worker/runs/" + id + "/build-secrets/X", ""},
+		{"POST", "/v1/worker/runs/" + id + "/started", fmt.Sprintf(`{"workerId": %q, "tier": "process"}`, bPre+"y")},
+		{"POST", "/v1/worker/runs/" + id + "/logs", `{"lines": [{"stream": "stdout", "line": "forged"}]}`},
+		{"POST", "/v1/worker/runs/" + id + "/finish", `{"status": "COMPLETED"}`},
+	} {
+		var body any
+		if c.body != "" {
+			body = c.body
+		}
+		if st, resp := e.call(c.method, c.path, body, "Authorization", "Bearer "+b); st != http.StatusNotFound {
+			t.Errorf("%s %s by B, which does not hold the run = %d %v, want 404", c.method, c.path, st, resp)
+		}
+	}
+	if st, resp := e.call("POST", "/v1/worker/runs/"+id+"/started", fmt.Sprintf(`{"workerId": %q, "tier": "process"}`, aPre+"x"), "Authorization", "Bearer "+a); st != http.StatusOK {
+		t.Errorf("started by A = %d %v", st, resp)
+	}
+	if st, resp := e.call("GET", "/v1/worker/runs/"+id+"/secrets", nil, "Authorization", "Bearer "+a); st != http.StatusOK {
+		t.Errorf("secrets of its run by A = %d %v, want 200", st, resp)
+	}
+	if st, resp := e.call("GET", "/v1/worker/runs/"+id+"/status", nil, "Authorization", "Bearer wtok"); st != http.StatusOK || resp["status"] != "RUNNING" {
+		t.Errorf("status with the shared worker token = %d %v, want 200 RUNNING", st, resp)
+	}
+	_, evs := e.call("GET", "/v1/runs/"+id+"/events", nil)
+	if strings.Contains(fmt.Sprint(evs), "forged") {
+		t.Errorf("B's log line reached the run's events: %v", evs)
+	}
+	// A worker credential is no API key.
+	if st, resp := e.call("GET", "/v1/runs?project=p", nil, "Authorization", "Bearer "+a); st != http.StatusForbidden {
+		t.Errorf("list runs with a worker credential = %d %v, want 403", st, resp)
 	}
 }

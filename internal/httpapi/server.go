@@ -113,6 +113,7 @@ func (s *Server) routes() []route {
 		{"POST /v1/apikeys", AccessOwner, s.createAPIKey},
 		{"GET /v1/apikeys", AccessOwner, s.listAPIKeys},
 		{"POST /v1/apikeys/{id}/revoke", AccessOwner, s.revokeAPIKey},
+		{"POST /v1/apikeys/worker", AccessOwner, s.createWorkerCredential},
 		{"POST /v1/worker/lease", AccessWorker, s.workerLease},
 		{"POST /v1/worker/heartbeat", AccessWorker, s.workerHeartbeat},
 		{"GET /v1/worker/deployments/{id}/files", AccessWorker, s.workerFiles},

@@ -25,6 +25,9 @@ func (s *Server) workerLease(w http.ResponseWriter, r *http.Request) error {
 	if req.WorkerID == "" {
 		return badRequest("workerId is required")
 	}
+	if err := actAs(r.Context(), req.WorkerID); err != nil {
+		return err
+	}
 	lease, err := s.control.Lease(r.Context(), req.WorkerID, req.Capabilities)
 	switch {
 	case errors.Is(err, worker.ErrNoWork), r.Context().Err() != nil:
@@ -56,6 +59,12 @@ func (s *Server) workerStarted(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, 1<<20, &req); err != nil {
 		return err
 	}
+	if err := actAs(r.Context(), req.WorkerID); err != nil {
+		return err
+	}
+	if _, err := s.heldRun(r); err != nil {
+		return err
+	}
 	run, err := s.cfg.Runs.Started(r.Context(), r.PathValue("id"), req.WorkerID, req.Tier, req.Note)
 	if err != nil {
 		return err
@@ -77,6 +86,9 @@ func (s *Server) workerLogs(w http.ResponseWriter, r *http.Request) error {
 	if req.Time.IsZero() {
 		req.Time = time.Now().UTC()
 	}
+	if _, err := s.heldRun(r); err != nil {
+		return err
+	}
 	if err := s.cfg.Runs.AppendLogs(r.Context(), r.PathValue("id"), req.Lines, req.Time); err != nil {
 		return err
 	}
@@ -89,6 +101,9 @@ func (s *Server) workerFinish(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, runs.MaxPayloadBytes+1<<20, &req); err != nil {
 		return err
 	}
+	if _, err := s.heldRun(r); err != nil {
+		return err
+	}
 	run, err := s.cfg.Runs.Finish(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		return err
@@ -97,7 +112,7 @@ func (s *Server) workerFinish(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) workerStatus(w http.ResponseWriter, r *http.Request) error {
-	run, err := s.cfg.Runs.Get(r.Context(), r.PathValue("id"))
+	run, err := s.heldRun(r)
 	if err != nil {
 		return err
 	}
@@ -107,6 +122,9 @@ func (s *Server) workerStatus(w http.ResponseWriter, r *http.Request) error {
 // workerSecrets hands the worker running a run the values of its bound
 // secrets (base64), and only while it runs.
 func (s *Server) workerSecrets(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.heldRun(r); err != nil {
+		return err
+	}
 	vals, err := s.cfg.Runs.RunSecrets(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
@@ -121,6 +139,9 @@ func (s *Server) workerSecrets(w http.ResponseWriter, r *http.Request) error {
 // workerBuildSecret hands the worker building a run's image one build
 // secret the image names.
 func (s *Server) workerBuildSecret(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.heldRun(r); err != nil {
+		return err
+	}
 	v, err := s.cfg.Runs.RunBuildSecret(r.Context(), r.PathValue("id"), r.PathValue("name"))
 	if err != nil {
 		return err
@@ -131,6 +152,9 @@ func (s *Server) workerBuildSecret(w http.ResponseWriter, r *http.Request) error
 func (s *Server) workerHeartbeat(w http.ResponseWriter, r *http.Request) error {
 	var req LeaseRequest
 	if err := decodeJSON(w, r, 1<<20, &req); err != nil {
+		return err
+	}
+	if err := actAs(r.Context(), req.WorkerID); err != nil {
 		return err
 	}
 	if err := s.cfg.Runs.Heartbeat(r.Context(), req.WorkerID, req.Capabilities); err != nil {

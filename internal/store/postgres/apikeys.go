@@ -11,12 +11,12 @@ import (
 
 var _ apikeys.Store = (*Store)(nil)
 
-const apiKeyColumns = `id, project, env, name, secret_hash, grants, created_at, expires_at, revoked_at, last_used_at`
+const apiKeyColumns = `id, kind, project, env, name, secret_hash, grants, created_at, expires_at, revoked_at, last_used_at`
 
 // CreateAPIKey implements apikeys.Store.
 func (s *Store) CreateAPIKey(ctx context.Context, k apikeys.Key) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO api_keys (`+apiKeyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-		k.ID, k.Project, k.Env, k.Name, k.SecretHash, store.EncodeGrants(k.Grants), store.Time(k.CreatedAt),
+	_, err := s.pool.Exec(ctx, `INSERT INTO api_keys (`+apiKeyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+		k.ID, string(k.Kind), k.Project, k.Env, k.Name, k.SecretHash, store.EncodeGrants(k.Grants), store.Time(k.CreatedAt),
 		store.TimePtr(k.ExpiresAt), store.TimePtr(k.RevokedAt), store.TimePtr(k.LastUsedAt))
 	if err != nil {
 		return fmt.Errorf("create API key %s: %w", k.ID, err)
@@ -27,7 +27,7 @@ func (s *Store) CreateAPIKey(ctx context.Context, k apikeys.Key) error {
 func scanAPIKey(sc scanner) (apikeys.Key, error) {
 	var k apikeys.Key
 	var grants string
-	if err := sc.Scan(&k.ID, &k.Project, &k.Env, &k.Name, &k.SecretHash, &grants, &k.CreatedAt, &k.ExpiresAt, &k.RevokedAt, &k.LastUsedAt); err != nil {
+	if err := sc.Scan(&k.ID, &k.Kind, &k.Project, &k.Env, &k.Name, &k.SecretHash, &grants, &k.CreatedAt, &k.ExpiresAt, &k.RevokedAt, &k.LastUsedAt); err != nil {
 		return k, err
 	}
 	k.CreatedAt = k.CreatedAt.UTC()

@@ -13,13 +13,13 @@ import (
 
 var _ apikeys.Store = (*Store)(nil)
 
-const apiKeyColumns = `id, project, env, name, secret_hash, grants, created_at, expires_at, revoked_at, last_used_at`
+const apiKeyColumns = `id, kind, project, env, name, secret_hash, grants, created_at, expires_at, revoked_at, last_used_at`
 
 // CreateAPIKey implements apikeys.Store.
 func (s *Store) CreateAPIKey(ctx context.Context, k apikeys.Key) error {
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO api_keys (`+apiKeyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			k.ID, k.Project, k.Env, k.Name, k.SecretHash, store.EncodeGrants(k.Grants), fmtTime(k.CreatedAt),
+		_, err := tx.ExecContext(ctx, `INSERT INTO api_keys (`+apiKeyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			k.ID, string(k.Kind), k.Project, k.Env, k.Name, k.SecretHash, store.EncodeGrants(k.Grants), fmtTime(k.CreatedAt),
 			fmtTimePtr(k.ExpiresAt), fmtTimePtr(k.RevokedAt), fmtTimePtr(k.LastUsedAt))
 		return err
 	})
@@ -33,7 +33,7 @@ func scanAPIKey(sc interface{ Scan(...any) error }) (apikeys.Key, error) {
 	var k apikeys.Key
 	var grants, created string
 	var expires, revoked, used sql.NullString
-	if err := sc.Scan(&k.ID, &k.Project, &k.Env, &k.Name, &k.SecretHash, &grants, &created, &expires, &revoked, &used); err != nil {
+	if err := sc.Scan(&k.ID, &k.Kind, &k.Project, &k.Env, &k.Name, &k.SecretHash, &grants, &created, &expires, &revoked, &used); err != nil {
 		return k, err
 	}
 	var err error

@@ -15,7 +15,7 @@ var apiKeyTests = []storeTest{
 
 func apiKey(id string, created time.Time) apikeys.Key {
 	return apikeys.Key{
-		ID: id, Project: "p", Env: "prod", Name: "ci-" + id,
+		ID: id, Kind: apikeys.KindAPI, Project: "p", Env: "prod", Name: "ci-" + id,
 		Grants:     []apikeys.Grant{apikeys.RunsCreate, apikeys.RunsRead},
 		SecretHash: []byte("0123456789abcdef0123456789abcdef" + id)[:32],
 		CreatedAt:  created,
@@ -27,8 +27,8 @@ func testAPIKeys(t *testing.T, s Store) {
 	exp := at(3600).Add(123456789 * time.Nanosecond)
 	b := apiKey("bbbb", at(2))
 	b.ExpiresAt = &exp
-	a := apiKey("aaaa", at(1))
-	a.Grants = []apikeys.Grant{apikeys.SecretsWrite}
+	a := apiKey("aaaa", at(1)) // a worker credential: no project, env or grants
+	a.Kind, a.Project, a.Env, a.Grants = apikeys.KindWorker, "", "", []apikeys.Grant{}
 	for _, k := range []apikeys.Key{b, a} {
 		if err := s.CreateAPIKey(ctx, k); err != nil {
 			t.Fatalf("CreateAPIKey(%q): %v", k.ID, err)

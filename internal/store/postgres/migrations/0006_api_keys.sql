@@ -1,9 +1,12 @@
--- 0006: API keys (package apikeys). Only the SHA-256 hash of a key's
--- secret is stored; grants are a JSON array of grant names.
+-- 0006: API keys and worker credentials (package apikeys; kind 'api' or
+-- 'worker'). Only the SHA-256 hash of a key's secret is stored; grants are
+-- a JSON array of grant names (none for a worker credential, which has no
+-- project or environment either).
 -- Keep in step with sqlite/migrations/0006_api_keys.sql.
 
 CREATE TABLE api_keys (
     id           TEXT PRIMARY KEY,
+    kind         TEXT NOT NULL DEFAULT 'api',
     project      TEXT NOT NULL,
     env          TEXT NOT NULL,
     name         TEXT NOT NULL DEFAULT '',
