@@ -2,14 +2,13 @@ package testenv
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-
-	"github.com/helmr/helmr/internal/config"
 )
 
 // BuildBinaries builds helmr and the static helmr-agent into a new
@@ -58,17 +57,34 @@ func StartDev(bin string, env []string) (*Dev, error) {
 				for sc.Scan() {
 				}
 			}()
-			p, err := config.LoadProfile(envValue(env, "HELMR_PROFILE"))
-			if err != nil || p.Credential == "" {
+			tok, err := profileCredential(envValue(env, "HELMR_PROFILE"))
+			if err != nil {
 				d.Stop()
-				return nil, fmt.Errorf("helmr dev wrote no credential to its profile (HELMR_PROFILE): %v", err)
+				return nil, err
 			}
-			d.Token = p.Credential
+			d.Token = tok
 			return d, nil
 		}
 	}
 	d.Stop()
 	return nil, errors.New("helmr dev did not start")
+}
+
+// profileCredential reads the credential helmr dev wrote to the CLI
+// profile at path (config.Profile, read here without importing config,
+// which packages testenv serves import).
+func profileCredential(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("helmr dev's profile (HELMR_PROFILE): %w", err)
+	}
+	var p struct {
+		Credential string `json:"credential"`
+	}
+	if err := json.Unmarshal(data, &p); err != nil || p.Credential == "" {
+		return "", fmt.Errorf("helmr dev wrote no credential to its profile %s (%v)", path, err)
+	}
+	return p.Credential, nil
 }
 
 // envValue is the last value of name in env.
