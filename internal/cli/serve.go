@@ -81,8 +81,12 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		svc.Vault = v
 	}
 	svc.Deployments = st
+	var sessions *apikeys.Sessions
+	if dev {
+		sessions = apikeys.NewSessions(owner)
+	}
 	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v,
-		APIKeys: apikeys.NewService(st, owner, log)})
+		APIKeys: apikeys.NewService(st, owner, log), Sessions: sessions})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		st.Close()

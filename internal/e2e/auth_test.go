@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,6 +50,22 @@ func TestDevGuardsAPI(t *testing.T) {
 	}
 	if errOut, code := run(withKey, "run", "hello", "--project", "hello"); code == 0 || !strings.Contains(errOut, "lacks the runs:create grant") {
 		t.Errorf("run with a runs:read key = %d %q, want a refusal naming the grant", code, errOut)
+	}
+	// A browser signs in with the owner credential and reads in its session.
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.PostForm(d.url+"/dev/login", url.Values{"credential": {d.token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	cookies := resp.Cookies()
+	if resp.StatusCode != http.StatusSeeOther || len(cookies) != 1 || !cookies[0].HttpOnly {
+		t.Fatalf("sign in = %d with cookies %v, want a redirect and an HttpOnly session cookie", resp.StatusCode, cookies)
+	}
+	req, _ := http.NewRequest(http.MethodGet, d.url+"/v1/runs?project=hello", nil)
+	req.AddCookie(cookies[0])
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Errorf("list runs in the owner session = %v, %v; want 200", resp.StatusCode, err)
 	}
 	// Without the profile's credential the CLI is refused.
 	noProfile := append(slices.Clip(d.env), "HELMR_PROFILE="+filepath.Join(t.TempDir(), "empty.json"))

@@ -49,7 +49,8 @@ func newAPI(t *testing.T) *apiEnv {
 	svc.Vault = v
 	owner := apikeys.NewOwnerToken()
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Logger: slog.Default(), WorkerToken: "wtok",
-		Vault: v, APIKeys: apikeys.NewService(st, owner, slog.Default()), LeaseWait: 10 * time.Millisecond}))
+		Vault: v, APIKeys: apikeys.NewService(st, owner, slog.Default()), LeaseWait: 10 * time.Millisecond,
+		Sessions: apikeys.NewSessions(owner)}))
 	t.Cleanup(srv.Close)
 	return &apiEnv{t: t, srv: srv, db: db, st: st, owner: owner}
 }

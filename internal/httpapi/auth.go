@@ -26,11 +26,14 @@ const (
 	// AccessOwner: the owner credential; no API key, whatever its grants
 	// (keys cannot mint keys).
 	AccessOwner Access = "owner"
+	// AccessLogin: helmr dev's sign-in, which takes the owner credential
+	// in its body.
+	AccessLogin Access = "login"
 )
 
 func (a Access) valid() bool {
 	switch a {
-	case AccessOpen, AccessWorker, AccessOwner:
+	case AccessOpen, AccessWorker, AccessOwner, AccessLogin:
 		return true
 	}
 	return apikeys.Grant(a).Valid()
@@ -48,7 +51,7 @@ type principalKey struct{}
 // that passes carries its principal in its context for authorize.
 func (s *Server) guard(access Access, h handlerFunc) handlerFunc {
 	switch access {
-	case AccessOpen:
+	case AccessOpen, AccessLogin:
 		return h
 	case AccessWorker:
 		return s.worker(h)
@@ -80,6 +83,9 @@ func forbidden(msg string) *Error {
 // authenticate reads the request's bearer credential.
 func (s *Server) authenticate(r *http.Request) (apikeys.Principal, error) {
 	h := r.Header.Get("Authorization")
+	if c, err := r.Cookie(SessionCookie); h == "" && err == nil && s.cfg.Sessions != nil {
+		return s.sessionPrincipal(r, c)
+	}
 	if h == "" {
 		return apikeys.Principal{}, unauthorized("this request needs a credential: Authorization: Bearer <API key or owner credential>")
 	}

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -123,6 +125,7 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 	otherProject, _ := e.key("q", "dev", apikeys.Grants...)
 	allGrants, _ := e.key("p", "dev", apikeys.Grants...)
 
+	session := e.login(t, e.owner)
 	srv := httpapi.New(httpapi.Config{})
 	var walked int
 	for _, r := range srv.Routes() {
@@ -147,8 +150,12 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 				}
 				t.Errorf("%s %s with %s = %d %v, want %v", r.Method, path, what, st, resp, codes)
 			}
-			if r.Access == httpapi.AccessOpen {
+			switch r.Access {
+			case httpapi.AccessOpen:
 				want("no credential", "", 200)
+				return
+			case httpapi.AccessLogin:
+				e.walkLogin(t, r)
 				return
 			}
 			want("no credential", "", 401)
@@ -168,6 +175,7 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 				}
 				return
 			case httpapi.AccessOwner:
+				e.walkSession(t, r.Method, path, body, session)
 				want("an API key with every grant", "Bearer "+allGrants, 403)
 				want("a worker credential", "Bearer "+workerCred, 403)
 				want("a key of another environment", "Bearer "+otherEnv, 403)
@@ -191,6 +199,7 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 			if strings.Contains(r.Path, "/{id}") && !strings.HasPrefix(r.Path, "/v1/tasks/") {
 				elsewhere = 404 // addressed by id: hidden
 			}
+			e.walkSession(t, r.Method, path, body, session)
 			want("a key of another environment", "Bearer "+otherEnv, elsewhere)
 			want("a key of another project", "Bearer "+otherProject, elsewhere)
 			only, _ := e.key("p", "dev", grant)
@@ -316,5 +325,138 @@ func TestWorkerCredentialsHoldTheirRuns(t *testing.T) {
 	// A worker credential is no API key.
 	if st, resp := e.call("GET", "/v1/runs?project=p", nil, "Authorization", "Bearer "+a); st != http.StatusForbidden {
 		t.Errorf("list runs with a worker credential = %d %v, want 403", st, resp)
+	}
+}
+
+// noRedirect is a client that shows redirects instead of following them.
+var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+// loginResponse posts the sign-in form with credential.
+func (e *apiEnv) loginResponse(t *testing.T, credential string) *http.Response {
+	t.Helper()
+	resp, err := noRedirect.PostForm(e.srv.URL+"/dev/login", url.Values{"credential": {credential}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// login signs in and returns the session cookie.
+func (e *apiEnv) login(t *testing.T, credential string) *http.Cookie {
+	t.Helper()
+	resp := e.loginResponse(t, credential)
+	for _, c := range resp.Cookies() {
+		if c.Name == httpapi.SessionCookie && c.Value != "" {
+			return c
+		}
+	}
+	t.Fatalf("sign-in = %d with cookies %v, want the session cookie", resp.StatusCode, resp.Cookies())
+	return nil
+}
+
+// walkLogin checks helmr dev's sign-in routes.
+func (e *apiEnv) walkLogin(t *testing.T, r httpapi.Route) {
+	t.Helper()
+	switch r.Method + " " + r.Path {
+	case "GET /dev/login":
+		if st, _ := e.call("GET", r.Path, nil, "Authorization", ""); st != 200 {
+			t.Errorf("GET /dev/login without a credential = %d, want the page", st)
+		}
+	case "POST /dev/login":
+		key, _ := e.key("p", "dev", apikeys.Grants...)
+		for name, cred := range map[string]string{"no credential": "", "an API key": key, "a wrong credential": e.owner + "x"} {
+			resp := e.loginResponse(t, cred)
+			if resp.StatusCode != http.StatusSeeOther || !strings.Contains(resp.Header.Get("Location"), "failed=1") || len(resp.Cookies()) != 0 {
+				t.Errorf("sign in with %s = %d %v cookies %v, want back to the form, no session", name, resp.StatusCode, resp.Header, resp.Cookies())
+			}
+		}
+		if st, _ := e.call("POST", r.Path, `{"credential": "`+e.owner+`"}`, "Authorization", ""); st != http.StatusUnauthorized {
+			t.Errorf("sign in with JSON = %d, want 401 (a form field only)", st)
+		}
+		c := e.login(t, e.owner)
+		if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || time.Until(c.Expires) < 11*time.Hour {
+			t.Errorf("session cookie = %+v, want HttpOnly, SameSite=Strict, path /, about 12 hours", c)
+		}
+	case "POST /dev/logout":
+		c := e.login(t, e.owner)
+		cookie := c.Name + "=" + c.Value
+		if st, _ := e.call("GET", "/v1/runs?project=p", nil, "Authorization", "", "Cookie", cookie); st != 200 {
+			t.Fatalf("list runs in the session = %d, want 200", st)
+		}
+		req, _ := http.NewRequest("POST", e.srv.URL+r.Path, nil)
+		req.Header.Set("Cookie", cookie)
+		req.Header.Set("Origin", "http://evil.example")
+		if resp, err := noRedirect.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
+			t.Errorf("cross-site sign-out = %v, %v; want 403", resp.StatusCode, err)
+		}
+		req.Header.Del("Origin")
+		resp, err := noRedirect.Do(req)
+		if err != nil || resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("sign out = %v, %v", resp.StatusCode, err)
+		}
+		if st, _ := e.call("GET", "/v1/runs?project=p", nil, "Authorization", "", "Cookie", cookie); st != http.StatusUnauthorized {
+			t.Errorf("list runs after signing out = %d, want 401", st)
+		}
+	default:
+		t.Fatalf("sign-in route %s %s: no check (add one to walkLogin)", r.Method, r.Path)
+	}
+}
+
+// walkSession checks a guarded route with an owner session cookie: reads
+// pass, changes need the CSRF header and a same-site origin, and an
+// unknown session is no session.
+func (e *apiEnv) walkSession(t *testing.T, method, path string, body any, session *http.Cookie) {
+	t.Helper()
+	cookie := session.Name + "=" + session.Value
+	if st, resp := e.call(method, path, body, "Authorization", "", "Cookie", session.Name+"=hks_unknown"); st != http.StatusUnauthorized {
+		t.Errorf("%s %s with an unknown session = %d %v, want 401", method, path, st, resp)
+	}
+	if method == "GET" || method == "HEAD" {
+		if st, resp := e.call(method, path, body, "Authorization", "", "Cookie", cookie); st == 401 || st == 403 {
+			t.Errorf("%s %s in the owner session = %d %v, want it allowed", method, path, st, resp)
+		}
+		return
+	}
+	if st, resp := e.call(method, path, body, "Authorization", "", "Cookie", cookie); st != http.StatusForbidden {
+		t.Errorf("%s %s in the owner session without %s = %d %v, want 403", method, path, httpapi.CSRFHeader, st, resp)
+	}
+	if st, resp := e.call(method, path, body, "Authorization", "", "Cookie", cookie, httpapi.CSRFHeader, "1", "Origin", "http://evil.example"); st != http.StatusForbidden {
+		t.Errorf("%s %s in the owner session from another origin = %d %v, want 403", method, path, st, resp)
+	}
+}
+
+// TestOwnerSessionChanges checks that a signed-in owner's browser can
+// change things with the CSRF header, and that without owner sessions
+// (helmr server) the cookie means nothing.
+func TestOwnerSessionChanges(t *testing.T) {
+	e := newAPI(t)
+	f := newAuthFixture(t, e)
+	c := e.login(t, e.owner)
+	cookie := c.Name + "=" + c.Value
+	for _, req := range []struct{ method, path, body string }{
+		{"POST", "/v1/runs/" + f.runID + "/cancel", ""},
+		{"PUT", "/v1/secrets/OTHER?project=p", `{"value": "x"}`},
+		{"POST", "/v1/apikeys", `{"project": "p", "env": "dev", "grants": ["runs:read"]}`},
+	} {
+		var body any
+		if req.body != "" {
+			body = req.body
+		}
+		if st, resp := e.call(req.method, req.path, body, "Authorization", "", "Cookie", cookie, httpapi.CSRFHeader, "1", "Origin", e.srv.URL); st >= 400 {
+			t.Errorf("%s %s in the owner session with %s = %d %v, want success", req.method, req.path, httpapi.CSRFHeader, st, resp)
+		}
+	}
+
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{APIKeys: apikeys.NewService(e.st, e.owner, nil)}))
+	defer srv.Close()
+	resp, err := noRedirect.PostForm(srv.URL+"/dev/login", url.Values{"credential": {e.owner}})
+	if err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("sign in without owner sessions = %v, %v; want 404", resp.StatusCode, err)
+	}
+	req, _ := http.NewRequest("GET", srv.URL+"/v1/apikeys", nil)
+	req.Header.Set("Cookie", cookie)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a session cookie without owner sessions = %v, %v; want 401", resp.StatusCode, err)
 	}
 }

@@ -31,6 +31,9 @@ type Config struct {
 	// the health check answers 401.
 	APIKeys       *apikeys.Service
 	Authenticator Authenticator
+	// Sessions enables owner sessions (/dev/login; helmr dev only); nil:
+	// /dev/login answers 404 and session cookies are ignored.
+	Sessions *apikeys.Sessions
 }
 
 // Server is the control plane's HTTP API.
@@ -114,6 +117,9 @@ func (s *Server) routes() []route {
 		{"GET /v1/apikeys", AccessOwner, s.listAPIKeys},
 		{"POST /v1/apikeys/{id}/revoke", AccessOwner, s.revokeAPIKey},
 		{"POST /v1/apikeys/worker", AccessOwner, s.createWorkerCredential},
+		{"GET /dev/login", AccessLogin, s.loginForm},
+		{"POST /dev/login", AccessLogin, s.login},
+		{"POST /dev/logout", AccessLogin, s.logout},
 		{"POST /v1/worker/lease", AccessWorker, s.workerLease},
 		{"POST /v1/worker/heartbeat", AccessWorker, s.workerHeartbeat},
 		{"GET /v1/worker/deployments/{id}/files", AccessWorker, s.workerFiles},
