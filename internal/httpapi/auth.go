@@ -83,8 +83,10 @@ func forbidden(msg string) *Error {
 // authenticate reads the request's bearer credential.
 func (s *Server) authenticate(r *http.Request) (apikeys.Principal, error) {
 	h := r.Header.Get("Authorization")
-	if c, err := r.Cookie(SessionCookie); h == "" && err == nil && s.cfg.Sessions != nil {
-		return s.sessionPrincipal(r, c)
+	if h == "" && s.cfg.Sessions != nil {
+		if c, err := r.Cookie(SessionCookie); err == nil {
+			return s.sessionPrincipal(r, c)
+		}
 	}
 	if h == "" {
 		return apikeys.Principal{}, unauthorized("this request needs a credential: Authorization: Bearer <API key or owner credential>")
