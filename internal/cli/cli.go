@@ -34,8 +34,8 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"dev", "run the control plane, a worker and the embedded store in one process", runDev},
-		{"server", "run the control plane (needs HELMR_OWNER_TOKEN(_FILE); remote workers connect with HELMR_WORKER_TOKEN)", runServer},
-		{"worker", "run a worker against a control plane (--control-url)", runWorker},
+		{"server", "run the control plane (needs HELMR_OWNER_TOKEN(_FILE); remote workers connect with worker credentials)", runServer},
+		{"worker", "run a worker against a control plane (--control-url; HELMR_WORKER_TOKEN: its worker credential)", runWorker},
 		{"deploy", "deploy the task project at PATH as a new version", runDeploy},
 		{"run", "start a run of TASK (--payload-json, --wait)", runRun},
 		{"runs", "list runs, or `runs show ID`", runRuns},
@@ -43,7 +43,7 @@ func commands() []command {
 		{"cancel", "cancel a run", runCancel},
 		{"image", "`image build PATH TASK`: build a task's image here (--no-cache, --oci DIR, --ext4 FILE)", runImage},
 		{"secret", "`secret set NAME` (value on stdin), `secret list`, `secret delete NAME`, `secret rotate-key --new-key-file F`", runSecret},
-		{"apikey", "`apikey create --env ENV --grant G1,G2 [--expires 30d] [--name N]` (prints the key once), `apikey list`, `apikey revoke ID` (owner credential only)", runAPIKey},
+		{"apikey", "`apikey create --env ENV --grant G1,G2 [--expires 30d] [--name N]` (prints the key once), `apikey create --worker` (a worker credential), `apikey list`, `apikey revoke ID` (owner credential only)", runAPIKey},
 		{"doctor", "show which isolation tiers work on this host, and which one runs sandboxes", runDoctor},
 		{"version", "print the version", func(_ context.Context, a *App, _ []string) error {
 			fmt.Fprintln(a.Stdout, "helmr", Version)
