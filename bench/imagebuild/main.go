@@ -53,7 +53,7 @@ func run() error {
 	}
 	defer dev.Stop()
 	env = append(env, "HELMR_URL="+dev.URL)
-	c := client.New(dev.URL, "")
+	c := client.New(dev.URL, dev.Token)
 	deploy := func() error {
 		cmd := exec.Command(filepath.Join(bin, "helmr"), "deploy", project)
 		cmd.Env = env

@@ -108,7 +108,7 @@ func measureHelmr(bin, root string, n int, tier, warm string, gap time.Duration)
 	if err := helmr(bin, env, root, "deploy", "bench/runstart/project"); err != nil {
 		return 0, nil, err
 	}
-	c := client.New(url, "")
+	c := client.New(url, dev.Token)
 	starts, err := sample(n+1, gap, func() (time.Duration, error) { return helmrStart(c) })
 	if err != nil {
 		return 0, nil, err

@@ -70,7 +70,7 @@ func run(tier string, n int) error {
 	if o, err := deploy.CombinedOutput(); err != nil {
 		return fmt.Errorf("deploy: %v\n%s", err, o)
 	}
-	c := client.New(url, "")
+	c := client.New(url, dev.Token)
 	ctx := context.Background()
 	// Warm the worker up with one run, then take the idle baseline.
 	if err := holdRuns(ctx, c, 1, 10); err != nil {

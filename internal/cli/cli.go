@@ -34,8 +34,8 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"dev", "run the control plane, a worker and the embedded store in one process", runDev},
-		{"server", "run the control plane (remote workers connect with HELMR_WORKER_TOKEN)", runServer},
-		{"worker", "run a worker against a control plane (--control-url)", runWorker},
+		{"server", "run the control plane (needs HELMR_OWNER_TOKEN(_FILE); remote workers connect with worker credentials)", runServer},
+		{"worker", "run a worker against a control plane (--control-url; HELMR_WORKER_TOKEN: its worker credential)", runWorker},
 		{"deploy", "deploy the task project at PATH as a new version", runDeploy},
 		{"run", "start a run of TASK (--payload-json, --wait)", runRun},
 		{"runs", "list runs, or `runs show ID`", runRuns},
@@ -47,6 +47,7 @@ func commands() []command {
 		{"image", "`image build PATH TASK` (--no-cache, --oci DIR, --ext4 FILE) builds a task's image here; `image export PATH TASK DIR` (--no-cache, --ext4 FILE) also writes it as an OCI image layout", runImage},
 		{"workspace", "`workspace list`, `workspace show ID`, `workspace delete ID`: workspaces keep files between the runs attached to them (`run --workspace ID`)", runWorkspace},
 		{"secret", "`secret set NAME` (value on stdin), `secret list`, `secret delete NAME`, `secret rotate-key --new-key-file F`", runSecret},
+		{"apikey", "`apikey create --env ENV --grant G1,G2 [--expires 30d] [--name N]` (prints the key once), `apikey create --worker` (a worker credential), `apikey list`, `apikey revoke ID` (owner credential only)", runAPIKey},
 		{"doctor", "show which isolation tiers work on this host, and which one runs sandboxes", runDoctor},
 		{"version", "print the version", func(_ context.Context, a *App, _ []string) error {
 			fmt.Fprintln(a.Stdout, "helmr", Version)
@@ -106,6 +107,7 @@ func (a *App) usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.usage)
 	}
+	fmt.Fprintln(w, "\nThe CLI authenticates with HELMR_API_KEY (an API key or the owner credential), else the credential helmr dev wrote to the profile.")
 	fmt.Fprintln(w, "\nRun payloads are audit data: Helmr stores them in plaintext. Never put credentials in a payload.")
 }
 
@@ -140,6 +142,8 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // client returns an API client, applying the profile for unset settings.
+// Its credential is HELMR_API_KEY, else the profile's, which goes only to
+// the profile's URL.
 func (a *App) client() (*client.Client, error) {
 	p, err := config.LoadProfile(a.cfg.Profile)
 	if err != nil {
@@ -151,7 +155,11 @@ func (a *App) client() (*client.Client, error) {
 	if a.cfg.Project == "" {
 		a.cfg.Project = p.Project
 	}
-	return client.New(a.cfg.URL, ""), nil
+	cred := a.cfg.APIKey
+	if cred == "" && p.Credential != "" && strings.TrimRight(p.URL, "/") == strings.TrimRight(a.cfg.URL, "/") {
+		cred = p.Credential
+	}
+	return client.New(a.cfg.URL, cred), nil
 }
 
 func (a *App) requireProject() error {

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/client"
 	"github.com/helmr/helmr/internal/config"
 	"github.com/helmr/helmr/internal/sandbox"
@@ -40,7 +41,7 @@ func runDev(ctx context.Context, a *App, args []string) error {
 		log.Info("failed runs left unfinished by the previous helmr dev", "runs", n)
 	}
 	wctx, stopWorker := context.WithCancel(ctx)
-	w, err := newWorker(a.cfg, log, &worker.Local{Runs: cp.runs, Deployments: cp.store, Workspaces: cp.store, Waits: cp.waits}, "")
+	w, err := newWorker(a.cfg, log, &worker.Local{Runs: cp.runs, Deployments: cp.store, Workspaces: cp.store, Waits: cp.waits}, "", workerID())
 	if err != nil {
 		stopWorker()
 		cp.Close(context.Background())
@@ -54,11 +55,12 @@ func runDev(ctx context.Context, a *App, args []string) error {
 	}()
 	a.cfg.URL = cp.url
 	p, _ := config.LoadProfile(a.cfg.Profile)
-	p.URL = cp.url
+	p.URL, p.Credential = cp.url, cp.owner
 	if err := config.SaveProfile(a.cfg.Profile, p); err != nil {
-		log.Warn("cannot save the CLI profile", "path", a.cfg.Profile, "err", err)
+		log.Warn("cannot save the CLI profile: the CLI has no credential for this helmr dev (use HELMR_API_KEY)", "path", a.cfg.Profile, "err", err)
 	}
 	fmt.Fprintf(a.Stdout, "Helmr dev at %s (data in %s)\n", cp.url, a.cfg.DataDir)
+	fmt.Fprintf(a.Stdout, "Sign in from a browser at %s/dev/login with the owner credential; the CLI has it in its profile\n", cp.url)
 	<-ctx.Done()
 	stopWorker()
 	wg.Wait()
@@ -76,7 +78,11 @@ func runWorker(ctx context.Context, a *App, args []string) error {
 		return err
 	}
 	if a.cfg.WorkerToken == "" {
-		return errors.New("a worker needs HELMR_WORKER_TOKEN (the control plane's worker token)")
+		return errors.New("a worker needs HELMR_WORKER_TOKEN: a worker credential (helmr apikey create --worker) or the control plane's shared worker token")
+	}
+	id := workerID()
+	if cred, ok := apikeys.WorkerCredentialID(a.cfg.WorkerToken); ok {
+		id = cred + "." + id // the control plane lets this credential act only as such IDs
 	}
 	if err := a.cfg.Validate(); err != nil {
 		return err
@@ -84,7 +90,7 @@ func runWorker(ctx context.Context, a *App, args []string) error {
 	log := a.logger()
 	c := client.New(*controlURL, a.cfg.WorkerToken)
 	c.HTTP.Timeout = 60 * time.Second
-	w, err := newWorker(a.cfg, log, client.Worker{C: c}, *controlURL)
+	w, err := newWorker(a.cfg, log, client.Worker{C: c}, *controlURL, id)
 	if err != nil {
 		return err
 	}
@@ -131,7 +137,7 @@ func newNetwork(cfg config.Config, controlURL string, log *slog.Logger) (*networ
 	return nc, nil
 }
 
-func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane, controlURL string) (*worker.Worker, error) {
+func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane, controlURL, id string) (*worker.Worker, error) {
 	rt, err := newRuntime(cfg, log)
 	if err != nil {
 		return nil, err
@@ -153,7 +159,7 @@ func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane,
 		return nil, fmt.Errorf("bundle the guest adapter: %w", err)
 	}
 	return worker.New(worker.Config{
-		ID: workerID(), DataDir: cfg.DataDir, Slots: cfg.Slots, Warm: cfg.Warm, Heartbeat: cfg.Heartbeat,
+		ID: id, DataDir: cfg.DataDir, Slots: cfg.Slots, Warm: cfg.Warm, Heartbeat: cfg.Heartbeat,
 		Runtime: rt, Control: control, Logger: log, Network: nc, WorkspaceQuota: quota, ExtraCACerts: cfg.ExtraCACerts, LayerCacheMax: layerMax,
 		Adapter: adapter,
 		Images:  resolverFor(cfg.DataDir, cfg.CacheDir),

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/config"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/httpapi"
@@ -29,6 +30,7 @@ import (
 type store interface {
 	runs.Store
 	deployments.Store
+	apikeys.Store
 	workers.Store
 	vault.Store
 	workspaces.Store
@@ -58,12 +60,18 @@ type controlPlane struct {
 	url   string
 	srv   *http.Server
 	ln    net.Listener
+	// owner is the owner credential of the API.
+	owner string
 	// stopWatch ends the goroutines that fail runs of lost workers and
 	// expire due waitpoints.
 	stopWatch func()
 }
 
 func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *slog.Logger) (*controlPlane, error) {
+	owner, err := ownerToken(cfg, dev, log)
+	if err != nil {
+		return nil, err
+	}
 	st, desc, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
@@ -86,7 +94,12 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 			log.Warn("cancel the waitpoints of an ended run", "run_id", r.ID, "err", err)
 		}
 	}
-	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: st, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v, Waits: waits})
+	var sessions *apikeys.Sessions
+	if dev {
+		sessions = apikeys.NewSessions(owner)
+	}
+	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: st, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v, Waits: waits,
+		APIKeys: apikeys.NewService(st, owner, log), Sessions: sessions})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		st.Close()
@@ -113,9 +126,9 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 	}()
 	log.Info("control plane listening", "addr", ln.Addr().String(), "store", desc)
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
-		log.Warn("the API is listening beyond loopback, and this version has no API authentication: anyone who can reach it can deploy and run tasks")
+		log.Warn("the API is listening beyond loopback over plain HTTP: credentials cross the network in the clear unless a TLS proxy fronts it")
 	}
-	return &controlPlane{store: st, runs: svc, waits: waits, api: api, url: url, srv: srv, ln: ln,
+	return &controlPlane{store: st, runs: svc, waits: waits, api: api, url: url, srv: srv, ln: ln, owner: owner,
 		stopWatch: func() { stopWatch(); <-watchDone; <-expireDone }}, nil
 }
 
@@ -161,12 +174,44 @@ func runServer(ctx context.Context, a *App, args []string) error {
 	}
 	fmt.Fprintf(a.Stdout, "Helmr control plane at %s\n", cp.url)
 	if a.cfg.WorkerToken == "" {
-		fmt.Fprintln(a.Stdout, "no HELMR_WORKER_TOKEN set: remote workers cannot connect")
+		fmt.Fprintln(a.Stdout, "no HELMR_WORKER_TOKEN set: remote workers connect with worker credentials (helmr apikey create --worker)")
 	}
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return cp.Close(sctx)
+}
+
+// ownerToken is the API's owner credential: the operator's
+// (HELMR_OWNER_TOKEN or HELMR_OWNER_TOKEN_FILE), else, for helmr dev only,
+// one made at its first start and kept in its data dir (mode 0600). A
+// server without one does not start: there is no default.
+func ownerToken(cfg config.Config, dev bool, log *slog.Logger) (string, error) {
+	switch {
+	case cfg.OwnerToken != "" || cfg.OwnerTokenFile != "":
+		tok, err := apikeys.LoadOwnerToken(cfg.OwnerToken, cfg.OwnerTokenFile)
+		if err != nil {
+			return "", fmt.Errorf("HELMR_OWNER_TOKEN(_FILE): %w", err)
+		}
+		return tok, nil
+	case dev:
+		return devOwnerToken(filepath.Join(cfg.DataDir, "owner.token"), log)
+	}
+	return "", errors.New("helmr server needs an owner credential for its API: set HELMR_OWNER_TOKEN_FILE to a file holding at least 32 random characters (head -c32 /dev/urandom | base64 > owner.token), or HELMR_OWNER_TOKEN")
+}
+
+// devOwnerToken reads helmr dev's owner credential file, making one first.
+func devOwnerToken(path string, log *slog.Logger) (string, error) {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(path, []byte(apikeys.NewOwnerToken()+"\n"), 0o600); err != nil {
+			return "", fmt.Errorf("write the development owner credential: %w", err)
+		}
+		log.Info("made an owner credential for the API", "path", path)
+	}
+	return apikeys.LoadOwnerToken("", path)
 }
 
 // openVault opens the secrets vault with the operator's master key. helmr

@@ -86,7 +86,11 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		return resp.StatusCode, decodeError(resp)
+		err := decodeError(resp)
+		if resp.StatusCode == http.StatusUnauthorized && c.Token == "" {
+			err.Message += " (this client has no credential: set HELMR_API_KEY to an API key or the owner credential; helmr dev writes its own to the profile)"
+		}
+		return resp.StatusCode, err
 	}
 	if out != nil && resp.StatusCode != http.StatusNoContent {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
@@ -104,7 +108,7 @@ func unwrapURL(err error) error {
 	return err
 }
 
-func decodeError(resp *http.Response) error {
+func decodeError(resp *http.Response) *APIError {
 	var body struct {
 		Error struct {
 			Code    string          `json:"code"`

@@ -38,6 +38,8 @@ type Config struct {
 	LayerCache     string        // size bound of the image layer cache (20Gi); 0: none
 	MasterKey      string        // the vault's master key, base64 of 32 bytes ($HELMR_MASTER_KEY)
 	MasterKeyFile  string        // or a file holding it ($HELMR_MASTER_KEY_FILE)
+	OwnerToken     string        // the owner credential of the API ($HELMR_OWNER_TOKEN)
+	OwnerTokenFile string        // or a file holding it ($HELMR_OWNER_TOKEN_FILE)
 	Slots          int           // runs a worker executes at once
 	Warm           int           // sandboxes kept booted ahead of runs (per image and resources)
 	WorkerTTL      time.Duration // a worker silent this long loses its started runs
@@ -45,6 +47,7 @@ type Config struct {
 	Node           string        // host node used by deploy
 
 	// CLI.
+	APIKey  string // credential the CLI sends: an API key or the owner credential ($HELMR_API_KEY)
 	URL     string // control plane URL
 	Project string
 	Env     string
@@ -79,7 +82,7 @@ func (c Config) FromEnv(getenv func(string) string) (Config, error) {
 	str := map[string]*string{
 		"HELMR_ADDR": &c.Addr, "HELMR_DATA_DIR": &c.DataDir, "HELMR_DATABASE_URL": &c.DatabaseURL,
 		"HELMR_CACHE_DIR": &c.CacheDir, "HELMR_WORKER_TOKEN": &c.WorkerToken, "HELMR_AGENT_PATH": &c.AgentPath, "HELMR_RUNSC": &c.RunscPath, "HELMR_SANDBOX_DIR": &c.SandboxDir,
-		"HELMR_RUNTIME": &c.Runtime, "HELMR_EGRESS": &c.Egress, "HELMR_WORKSPACE_QUOTA": &c.WorkspaceQuota, "HELMR_DNS_UPSTREAM": &c.DNSUpstream, "HELMR_EXTRA_CA_CERTS": &c.ExtraCACerts, "HELMR_LAYER_CACHE": &c.LayerCache, "HELMR_MASTER_KEY": &c.MasterKey, "HELMR_MASTER_KEY_FILE": &c.MasterKeyFile, "HELMR_NODE": &c.Node, "HELMR_URL": &c.URL,
+		"HELMR_RUNTIME": &c.Runtime, "HELMR_EGRESS": &c.Egress, "HELMR_WORKSPACE_QUOTA": &c.WorkspaceQuota, "HELMR_DNS_UPSTREAM": &c.DNSUpstream, "HELMR_EXTRA_CA_CERTS": &c.ExtraCACerts, "HELMR_LAYER_CACHE": &c.LayerCache, "HELMR_MASTER_KEY": &c.MasterKey, "HELMR_MASTER_KEY_FILE": &c.MasterKeyFile, "HELMR_OWNER_TOKEN": &c.OwnerToken, "HELMR_OWNER_TOKEN_FILE": &c.OwnerTokenFile, "HELMR_API_KEY": &c.APIKey, "HELMR_NODE": &c.Node, "HELMR_URL": &c.URL,
 		"HELMR_PROJECT": &c.Project, "HELMR_ENV": &c.Env, "HELMR_PROFILE": &c.Profile,
 	}
 	for k, p := range str {
@@ -232,12 +235,16 @@ func parseSize(what, v string) (int64, error) {
 	return n, nil
 }
 
-// Profile is what the CLI remembers between commands.
+// Profile is what the CLI remembers between commands. It may hold a
+// credential, so it is written with mode 0600.
 type Profile struct {
 	URL     string `json:"url,omitempty"`
 	Project string `json:"project,omitempty"`
 	Env     string `json:"env,omitempty"`
-	Updated string `json:"updated,omitempty"`
+	// Credential is sent to URL (and nowhere else): helmr dev writes its
+	// owner credential here.
+	Credential string `json:"credential,omitempty"`
+	Updated    string `json:"updated,omitempty"`
 }
 
 // LoadProfile reads the profile; a missing file is an empty profile.
@@ -263,9 +270,19 @@ func SaveProfile(path string, p Profile) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(path), ".profile-*.tmp") // mode 0600
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
 }

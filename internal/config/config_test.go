@@ -58,6 +58,23 @@ func TestProfileIsPrivate(t *testing.T) {
 	if err != nil || got.URL != "http://x" || got.Project != "p" {
 		t.Errorf("LoadProfile() = %+v, %v", got, err)
 	}
+	// A profile left readable by others is private again once rewritten
+	// with a credential.
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := SaveProfile(p, Profile{URL: "http://x", Credential: "hko_secret"}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("rewritten profile mode = %v, %v; want 0600", st.Mode(), err)
+	}
+	if got, err := LoadProfile(p); err != nil || got.Credential != "hko_secret" {
+		t.Errorf("LoadProfile() credential = %q, %v", got.Credential, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(p), ".profile-*")); len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
 }
 
 func TestConfigFile(t *testing.T) {

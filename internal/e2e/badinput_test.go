@@ -47,10 +47,8 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 	t.Run("API payload not JSON", func(t *testing.T) {
-		resp, err := http.Post(d.url+"/v1/tasks/hello/runs?project=hello", "application/json", strings.NewReader(`{"payload": {bad}`))
-		if err != nil {
-			t.Fatal(err)
-		}
+		req, _ := http.NewRequest(http.MethodPost, d.url+"/v1/tasks/hello/runs?project=hello", strings.NewReader(`{"payload": {bad}`))
+		resp := d.do(req)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusBadRequest {
 			t.Errorf("status = %d, want 400", resp.StatusCode)

@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/client"
+	"github.com/helmr/helmr/internal/config"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox/disk"
 	"github.com/helmr/helmr/internal/testenv"
@@ -30,7 +33,9 @@ type dev struct {
 	base    []string // the environment helmr dev starts with
 	env     []string // base and the running helmr dev's URL
 	dataDir string
+	profile string // the CLI profile helmr dev writes
 	url     string
+	token   string // the owner credential helmr dev wrote to the profile
 	api     *client.Client
 	stop    func() // stops the running helmr dev (once)
 }
@@ -73,8 +78,9 @@ func startDev(t *testing.T, tier string, env ...string) *dev {
 	d.base = append(os.Environ(),
 		"HELMR_DATA_DIR="+d.dataDir, "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
 		"HELMR_ADDR=127.0.0.1:0", "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROJECT=", "HELMR_URL=",
-		"HELMR_RUNTIME="+tier)
+		"HELMR_RUNTIME="+tier, "HELMR_API_KEY=", "HELMR_OWNER_TOKEN=", "HELMR_OWNER_TOKEN_FILE=")
 	d.base = append(d.base, env...)
+	d.profile = filepath.Join(tmp, "profile.json")
 	d.launch()
 	return d
 }
@@ -128,15 +134,41 @@ func (d *dev) launch() {
 		t.Fatalf("helmr dev did not print its URL; log:\n%s", logs.String())
 	}
 	d.env = append(d.env, "HELMR_URL="+d.url)
-	d.api = client.New(d.url, "")
+	p, err := config.LoadProfile(d.profile)
+	if err != nil || p.Credential == "" || p.URL != d.url {
+		t.Fatalf("helmr dev's profile = url %q with credential %v (%v), want its URL %q and a credential", p.URL, p.Credential != "", err, d.url)
+	}
+	d.token = p.Credential
+	d.api = client.New(d.url, d.token)
 }
 
 // restart stops helmr dev and starts it again on the same data dir (a
-// fresh worker; the store, vault and workspaces stay).
+// fresh worker; the store, vault, owner credential and workspaces stay).
 func (d *dev) restart() {
 	d.t.Helper()
 	d.stop()
 	d.launch()
+}
+
+// do sends an HTTP request to the API with the owner credential.
+func (d *dev) do(req *http.Request) *http.Response {
+	d.t.Helper()
+	req.Header.Set("Authorization", "Bearer "+d.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return resp
+}
+
+// get reads an API path with the owner credential.
+func (d *dev) get(path string) (int, []byte) {
+	d.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, d.url+path, nil)
+	resp := d.do(req)
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, body
 }
 
 // helmr runs the CLI and returns stdout, stderr and the exit code.

@@ -31,7 +31,7 @@ func testHello(t *testing.T, tier string) {
 		t.Errorf("new run status = %s, want QUEUED", r.Status)
 	}
 
-	got := followWithReconnect(t, d.url, r.ID)
+	got := followWithReconnect(t, d, r.ID)
 	for i, ev := range got {
 		if ev.Seq != int64(i+1) {
 			t.Fatalf("SSE event %d has seq %d, want %d (lost or repeated events)", i, ev.Seq, i+1)
@@ -89,21 +89,18 @@ func testHello(t *testing.T, tier string) {
 
 // followWithReconnect reads the run's SSE stream, drops the connection after
 // the first two events, and resumes with Last-Event-ID until the end event.
-func followWithReconnect(t *testing.T, url, id string) []runs.Event {
+func followWithReconnect(t *testing.T, d *dev, id string) []runs.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var got []runs.Event
 	var last int64
 	for conn := 0; ; conn++ {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/runs/"+id+"/events/stream", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.url+"/v1/runs/"+id+"/events/stream", nil)
 		if last > 0 {
 			req.Header.Set("Last-Event-ID", strconv.FormatInt(last, 10))
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("stream: %v", err)
-		}
+		resp := d.do(req)
 		if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 			t.Fatalf("stream content type = %q", ct)
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/client"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/testenv"
@@ -18,30 +19,47 @@ import (
 
 // TestRemoteWorker runs the control plane (helmr server) and a worker
 // (helmr worker --control-url) as separate processes: the worker leases and
-// reports over HTTP with its token.
+// reports over HTTP with its own worker credential, which the owner made
+// with the CLI.
 func TestRemoteWorker(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.BaseRootfs(t)
 	bin := testenv.Binaries(t)
 	tmp := t.TempDir()
 	base := append(os.Environ(), "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
-		"HELMR_WORKER_TOKEN=test-worker-token", "HELMR_PROJECT=")
+		"HELMR_WORKER_TOKEN=", "HELMR_PROJECT=", "HELMR_OWNER_TOKEN="+ownerToken, "HELMR_API_KEY="+ownerToken)
 	server := start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "cp"), "HELMR_ADDR=127.0.0.1:0"),
 		"Helmr control plane at ", "server")
-	start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "worker")),
+	d := &dev{t: t, bin: bin, env: append(slices.Clip(base), "HELMR_URL="+server), dataDir: filepath.Join(tmp, "worker"), url: server, api: client.New(server, ownerToken)}
+	cred := strings.TrimSpace(d.mustHelmr("apikey", "create", "--worker", "--name", "remote"))
+	credID, ok := apikeys.WorkerCredentialID(cred)
+	if !ok {
+		t.Fatalf("apikey create --worker printed %q, want a worker credential", cred)
+	}
+	start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "worker"), "HELMR_WORKER_TOKEN="+cred),
 		"Helmr worker leasing runs from ", "worker", "--control-url", server)
 
-	d := &dev{t: t, bin: bin, env: append(slices.Clip(base), "HELMR_URL="+server), dataDir: filepath.Join(tmp, "worker"), url: server, api: client.New(server, "")}
 	d.deploy("examples/hello")
 	r := d.waitDone(d.trigger("hello", "hello", `{"name":"remote"}`).ID, 2*time.Minute)
 	if r.Status != runs.StatusCompleted || !strings.Contains(string(r.Output), "Hello, remote!") {
 		t.Fatalf("run = %s %+v output %s, want COMPLETED with the greeting", r.Status, r.Error, r.Output)
+	}
+	if !strings.HasPrefix(r.WorkerID, credID+".") {
+		t.Errorf("run's worker = %q, want one of credential %s's workers", r.WorkerID, credID)
 	}
 	if !strings.Contains(strings.Join(logLines(d.events(r.ID)), "\n"), "hello: wrote hello.txt") {
 		t.Errorf("logs sent over HTTP lack the task's lines")
 	}
 	if data, err := workspaceFile(t, filepath.Join(tmp, "worker"), r.WorkspaceID, "hello.txt"); err != nil || string(data) != "Hello, remote!\n" {
 		t.Errorf("worker workspace hello.txt = %q, %v", data, err)
+	}
+	// A server without an owner credential does not start.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "helmr"), "server")
+	cmd.Env = append(slices.Clip(base), "HELMR_OWNER_TOKEN=", "HELMR_DATA_DIR="+filepath.Join(tmp, "cp2"), "HELMR_ADDR=127.0.0.1:0")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "needs an owner credential") {
+		t.Errorf("helmr server without an owner credential = %v %q, want a refusal", err, out)
 	}
 	// A wrong worker token is refused.
 	bad := client.Worker{C: client.New(server, "wrong")}
@@ -60,7 +78,7 @@ func TestLostWorker(t *testing.T) {
 	tmp := t.TempDir()
 	unmountUnder(t, tmp)
 	base := append(os.Environ(), "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
-		"HELMR_WORKER_TOKEN=test-worker-token", "HELMR_PROJECT=", "HELMR_WORKER_TTL=2s", "HELMR_HEARTBEAT=300ms")
+		"HELMR_WORKER_TOKEN=test-worker-token", "HELMR_PROJECT=", "HELMR_OWNER_TOKEN="+ownerToken, "HELMR_API_KEY="+ownerToken, "HELMR_WORKER_TTL=2s", "HELMR_HEARTBEAT=300ms")
 	server := start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "cp"), "HELMR_ADDR=127.0.0.1:0"),
 		"Helmr control plane at ", "server")
 	worker := exec.Command(filepath.Join(bin, "helmr"), "worker", "--control-url", server)
@@ -70,7 +88,7 @@ func TestLostWorker(t *testing.T) {
 	}
 	defer func() { _ = worker.Process.Kill(); _ = worker.Wait() }()
 
-	d := &dev{t: t, bin: bin, env: append(slices.Clip(base), "HELMR_URL="+server), url: server, api: client.New(server, "")}
+	d := &dev{t: t, bin: bin, env: append(slices.Clip(base), "HELMR_URL="+server), url: server, api: client.New(server, ownerToken)}
 	d.deploy(failing, "--no-build") // its images fail at run time, each task on its own
 	r := d.trigger("failing", "sleeper", "null")
 	waitFor(t, time.Minute, func() bool {
@@ -118,6 +136,10 @@ func TestLostWorker(t *testing.T) {
 		t.Errorf("mounts left after the next worker stopped: %v", m)
 	}
 }
+
+// ownerToken is the owner credential the remote tests' control planes
+// are started with and their CLI calls send.
+const ownerToken = "hko_remote-e2e-owner-credential-0123456789"
 
 // start runs `helmr args...` until the test ends and returns what follows
 // prefix on its first matching stdout line.

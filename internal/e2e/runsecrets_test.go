@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,12 +66,10 @@ func testRunSecrets(t *testing.T, tier string) {
 	}
 	for _, id := range []string{ok.ID, failed.ID} {
 		for _, u := range []string{"/v1/runs/" + id, "/v1/runs/" + id + "/events"} {
-			resp, err := http.Get(d.url + u)
-			if err != nil {
-				t.Fatal(err)
+			status, body := d.get(u)
+			if status != 200 {
+				t.Errorf("GET %s = %d %s", u, status, body)
 			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
 			leaks("GET "+u, string(body))
 		}
 	}

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/base64"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,14 +53,9 @@ func TestSecretsVault(t *testing.T) {
 	}
 	// The API's answers hold names, never the value.
 	for _, u := range []string{"/v1/secrets?project=vaulted", "/v1/secrets?project=vaulted&env=dev"} {
-		resp, err := http.Get(d.url + u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(body), `"API_TOKEN"`) || strings.Contains(string(body), value) {
-			t.Errorf("GET %s = %d %s", u, resp.StatusCode, body)
+		status, body := d.get(u)
+		if status != 200 || !strings.Contains(string(body), `"API_TOKEN"`) || strings.Contains(string(body), value) {
+			t.Errorf("GET %s = %d %s", u, status, body)
 		}
 	}
 	// Nor does the database: the value is sealed, the data key wrapped.

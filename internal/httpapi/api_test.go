@@ -13,19 +13,25 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite"
 
+	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/httpapi"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/store/sqlite"
+	"github.com/helmr/helmr/internal/vault"
+	"github.com/helmr/helmr/internal/waitpoints"
 )
 
 type apiEnv struct {
-	t   *testing.T
-	srv *httptest.Server
-	db  string
+	t     *testing.T
+	srv   *httptest.Server
+	db    string
+	st    *sqlite.Store
+	owner string // the owner credential, sent unless a call sets Authorization
 }
 
 func newAPI(t *testing.T) *apiEnv {
@@ -36,10 +42,20 @@ func newAPI(t *testing.T) *apiEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	v, err := vault.Open(context.Background(), st, bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
 	svc := runs.NewService(st, st, st, runs.NewBroker(), slog.Default())
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Logger: slog.Default(), WorkerToken: "wtok"}))
+	svc.Vault = v
+	svc.Workspaces = st
+	waits := waitpoints.NewService(st, svc, slog.Default())
+	owner := apikeys.NewOwnerToken()
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Logger: slog.Default(), WorkerToken: "wtok",
+		Vault: v, APIKeys: apikeys.NewService(st, owner, slog.Default()), LeaseWait: 10 * time.Millisecond,
+		Sessions: apikeys.NewSessions(owner), Workspaces: st, Waits: waits}))
 	t.Cleanup(srv.Close)
-	return &apiEnv{t: t, srv: srv, db: db}
+	return &apiEnv{t: t, srv: srv, db: db, st: st, owner: owner}
 }
 
 func (e *apiEnv) call(method, path string, body any, header ...string) (int, map[string]any) {
@@ -54,6 +70,7 @@ func (e *apiEnv) call(method, path string, body any, header ...string) (int, map
 		rd = bytes.NewReader(data)
 	}
 	req, _ := http.NewRequest(method, e.srv.URL+path, rd)
+	req.Header.Set("Authorization", "Bearer "+e.owner)
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
@@ -76,7 +93,7 @@ func (e *apiEnv) rows() map[string]int {
 	}
 	defer db.Close()
 	out := map[string]int{}
-	for _, table := range []string{"deployments", "deployment_files", "tasks", "runs", "run_events"} {
+	for _, table := range []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "api_keys"} {
 		var n int
 		if err := db.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {
 			e.t.Fatalf("count %s: %v", table, err)

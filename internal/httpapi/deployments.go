@@ -37,6 +37,9 @@ func (s *Server) createDeployment(w http.ResponseWriter, r *http.Request) error 
 	if !deployments.ValidName(req.Env) {
 		return badRequest(fmt.Sprintf("env %q is not a valid name (1-128 letters, digits, '.', '_' or '-')", req.Env))
 	}
+	if err := authorize(r.Context(), req.Manifest.Project, req.Env); err != nil {
+		return err
+	}
 	if err := req.Manifest.Validate(req.Files); err != nil {
 		return err
 	}
@@ -84,6 +87,9 @@ func (s *Server) listDeployments(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) getDeployment(w http.ResponseWriter, r *http.Request) error {
 	d, err := s.cfg.Deployments.GetDeployment(r.Context(), r.PathValue("id"))
 	if err != nil {
+		return err
+	}
+	if err := authorizeDeployment(r.Context(), d); err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, d)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/vault"
@@ -41,12 +42,12 @@ func toHTTP(err error) *Error {
 	case errors.As(err, &ve):
 		return &Error{Status: http.StatusUnprocessableEntity, Code: "deployment_build", Message: err.Error(), Details: ve.Problems}
 	case errors.Is(err, runs.ErrNotFound), errors.Is(err, deployments.ErrNotFound), errors.Is(err, vault.ErrNotFound),
-		errors.Is(err, waitpoints.ErrNotFound), errors.Is(err, workspaces.ErrNotFound):
+		errors.Is(err, waitpoints.ErrNotFound), errors.Is(err, workspaces.ErrNotFound), errors.Is(err, apikeys.ErrNotFound):
 		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: err.Error()}
 	case errors.Is(err, runs.ErrConflict), errors.Is(err, waitpoints.ErrConflict):
 		return &Error{Status: http.StatusConflict, Code: "conflict", Message: err.Error()}
 	case errors.Is(err, runs.ErrInvalid), errors.Is(err, deployments.ErrInvalid), errors.Is(err, vault.ErrInvalid),
-		errors.Is(err, waitpoints.ErrInvalid), errors.Is(err, workspaces.ErrInvalid):
+		errors.Is(err, waitpoints.ErrInvalid), errors.Is(err, workspaces.ErrInvalid), errors.Is(err, apikeys.ErrInvalid):
 		return &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: err.Error()}
 	}
 	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error", Err: err}

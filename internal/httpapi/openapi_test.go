@@ -11,15 +11,18 @@ import (
 )
 
 // TestOpenAPIMatchesRoutes checks that proto/openapi.yaml documents exactly
-// the routes the server serves.
+// the routes the server serves, each with the access it requires
+// (x-helmr-grant).
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	data, err := os.ReadFile("../../proto/openapi.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var doc struct {
-		OpenAPI string                    `yaml:"openapi"`
-		Paths   map[string]map[string]any `yaml:"paths"`
+		OpenAPI string `yaml:"openapi"`
+		Paths   map[string]map[string]struct {
+			Grant string `yaml:"x-helmr-grant"`
+		} `yaml:"paths"`
 	}
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		t.Fatalf("parse openapi.yaml: %v", err)
@@ -29,16 +32,16 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	}
 	var documented []string
 	for p, ops := range doc.Paths {
-		for m := range ops {
+		for m, op := range ops {
 			switch m {
 			case "get", "post", "put", "patch", "delete":
-				documented = append(documented, strings.ToUpper(m)+" "+p)
+				documented = append(documented, strings.ToUpper(m)+" "+p+" "+op.Grant)
 			}
 		}
 	}
 	var served []string
 	for _, r := range New(Config{}).Routes() {
-		served = append(served, r.Method+" "+r.Path)
+		served = append(served, r.Method+" "+r.Path+" "+string(r.Access))
 	}
 	sort.Strings(documented)
 	sort.Strings(served)

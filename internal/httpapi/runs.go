@@ -79,8 +79,21 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, page)
 }
 
-func (s *Server) getRun(w http.ResponseWriter, r *http.Request) error {
+// visibleRun is the run a request addresses by id, if it is in the
+// request's scope (else not found).
+func (s *Server) visibleRun(r *http.Request) (runs.Run, error) {
 	run, err := s.cfg.Runs.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return runs.Run{}, err
+	}
+	if err := authorizeRun(r.Context(), run); err != nil {
+		return runs.Run{}, err
+	}
+	return run, nil
+}
+
+func (s *Server) getRun(w http.ResponseWriter, r *http.Request) error {
+	run, err := s.visibleRun(r)
 	if err != nil {
 		return err
 	}
@@ -92,6 +105,9 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.visibleRun(r); err != nil {
+		return err
+	}
 	run, err := s.cfg.Runs.Cancel(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
@@ -118,7 +134,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := r.PathValue("id")
-	run, err := s.cfg.Runs.Get(r.Context(), id)
+	run, err := s.visibleRun(r)
 	if err != nil {
 		return err
 	}
@@ -166,7 +182,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.cfg.Runs.Get(r.Context(), id); err != nil {
+	if _, err := s.visibleRun(r); err != nil {
 		return err
 	}
 	flusher, ok := w.(http.Flusher)

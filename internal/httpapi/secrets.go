@@ -20,11 +20,11 @@ func (s *Server) secretsVault() (*vault.Vault, error) {
 }
 
 func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) error {
-	v, err := s.secretsVault()
+	project, env, err := scope(r)
 	if err != nil {
 		return err
 	}
-	project, env, err := scope(r)
+	v, err := s.secretsVault()
 	if err != nil {
 		return err
 	}
@@ -44,11 +44,11 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) error {
-	v, err := s.secretsVault()
+	project, env, err := scope(r)
 	if err != nil {
 		return err
 	}
-	project, env, err := scope(r)
+	v, err := s.secretsVault()
 	if err != nil {
 		return err
 	}
@@ -63,11 +63,11 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) error {
-	v, err := s.secretsVault()
+	project, env, err := scope(r)
 	if err != nil {
 		return err
 	}
-	project, env, err := scope(r)
+	v, err := s.secretsVault()
 	if err != nil {
 		return err
 	}

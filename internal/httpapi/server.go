@@ -1,13 +1,13 @@
 package httpapi
 
 import (
-	"crypto/subtle"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/vault"
@@ -34,81 +34,132 @@ type Config struct {
 	// Waits serves tokens, human waits and timers; nil: the tokens
 	// endpoints answer 503.
 	Waits *waitpoints.Service
+	// APIKeys creates, lists and revokes API keys, and authenticates
+	// requests unless Authenticator is set. With neither, every route but
+	// the health check answers 401.
+	APIKeys       *apikeys.Service
+	Authenticator Authenticator
+	// Sessions enables owner sessions (/dev/login; helmr dev only); nil:
+	// /dev/login answers 404 and session cookies are ignored.
+	Sessions *apikeys.Sessions
 }
 
 // Server is the control plane's HTTP API.
 type Server struct {
 	cfg     Config
+	auth    Authenticator
 	control *worker.Local
 	log     *slog.Logger
 	mux     *http.ServeMux
 }
 
-// Route is one API route: its ServeMux pattern. The OpenAPI test checks the
-// document in proto/ against this list.
-type Route struct{ Method, Path string }
+// Route is one API route: its ServeMux pattern and the access it
+// requires. The OpenAPI test checks the document in proto/ against this
+// list, and the auth test walks it.
+type Route struct {
+	Method, Path string
+	Access       Access
+}
 
 // New builds the API handler.
 func New(cfg Config) *Server {
 	if cfg.LeaseWait == 0 {
 		cfg.LeaseWait = 20 * time.Second
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), auth: cfg.Authenticator,
 		control: &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Workspaces: cfg.Workspaces, Waits: cfg.Waits, Wait: cfg.LeaseWait}}
+	if s.auth == nil && cfg.APIKeys != nil {
+		s.auth = cfg.APIKeys
+	}
 	for _, r := range s.routes() {
-		s.mux.Handle(r.pattern, s.adapt(r.h))
+		if !r.access.valid() {
+			panic(fmt.Sprintf("route %s: unknown access %q", r.pattern, r.access))
+		}
+		s.mux.Handle(r.pattern, s.adapt(s.guard(r.access, r.h)))
 	}
 	return s
 }
 
 type route struct {
 	pattern string
+	access  Access
 	h       handlerFunc
 }
 
+// Grants as route access.
+const (
+	runsCreate   = Access(apikeys.RunsCreate)
+	runsRead     = Access(apikeys.RunsRead)
+	runsManage   = Access(apikeys.RunsManage)
+	secretsWrite = Access(apikeys.SecretsWrite)
+	tasksDeploy  = Access(apikeys.TasksDeploy)
+	tasksRead    = Access(apikeys.TasksRead)
+
+	tokensCreate     = Access(apikeys.TokensCreate)
+	tokensRead       = Access(apikeys.TokensRead)
+	tokensComplete   = Access(apikeys.TokensComplete)
+	tokensCancel     = Access(apikeys.TokensCancel)
+	workspacesRead   = Access(apikeys.WorkspacesRead)
+	workspacesManage = Access(apikeys.WorkspacesManage)
+)
+
+// routes is the API: every route with the access it requires, in one
+// table. Handlers of routes that name a project environment (query or
+// body) check it with scope or authorize (403 outside the principal's
+// scope); those that address an object by id check its scope with
+// authorizeRun or authorizeDeployment (404 outside it).
 func (s *Server) routes() []route {
-	w := s.worker
 	return []route{
-		{"GET /v1/health", s.health},
-		{"POST /v1/deployments", s.createDeployment},
-		{"GET /v1/deployments", s.listDeployments},
-		{"GET /v1/deployments/{id}", s.getDeployment},
-		{"GET /v1/tasks", s.listTasks},
-		{"GET /v1/tasks/{id}", s.getTask},
-		{"POST /v1/tasks/{id}/runs", s.triggerRun},
-		{"GET /v1/runs", s.listRuns},
-		{"GET /v1/runs/{id}", s.getRun},
-		{"POST /v1/runs/{id}/cancel", s.cancelRun},
-		{"POST /v1/runs/{id}/approve", s.approveRun},
-		{"POST /v1/runs/{id}/reject", s.rejectRun},
-		{"GET /v1/runs/{id}/events", s.listEvents},
-		{"GET /v1/runs/{id}/events/stream", s.streamEvents},
-		{"GET /v1/secrets", s.listSecrets},
-		{"PUT /v1/secrets/{name}", s.setSecret},
-		{"DELETE /v1/secrets/{name}", s.deleteSecret},
-		{"GET /v1/workspaces", s.listWorkspaces},
-		{"GET /v1/workspaces/{id}", s.getWorkspace},
-		{"DELETE /v1/workspaces/{id}", s.deleteWorkspace},
-		{"POST /v1/tokens", s.createToken},
-		{"GET /v1/tokens", s.listTokens},
-		{"GET /v1/tokens/{id}", s.getToken},
-		{"POST /v1/tokens/{id}/complete", s.completeToken},
-		{"POST /v1/tokens/{id}/cancel", s.cancelToken},
-		{"POST /v1/tokens/{id}/callback/{secret}", s.tokenCallback},
-		{"POST /v1/worker/lease", w(s.workerLease)},
-		{"POST /v1/worker/heartbeat", w(s.workerHeartbeat)},
-		{"GET /v1/worker/deployments/{id}/files", w(s.workerFiles)},
-		{"POST /v1/worker/runs/{id}/started", w(s.workerStarted)},
-		{"POST /v1/worker/runs/{id}/logs", w(s.workerLogs)},
-		{"POST /v1/worker/runs/{id}/finish", w(s.workerFinish)},
-		{"GET /v1/worker/runs/{id}/status", w(s.workerStatus)},
-		{"GET /v1/worker/runs/{id}/secrets", w(s.workerSecrets)},
-		{"GET /v1/worker/runs/{id}/build-secrets/{name}", w(s.workerBuildSecret)},
-		{"POST /v1/worker/workspaces/deleted", w(s.workerDeletedWorkspaces)},
-		{"POST /v1/worker/runs/{id}/waitpoints", w(s.workerCreateWaitpoint)},
-		{"POST /v1/worker/runs/{id}/waits/{wp}", w(s.workerBeginWait)},
-		{"GET /v1/worker/runs/{id}/waits/{wp}", w(s.workerAwaitWaitpoint)},
-		{"POST /v1/worker/runs/{id}/waits/{wp}/end", w(s.workerEndWait)},
+		{"GET /v1/health", AccessOpen, s.health},
+		{"POST /v1/deployments", tasksDeploy, s.createDeployment},
+		{"GET /v1/deployments", tasksRead, s.listDeployments},
+		{"GET /v1/deployments/{id}", tasksRead, s.getDeployment},
+		{"GET /v1/tasks", tasksRead, s.listTasks},
+		{"GET /v1/tasks/{id}", tasksRead, s.getTask},
+		{"POST /v1/tasks/{id}/runs", runsCreate, s.triggerRun},
+		{"GET /v1/runs", runsRead, s.listRuns},
+		{"GET /v1/runs/{id}", runsRead, s.getRun},
+		{"POST /v1/runs/{id}/cancel", runsManage, s.cancelRun},
+		{"POST /v1/runs/{id}/approve", runsManage, s.approveRun},
+		{"POST /v1/runs/{id}/reject", runsManage, s.rejectRun},
+		{"GET /v1/runs/{id}/events", runsRead, s.listEvents},
+		{"GET /v1/runs/{id}/events/stream", runsRead, s.streamEvents},
+		{"GET /v1/secrets", secretsWrite, s.listSecrets},
+		{"PUT /v1/secrets/{name}", secretsWrite, s.setSecret},
+		{"DELETE /v1/secrets/{name}", secretsWrite, s.deleteSecret},
+		{"GET /v1/workspaces", workspacesRead, s.listWorkspaces},
+		{"GET /v1/workspaces/{id}", workspacesRead, s.getWorkspace},
+		{"DELETE /v1/workspaces/{id}", workspacesManage, s.deleteWorkspace},
+		{"POST /v1/tokens", tokensCreate, s.createToken},
+		{"GET /v1/tokens", tokensRead, s.listTokens},
+		{"GET /v1/tokens/{id}", tokensRead, s.getToken},
+		{"POST /v1/tokens/{id}/complete", tokensComplete, s.completeToken},
+		{"POST /v1/tokens/{id}/cancel", tokensCancel, s.cancelToken},
+		{"POST /v1/tokens/{id}/callback/{secret}", AccessOpen, s.tokenCallback},
+		{"POST /v1/apikeys", AccessOwner, s.createAPIKey},
+		{"GET /v1/apikeys", AccessOwner, s.listAPIKeys},
+		{"POST /v1/apikeys/{id}/revoke", AccessOwner, s.revokeAPIKey},
+		{"POST /v1/apikeys/worker", AccessOwner, s.createWorkerCredential},
+		{"GET /dev/login", AccessLogin, s.loginForm},
+		{"POST /dev/login", AccessLogin, s.login},
+		{"POST /dev/logout", AccessLogin, s.logout},
+		{"POST /v1/worker/lease", AccessWorker, s.workerLease},
+		{"POST /v1/worker/heartbeat", AccessWorker, s.workerHeartbeat},
+		{"GET /v1/worker/deployments/{id}/files", AccessWorker, s.workerFiles},
+		{"POST /v1/worker/runs/{id}/started", AccessWorker, s.workerStarted},
+		{"POST /v1/worker/runs/{id}/logs", AccessWorker, s.workerLogs},
+		{"POST /v1/worker/runs/{id}/finish", AccessWorker, s.workerFinish},
+		{"GET /v1/worker/runs/{id}/status", AccessWorker, s.workerStatus},
+		{"GET /v1/worker/runs/{id}/secrets", AccessWorker, s.workerSecrets},
+		{"GET /v1/worker/runs/{id}/build-secrets/{name}", AccessWorker, s.workerBuildSecret},
+		{"POST /v1/worker/runs/{id}/waitpoints", AccessWorker, s.workerCreateWaitpoint},
+		{"POST /v1/worker/runs/{id}/waits/{wp}", AccessWorker, s.workerBeginWait},
+		{"GET /v1/worker/runs/{id}/waits/{wp}", AccessWorker, s.workerAwaitWaitpoint},
+		{"POST /v1/worker/runs/{id}/waits/{wp}/end", AccessWorker, s.workerEndWait},
+		{"POST /v1/worker/workspaces/deleted", AccessWorker, s.workerDeletedWorkspaces},
 	}
 }
 
@@ -117,7 +168,7 @@ func (s *Server) Routes() []Route {
 	var out []Route
 	for _, r := range s.routes() {
 		m, p, _ := strings.Cut(r.pattern, " ")
-		out = append(out, Route{Method: m, Path: p})
+		out = append(out, Route{Method: m, Path: p, Access: r.access})
 	}
 	return out
 }
@@ -132,20 +183,9 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// worker guards the worker endpoints with the worker token.
-func (s *Server) worker(h handlerFunc) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) error {
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if s.cfg.WorkerToken == "" || !ok ||
-			subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.WorkerToken)) != 1 {
-			return &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "a valid worker token is required"}
-		}
-		return h(w, r)
-	}
-}
-
-// scope reads the project environment a request addresses: project is
-// required, env defaults to "dev".
+// scope reads the project environment a request names in its query
+// (project is required, env defaults to "dev") and checks that the
+// request's principal may act on it.
 func scope(r *http.Request) (project, env string, err error) {
 	q := r.URL.Query()
 	project, env = q.Get("project"), q.Get("env")
@@ -160,6 +200,9 @@ func scope(r *http.Request) (project, env string, err error) {
 	}
 	if !deployments.ValidName(env) {
 		return "", "", badRequest(fmt.Sprintf("env %q is not a valid name (1-128 letters, digits, '.', '_' or '-')", env))
+	}
+	if err := authorize(r.Context(), project, env); err != nil {
+		return "", "", err
 	}
 	return project, env, nil
 }

@@ -99,16 +99,32 @@ func (s *Server) getToken(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	wp, err := ws.Get(r.Context(), r.PathValue("id"))
+	wp, err := s.visibleWaitpoint(r, ws)
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, wp)
 }
 
+// visibleWaitpoint is the waitpoint a request addresses by id, if it is in
+// the request's scope (else not found, as a missing one).
+func (s *Server) visibleWaitpoint(r *http.Request, ws *waitpoints.Service) (waitpoints.Waitpoint, error) {
+	wp, err := ws.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return waitpoints.Waitpoint{}, err
+	}
+	if err := authorize(r.Context(), wp.Project, wp.Env); err != nil {
+		return waitpoints.Waitpoint{}, hidden(err, fmt.Errorf("get waitpoint %s: %w", wp.ID, waitpoints.ErrNotFound))
+	}
+	return wp, nil
+}
+
 func (s *Server) completeToken(w http.ResponseWriter, r *http.Request) error {
 	ws, err := s.waits()
 	if err != nil {
+		return err
+	}
+	if _, err := s.visibleWaitpoint(r, ws); err != nil {
 		return err
 	}
 	var req CompleteRequest
@@ -125,6 +141,9 @@ func (s *Server) completeToken(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) cancelToken(w http.ResponseWriter, r *http.Request) error {
 	ws, err := s.waits()
 	if err != nil {
+		return err
+	}
+	if _, err := s.visibleWaitpoint(r, ws); err != nil {
 		return err
 	}
 	var req CancelRequest
@@ -166,6 +185,9 @@ func (s *Server) approveRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if _, err := s.visibleRun(r); err != nil {
+		return err
+	}
 	var req CompleteRequest
 	if err := decodeOptionalJSON(w, r, waitpoints.MaxDataBytes+4<<10, &req); err != nil {
 		return err
@@ -180,6 +202,9 @@ func (s *Server) approveRun(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) rejectRun(w http.ResponseWriter, r *http.Request) error {
 	ws, err := s.waits()
 	if err != nil {
+		return err
+	}
+	if _, err := s.visibleRun(r); err != nil {
 		return err
 	}
 	var req CancelRequest

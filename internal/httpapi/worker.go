@@ -26,6 +26,9 @@ func (s *Server) workerLease(w http.ResponseWriter, r *http.Request) error {
 	if req.WorkerID == "" {
 		return badRequest("workerId is required")
 	}
+	if err := actAs(r.Context(), req.WorkerID); err != nil {
+		return err
+	}
 	lease, err := s.control.Lease(r.Context(), req.WorkerID, req.Capabilities)
 	switch {
 	case errors.Is(err, worker.ErrNoWork), r.Context().Err() != nil:
@@ -57,6 +60,12 @@ func (s *Server) workerStarted(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, 1<<20, &req); err != nil {
 		return err
 	}
+	if err := actAs(r.Context(), req.WorkerID); err != nil {
+		return err
+	}
+	if _, err := s.heldRun(r); err != nil {
+		return err
+	}
 	run, err := s.cfg.Runs.Started(r.Context(), r.PathValue("id"), req.WorkerID, req.Tier, req.Note)
 	if err != nil {
 		return err
@@ -78,6 +87,9 @@ func (s *Server) workerLogs(w http.ResponseWriter, r *http.Request) error {
 	if req.Time.IsZero() {
 		req.Time = time.Now().UTC()
 	}
+	if _, err := s.heldRun(r); err != nil {
+		return err
+	}
 	if err := s.cfg.Runs.AppendLogs(r.Context(), r.PathValue("id"), req.Lines, req.Time); err != nil {
 		return err
 	}
@@ -90,6 +102,9 @@ func (s *Server) workerFinish(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, runs.MaxPayloadBytes+1<<20, &req); err != nil {
 		return err
 	}
+	if _, err := s.heldRun(r); err != nil {
+		return err
+	}
 	run, err := s.cfg.Runs.Finish(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		return err
@@ -98,7 +113,7 @@ func (s *Server) workerFinish(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) workerStatus(w http.ResponseWriter, r *http.Request) error {
-	run, err := s.cfg.Runs.Get(r.Context(), r.PathValue("id"))
+	run, err := s.heldRun(r)
 	if err != nil {
 		return err
 	}
@@ -108,6 +123,9 @@ func (s *Server) workerStatus(w http.ResponseWriter, r *http.Request) error {
 // workerSecrets hands the worker running a run the values of its bound
 // secrets (base64), and only while it runs.
 func (s *Server) workerSecrets(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.heldRun(r); err != nil {
+		return err
+	}
 	vals, err := s.cfg.Runs.RunSecrets(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
@@ -148,6 +166,9 @@ func (s *Server) workerDeletedWorkspaces(w http.ResponseWriter, r *http.Request)
 // workerBuildSecret hands the worker building a run's image one build
 // secret the image names.
 func (s *Server) workerBuildSecret(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.heldRun(r); err != nil {
+		return err
+	}
 	v, err := s.cfg.Runs.RunBuildSecret(r.Context(), r.PathValue("id"), r.PathValue("name"))
 	if err != nil {
 		return err
@@ -160,6 +181,9 @@ func (s *Server) workerHeartbeat(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, 1<<20, &req); err != nil {
 		return err
 	}
+	if err := actAs(r.Context(), req.WorkerID); err != nil {
+		return err
+	}
 	if err := s.cfg.Runs.Heartbeat(r.Context(), req.WorkerID, req.Capabilities); err != nil {
 		return err
 	}
@@ -169,6 +193,9 @@ func (s *Server) workerHeartbeat(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) workerCreateWaitpoint(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.waits(); err != nil {
+		return err
+	}
+	if _, err := s.heldRun(r); err != nil {
 		return err
 	}
 	var req waitpoints.CreateRequest
@@ -186,6 +213,9 @@ func (s *Server) workerBeginWait(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.waits(); err != nil {
 		return err
 	}
+	if _, err := s.heldRun(r); err != nil {
+		return err
+	}
 	wp, err := s.control.BeginWait(r.Context(), r.PathValue("id"), r.PathValue("wp"))
 	if err != nil {
 		return err
@@ -199,6 +229,9 @@ func (s *Server) workerAwaitWaitpoint(w http.ResponseWriter, r *http.Request) er
 	if _, err := s.waits(); err != nil {
 		return err
 	}
+	if _, err := s.heldRun(r); err != nil {
+		return err
+	}
 	wp, err := s.control.AwaitWaitpoint(r.Context(), r.PathValue("id"), r.PathValue("wp"))
 	if err != nil {
 		return err
@@ -208,6 +241,9 @@ func (s *Server) workerAwaitWaitpoint(w http.ResponseWriter, r *http.Request) er
 
 func (s *Server) workerEndWait(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.waits(); err != nil {
+		return err
+	}
+	if _, err := s.heldRun(r); err != nil {
 		return err
 	}
 	if err := s.control.EndWait(r.Context(), r.PathValue("id"), r.PathValue("wp")); err != nil {

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
@@ -42,11 +43,24 @@ func (s *Server) getWorkspace(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ws, err := st.GetWorkspace(r.Context(), r.PathValue("id"))
+	ws, err := visibleWorkspace(r, st)
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, ws)
+}
+
+// visibleWorkspace is the workspace a request addresses by id, if it is
+// in the request's scope (else not found, as a missing one).
+func visibleWorkspace(r *http.Request, st workspaces.Store) (workspaces.Workspace, error) {
+	ws, err := st.GetWorkspace(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return workspaces.Workspace{}, err
+	}
+	if err := authorize(r.Context(), ws.Project, ws.Env); err != nil {
+		return workspaces.Workspace{}, hidden(err, fmt.Errorf("get workspace %s: %w", ws.ID, workspaces.ErrNotFound))
+	}
+	return ws, nil
 }
 
 // deleteWorkspace marks a workspace deleted: no run may attach to it
@@ -57,7 +71,7 @@ func (s *Server) deleteWorkspace(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ws, err := st.GetWorkspace(r.Context(), r.PathValue("id"))
+	ws, err := visibleWorkspace(r, st)
 	if err != nil {
 		return err
 	}

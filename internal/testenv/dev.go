@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -30,10 +31,13 @@ func BuildBinaries() (string, error) {
 // Dev is a `helmr dev` started by StartDev.
 type Dev struct {
 	URL string
-	Cmd *exec.Cmd
+	// Token is the owner credential helmr dev wrote to its profile.
+	Token string
+	Cmd   *exec.Cmd
 }
 
-// StartDev starts bin/helmr dev with env and waits for it to print its URL.
+// StartDev starts bin/helmr dev with env (which must set HELMR_PROFILE)
+// and waits for it to print its URL.
 func StartDev(bin string, env []string) (*Dev, error) {
 	cmd := exec.Command(filepath.Join(bin, "helmr"), "dev")
 	cmd.Env = env
@@ -53,11 +57,45 @@ func StartDev(bin string, env []string) (*Dev, error) {
 				for sc.Scan() {
 				}
 			}()
+			tok, err := profileCredential(envValue(env, "HELMR_PROFILE"))
+			if err != nil {
+				d.Stop()
+				return nil, err
+			}
+			d.Token = tok
 			return d, nil
 		}
 	}
 	d.Stop()
 	return nil, errors.New("helmr dev did not start")
+}
+
+// profileCredential reads the credential helmr dev wrote to the CLI
+// profile at path (config.Profile, read here without importing config,
+// which packages testenv serves import).
+func profileCredential(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("helmr dev's profile (HELMR_PROFILE): %w", err)
+	}
+	var p struct {
+		Credential string `json:"credential"`
+	}
+	if err := json.Unmarshal(data, &p); err != nil || p.Credential == "" {
+		return "", fmt.Errorf("helmr dev wrote no credential to its profile %s (%v)", path, err)
+	}
+	return p.Credential, nil
+}
+
+// envValue is the last value of name in env.
+func envValue(env []string, name string) string {
+	v := ""
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == name {
+			v = val
+		}
+	}
+	return v
 }
 
 // Stop interrupts helmr dev and waits for it to exit.

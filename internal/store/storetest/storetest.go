@@ -2,7 +2,7 @@
 // tests of runs.Store, deployments.Store and workers.Store semantics
 // (idempotency, compare-and-set transitions, event sequence numbers, leases
 // that fit a worker's offer, pagination, atomic deployments, worker
-// upserts), run against SQLite and PostgreSQL alike, plus benchmarks the
+// upserts, API keys), run against SQLite and PostgreSQL alike, plus benchmarks the
 // engines report with.
 package storetest
 
@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/waitpoints"
@@ -30,6 +31,7 @@ type Store interface {
 	workers.Store
 	workspaces.Store
 	waitpoints.Store
+	apikeys.Store
 }
 
 // RowCounter is optionally implemented by the store an engine's test passes
@@ -39,7 +41,7 @@ type RowCounter interface {
 }
 
 // Tables lists every table of the schema that holds domain rows.
-var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers", "workspaces", "waitpoints"}
+var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers", "workspaces", "waitpoints", "api_keys"}
 
 type storeTest struct {
 	name string
@@ -58,6 +60,7 @@ func RunStoreSuite(t *testing.T, open func(t *testing.T) Store) {
 	tests = append(tests, workerTests...)
 	tests = append(tests, workspaceTests...)
 	tests = append(tests, waitpointTests...)
+	tests = append(tests, apiKeyTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

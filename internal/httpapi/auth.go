@@ -1,0 +1,198 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/runs"
+)
+
+// Access is what a route requires: AccessOpen, AccessWorker, AccessOwner,
+// or the name of an apikeys.Grant.
+type Access string
+
+// Access kinds other than grants.
+const (
+	// AccessOpen: no credential (the health check only).
+	AccessOpen Access = "open"
+	// AccessWorker: the worker token.
+	AccessWorker Access = "worker"
+	// AccessOwner: the owner credential; no API key, whatever its grants
+	// (keys cannot mint keys).
+	AccessOwner Access = "owner"
+	// AccessLogin: helmr dev's sign-in, which takes the owner credential
+	// in its body.
+	AccessLogin Access = "login"
+)
+
+func (a Access) valid() bool {
+	switch a {
+	case AccessOpen, AccessWorker, AccessOwner, AccessLogin:
+		return true
+	}
+	return apikeys.Grant(a).Valid()
+}
+
+// Authenticator turns a bearer credential into the principal it stands
+// for; an unknown, expired or revoked one is apikeys.ErrUnauthenticated.
+type Authenticator interface {
+	Authenticate(ctx context.Context, token string) (apikeys.Principal, error)
+}
+
+type principalKey struct{}
+
+// guard wraps h with the check its route's access declares. A request
+// that passes carries its principal in its context for authorize.
+func (s *Server) guard(access Access, h handlerFunc) handlerFunc {
+	switch access {
+	case AccessOpen, AccessLogin:
+		return h
+	case AccessWorker:
+		return s.worker(h)
+	}
+	return func(w http.ResponseWriter, r *http.Request) error {
+		p, err := s.authenticate(r)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="helmr"`)
+			return err
+		}
+		if access == AccessOwner && !p.Owner {
+			return forbidden("only the owner credential manages API keys: an API key cannot create, list or revoke keys")
+		}
+		if g := apikeys.Grant(access); access != AccessOwner && !p.Has(g) {
+			return forbidden(fmt.Sprintf("%s lacks the %s grant this request needs", p, g))
+		}
+		return h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+	}
+}
+
+func unauthorized(msg string) *Error {
+	return &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: msg}
+}
+
+func forbidden(msg string) *Error {
+	return &Error{Status: http.StatusForbidden, Code: "forbidden", Message: msg}
+}
+
+// authenticate reads the request's bearer credential.
+func (s *Server) authenticate(r *http.Request) (apikeys.Principal, error) {
+	h := r.Header.Get("Authorization")
+	if h == "" && s.cfg.Sessions != nil {
+		if c, err := r.Cookie(SessionCookie); err == nil {
+			return s.sessionPrincipal(r, c)
+		}
+	}
+	if h == "" {
+		return apikeys.Principal{}, unauthorized("this request needs a credential: Authorization: Bearer <API key or owner credential>")
+	}
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || tok == "" {
+		return apikeys.Principal{}, unauthorized(`the Authorization header must read "Bearer <API key or owner credential>"`)
+	}
+	if s.auth == nil {
+		return apikeys.Principal{}, unauthorized("this control plane has no credentials configured")
+	}
+	p, err := s.auth.Authenticate(r.Context(), tok)
+	if errors.Is(err, apikeys.ErrUnauthenticated) {
+		return apikeys.Principal{}, unauthorized(err.Error())
+	}
+	return p, err
+}
+
+// authorize checks that the request's principal may act on the project
+// environment the request names: 403 if not.
+func authorize(ctx context.Context, project, env string) error {
+	p, ok := ctx.Value(principalKey{}).(apikeys.Principal)
+	if !ok {
+		return unauthorized("this request needs a credential")
+	}
+	if !p.InScope(project, env) {
+		return forbidden(fmt.Sprintf("%s is scoped to %s/%s, not %s/%s", p, p.Project, p.Env, project, env))
+	}
+	return nil
+}
+
+// authorizeRun lets the request see a run it addressed by id only if the
+// run is in its principal's scope. A run of another project environment
+// is not found, exactly as a missing one, so that ids do not reveal what
+// exists elsewhere.
+func authorizeRun(ctx context.Context, r runs.Run) error {
+	if err := authorize(ctx, r.Project, r.Env); err != nil {
+		return hidden(err, fmt.Errorf("get run %s: %w", r.ID, runs.ErrNotFound))
+	}
+	return nil
+}
+
+// authorizeDeployment is authorizeRun for deployments.
+func authorizeDeployment(ctx context.Context, d deployments.Deployment) error {
+	if err := authorize(ctx, d.Project, d.Env); err != nil {
+		return hidden(err, fmt.Errorf("get deployment %s: %w", d.ID, deployments.ErrNotFound))
+	}
+	return nil
+}
+
+// hidden replaces a scope refusal with notFound; other errors stay.
+func hidden(err, notFound error) error {
+	var he *Error
+	if errors.As(err, &he) && he.Status == http.StatusForbidden {
+		return notFound
+	}
+	return err
+}
+
+// worker guards the worker endpoints: a worker credential (hw_...), or
+// the shared worker token. Neither the owner nor an API key is a worker.
+func (s *Server) worker(h handlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		var p apikeys.Principal
+		switch {
+		case !ok || tok == "":
+		case s.cfg.WorkerToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.WorkerToken)) == 1:
+			p = apikeys.Principal{Worker: true}
+		case s.auth != nil:
+			if _, isWorker := apikeys.WorkerCredentialID(tok); isWorker {
+				var err error
+				if p, err = s.auth.Authenticate(r.Context(), tok); err != nil && !errors.Is(err, apikeys.ErrUnauthenticated) {
+					return err
+				}
+			}
+		}
+		if !p.Worker {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="helmr-worker"`)
+			return unauthorized("a valid worker token or worker credential is required")
+		}
+		return h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+	}
+}
+
+// actAs checks that a worker request may act as workerID: a worker
+// credential's workers use IDs that start with its prefix.
+func actAs(ctx context.Context, workerID string) error {
+	p, _ := ctx.Value(principalKey{}).(apikeys.Principal)
+	if pre := p.WorkerPrefix(); pre != "" && !strings.HasPrefix(workerID, pre) {
+		return forbidden(fmt.Sprintf("%s acts only as worker IDs starting %q, not %q", p, pre, workerID))
+	}
+	return nil
+}
+
+// heldRun is the run a worker request addresses, if its worker holds it:
+// a worker credential sees only runs leased to its workers (others are not
+// found). The shared worker token sees every run.
+func (s *Server) heldRun(r *http.Request) (runs.Run, error) {
+	run, err := s.cfg.Runs.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return runs.Run{}, err
+	}
+	p, _ := r.Context().Value(principalKey{}).(apikeys.Principal)
+	if pre := p.WorkerPrefix(); pre != "" && !strings.HasPrefix(run.WorkerID, pre) {
+		return runs.Run{}, fmt.Errorf("get run %s: %w", run.ID, runs.ErrNotFound)
+	}
+	return run, nil
+}
