@@ -67,3 +67,45 @@ func TestBuildSecretNames(t *testing.T) {
 		t.Errorf("BuildSecretNames(anonymous base) = %v, want none", got)
 	}
 }
+
+// TestValidateSecretDeclarations refuses secret declarations that name a
+// bad secret or place it where it must not go: the kernel's and Helmr's
+// trees, paths escaping with "..", relative paths, file names with
+// slashes.
+func TestValidateSecretDeclarations(t *testing.T) {
+	task := func(secrets map[string]SecretTarget) Manifest {
+		m := imageTask(&ImageManifest{Name: "i", Steps: []Step{{Kind: StepFrom, Ref: "helmr/bookworm-node22"}}})
+		m.Tasks[0].Secrets = secrets
+		return m
+	}
+	for _, tc := range []struct {
+		name    string
+		secrets map[string]SecretTarget
+		want    string // "" = valid
+	}{
+		{"env", map[string]SecretTarget{"API_TOKEN": {Env: "API_TOKEN"}}, ""},
+		{"file", map[string]SecretTarget{"KEY": {File: "/home/app/.ssh/id_ed25519", Mode: "0400", Owner: "app"}}, ""},
+		{"directory", map[string]SecretTarget{"CERTS": {Directory: "/etc/certs", Files: []string{"tls.crt", "tls.key"}}}, ""},
+		{"name with a path character", map[string]SecretTarget{"a/b": {Env: "X"}}, "secrets.a/b: secret names are letters, digits and '_'"},
+		{"under /proc", map[string]SecretTarget{"K": {File: "/proc/self/environ"}}, `path "/proc/self/environ"`},
+		{"under /opt/helmr", map[string]SecretTarget{"K": {File: "/opt/helmr/runtime/adapter.mjs"}}, `path "/opt/helmr/runtime/adapter.mjs"`},
+		{"escaping with ..", map[string]SecretTarget{"K": {File: "/etc/../proc/x"}}, "must be absolute and clean"},
+		{"relative", map[string]SecretTarget{"K": {File: "secrets/key"}}, "must be absolute and clean"},
+		{"two placements", map[string]SecretTarget{"K": {Env: "K", File: "/etc/k"}}, "exactly one of env, file or directory"},
+		{"file name with a slash", map[string]SecretTarget{"K": {Directory: "/etc/k", Files: []string{"../x"}}}, `"../x" is not a file name`},
+		{"bad mode", map[string]SecretTarget{"K": {File: "/etc/k", Mode: "rwx"}}, "mode"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := task(tc.secrets).Validate(nil)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate = %v, want an ErrInvalid containing %q", err, tc.want)
+			}
+		})
+	}
+}

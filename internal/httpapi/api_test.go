@@ -93,7 +93,7 @@ func (e *apiEnv) rows() map[string]int {
 	}
 	defer db.Close()
 	out := map[string]int{}
-	for _, table := range []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "api_keys"} {
+	for _, table := range []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "api_keys", "secrets", "workspaces", "waitpoints"} {
 		var n int
 		if err := db.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {
 			e.t.Fatalf("count %s: %v", table, err)
@@ -280,5 +280,32 @@ func TestWorkerEndpointsNeedToken(t *testing.T) {
 		if st != http.StatusUnauthorized {
 			t.Errorf("lease with %q = %d %v, want 401", tok, st, body)
 		}
+	}
+}
+
+// TestSecretBadInput: a name with path characters, an empty or oversize
+// value, a value on the wrong field: 400 with a clear message, nothing
+// stored.
+func TestSecretBadInput(t *testing.T) {
+	e := newAPI(t)
+	big := strings.Repeat("x", vault.MaxValueBytes+1)
+	for _, c := range []struct {
+		name, path string
+		body any
+		want string
+	}{
+		{"path characters", "/v1/secrets/..%2Fetc?project=p", `{"value": "v"}`, "secret"},
+		{"dotted name", "/v1/secrets/a.b?project=p", `{"value": "v"}`, "letters, digits and '_'"},
+		{"oversize value", "/v1/secrets/BIG?project=p", map[string]string{"value": big}, "65536 bytes"},
+		{"empty value", "/v1/secrets/EMPTY?project=p", `{"value": ""}`, "1 to 65536 bytes"},
+		{"no value", "/v1/secrets/NONE?project=p", `{"val": "v"}`, `{"value": "..."}`},
+	} {
+		st, body := e.call("PUT", c.path, c.body)
+		if msg := fmt.Sprint(body["error"]); (st != http.StatusBadRequest && st != http.StatusNotFound) || !strings.Contains(msg, c.want) {
+			t.Errorf("%s: PUT %s = %d %s, want 400 naming %q", c.name, c.path, st, msg, c.want)
+		}
+	}
+	if n := e.rows()["secrets"]; n != 0 {
+		t.Errorf("%d secrets stored after refused requests, want 0", n)
 	}
 }
