@@ -291,8 +291,8 @@ func TestSecretBadInput(t *testing.T) {
 	big := strings.Repeat("x", vault.MaxValueBytes+1)
 	for _, c := range []struct {
 		name, path string
-		body any
-		want string
+		body       any
+		want       string
 	}{
 		{"path characters", "/v1/secrets/..%2Fetc?project=p", `{"value": "v"}`, "secret"},
 		{"dotted name", "/v1/secrets/a.b?project=p", `{"value": "v"}`, "letters, digits and '_'"},
