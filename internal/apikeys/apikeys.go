@@ -53,6 +53,7 @@ const (
 	TasksRead           Grant = "tasks:read"            // read deployments and tasks
 	WorkspacesRead      Grant = "workspaces:read"       // list and read workspaces
 	WorkspacesManage    Grant = "workspaces:manage"     // delete workspaces
+	WorkspacesExec      Grant = "workspaces:exec"       // run commands in workspaces (direct operations)
 )
 
 // Grants lists every grant, in the order help and listings show them.
@@ -61,7 +62,7 @@ var Grants = []Grant{
 	SessionStreamsRead, SessionInputSend, SessionOutputAppend,
 	TokensCreate, TokensRead, TokensComplete, TokensCancel,
 	SecretsWrite, TasksDeploy, TasksRead,
-	WorkspacesRead, WorkspacesManage,
+	WorkspacesRead, WorkspacesManage, WorkspacesExec,
 }
 
 // Valid reports whether g is a known grant.

@@ -45,6 +45,7 @@ func commands() []command {
 		{"reject", "`reject RUN [--reason R]` rejects it: the task gets { ok: false, canceled: true, reason }", runReject},
 		{"token", "`token list [--status S] [--run RUN] [--tag T]`, `token get ID`, `token complete ID --data-json JSON`, `token cancel ID [--reason R]`", runToken},
 		{"image", "`image build PATH TASK` (--no-cache, --oci DIR, --ext4 FILE) builds a task's image here; `image export PATH TASK DIR` (--no-cache, --ext4 FILE) also writes it as an OCI image layout", runImage},
+		{"exec", "`exec WORKSPACE -- CMD...`: run one command in a workspace (--cwd, -e K=V, --timeout, --stdin, --shell)", runExec},
 		{"workspace", "`workspace list`, `workspace show ID`, `workspace delete ID`: workspaces keep files between the runs attached to them (`run --workspace ID`)", runWorkspace},
 		{"secret", "`secret set NAME` (value on stdin), `secret list`, `secret delete NAME`, `secret rotate-key --new-key-file F`", runSecret},
 		{"apikey", "`apikey create --env ENV --grant G1,G2 [--expires 30d] [--name N]` (prints the key once), `apikey create --worker` (a worker credential), `apikey list`, `apikey revoke ID` (owner credential only)", runAPIKey},

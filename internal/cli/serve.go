@@ -56,6 +56,7 @@ type controlPlane struct {
 	store store
 	runs  *runs.Service
 	waits *waitpoints.Service
+	ops   *workspaces.Ops
 	api   *httpapi.Server
 	url   string
 	srv   *http.Server
@@ -98,7 +99,8 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 	if dev {
 		sessions = apikeys.NewSessions(owner)
 	}
-	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: st, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v, Waits: waits,
+	ops := workspaces.NewOps()
+	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: st, Ops: ops, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v, Waits: waits,
 		APIKeys: apikeys.NewService(st, owner, log), Sessions: sessions})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -128,7 +130,7 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 		log.Warn("the API is listening beyond loopback over plain HTTP: credentials cross the network in the clear unless a TLS proxy fronts it")
 	}
-	return &controlPlane{store: st, runs: svc, waits: waits, api: api, url: url, srv: srv, ln: ln, owner: owner,
+	return &controlPlane{store: st, runs: svc, waits: waits, ops: ops, api: api, url: url, srv: srv, ln: ln, owner: owner,
 		stopWatch: func() { stopWatch(); <-watchDone; <-expireDone }}, nil
 }
 

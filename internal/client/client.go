@@ -378,3 +378,10 @@ func (c *Client) Reject(ctx context.Context, runID, reason string) (waitpoints.W
 	_, err := c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+"/reject", nil, map[string]any{"reason": reason}, &w)
 	return w, err
 }
+
+// Exec runs a command in a workspace (a direct operation).
+func (c *Client) Exec(ctx context.Context, workspaceID string, req workspaces.ExecRequest) (workspaces.ExecResult, error) {
+	var res workspaces.ExecResult
+	_, err := c.do(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(workspaceID)+"/exec", nil, req, &res)
+	return res, err
+}

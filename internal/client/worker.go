@@ -12,6 +12,7 @@ import (
 	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/worker"
 	"github.com/helmr/helmr/internal/workers"
+	"github.com/helmr/helmr/internal/workspaces"
 )
 
 // Worker is the remote worker's view of the control plane: a
@@ -141,5 +142,21 @@ func (w Worker) AwaitWaitpoint(ctx context.Context, runID, waitpointID string) (
 // EndWait implements worker.ControlPlane.
 func (w Worker) EndWait(ctx context.Context, runID, waitpointID string) error {
 	_, err := w.C.do(ctx, http.MethodPost, waitPath(runID, waitpointID)+"/end", nil, nil, nil)
+	return err
+}
+
+// NextOp implements worker.ControlPlane (long poll).
+func (w Worker) NextOp(ctx context.Context, workerID, host string) (workspaces.Op, error) {
+	var op workspaces.Op
+	st, err := w.C.do(ctx, http.MethodPost, "/v1/worker/ops/next", nil, map[string]any{"workerId": workerID, "host": host}, &op)
+	if err == nil && st == http.StatusNoContent {
+		return op, workspaces.ErrNoOp
+	}
+	return op, err
+}
+
+// FinishOp implements worker.ControlPlane.
+func (w Worker) FinishOp(ctx context.Context, id string, res workspaces.OpResult) error {
+	_, err := w.C.do(ctx, http.MethodPost, "/v1/worker/ops/"+url.PathEscape(id)+"/result", nil, res, nil)
 	return err
 }

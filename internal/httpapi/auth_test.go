@@ -1,7 +1,9 @@
 package httpapi_test
 
 import (
+	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -21,6 +23,7 @@ import (
 type authFixture struct {
 	runID, depID, victimKeyID string
 	workspaceID               string
+	execWorkspaceID           string // free for direct operations (the other is deleted by the walk)
 	// Tokens: one read and completed, one canceled, one completed by its
 	// callback URL (secret); a waitpoint for the worker's wait routes.
 	tokenID, cancelID, callbackID, callbackSecret, waitpointID string
@@ -51,6 +54,14 @@ func newAuthFixture(t *testing.T, e *apiEnv) authFixture {
 	_, victim := e.key("p", "dev", apikeys.RunsRead)
 	f.victimKeyID = victim
 	f.workspaceID = r["workspaceId"].(string)
+	st, r2 := e.call("POST", "/v1/tasks/a/runs?project=p&env=dev", `{"payload": 4}`)
+	if st != http.StatusCreated {
+		t.Fatalf("trigger = %d %v", st, r2)
+	}
+	if st, body := e.call("POST", "/v1/runs/"+r2["id"].(string)+"/cancel", nil); st != http.StatusOK {
+		t.Fatalf("cancel = %d %v", st, body)
+	}
+	f.execWorkspaceID = r2["workspaceId"].(string)
 	token := func() (string, string) {
 		t.Helper()
 		st, tok := e.call("POST", "/v1/tokens?project=p&env=dev", `{"timeoutSeconds": 3600}`)
@@ -122,6 +133,8 @@ func (f authFixture) fill(t *testing.T, path string) string {
 		"/v1/tokens/{id}/callback/{secret}": "/v1/tokens/" + f.callbackID + "/callback/" + f.callbackSecret,
 		"/v1/tokens/{id}":                   "/v1/tokens/" + f.tokenID,
 		"{wp}":                              f.waitpointID,
+		"/v1/worker/ops/{id}":               "/v1/worker/ops/op_unknown",
+		"/v1/workspaces/{id}/exec":          "/v1/workspaces/" + f.execWorkspaceID + "/exec",
 		"/v1/deployments/{id}":              "/v1/deployments/" + f.depID,
 		"/v1/worker/deployments/{id}":       "/v1/worker/deployments/" + f.depID,
 		"/v1/tasks/{id}":                    "/v1/tasks/a",
@@ -154,6 +167,8 @@ func bodies(workerID string) map[string]any {
 		"POST /v1/worker/heartbeat":         fmt.Sprintf(`{"workerId": %q}`, workerID),
 		"POST /v1/worker/runs/{id}/started": fmt.Sprintf(`{"workerId": %q, "tier": "process"}`, workerID),
 		"POST /v1/worker/runs/{id}/logs":    `{"lines": []}`,
+		"POST /v1/worker/ops/next":          fmt.Sprintf(`{"workerId": %q, "host": "h-walk"}`, workerID),
+		"POST /v1/workspaces/{id}/exec":     `{"argv": ["true"]}`,
 	}
 }
 
@@ -190,6 +205,11 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 	allGrants, _ := e.key("p", "dev", apikeys.Grants...)
 
 	session := e.login(t, e.owner)
+	// A worker answering direct operations, as a worker would (the exec
+	// route waits for one).
+	opsCtx, stopOps := context.WithCancel(t.Context())
+	defer stopOps()
+	go e.serveOps(opsCtx)
 	srv := httpapi.New(httpapi.Config{})
 	var walked int
 	for _, r := range srv.Routes() {
@@ -522,5 +542,31 @@ func TestOwnerSessionChanges(t *testing.T) {
 	req.Header.Set("Cookie", cookie)
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("a session cookie without owner sessions = %v, %v; want 401", resp.StatusCode, err)
+	}
+}
+
+// serveOps answers direct workspace operations with exit code 0 until ctx
+// ends, with the shared worker token.
+func (e *apiEnv) serveOps(ctx context.Context) {
+	for ctx.Err() == nil {
+		req, _ := http.NewRequestWithContext(ctx, "POST", e.srv.URL+"/v1/worker/ops/next", strings.NewReader(`{"workerId": "wops", "host": "h-ops"}`))
+		req.Header.Set("Authorization", "Bearer wtok")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return
+		}
+		var op struct {
+			ID string `json:"id"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&op)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || op.ID == "" {
+			continue
+		}
+		res, _ := http.NewRequestWithContext(ctx, "POST", e.srv.URL+"/v1/worker/ops/"+op.ID+"/result", strings.NewReader(`{"exec": {"exitCode": 0, "stdout": "", "stderr": "", "durationMs": 1}}`))
+		res.Header.Set("Authorization", "Bearer wtok")
+		if resp, err := http.DefaultClient.Do(res); err == nil {
+			resp.Body.Close()
+		}
 	}
 }

@@ -31,6 +31,8 @@ type Config struct {
 	// Workspaces holds the workspaces; nil: the workspace endpoints
 	// answer 503.
 	Workspaces workspaces.Store
+	// Ops hands direct workspace operations to workers (made when nil).
+	Ops *workspaces.Ops
 	// Waits serves tokens, human waits and timers; nil: the tokens
 	// endpoints answer 503.
 	Waits *waitpoints.Service
@@ -69,8 +71,11 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Ops == nil {
+		cfg.Ops = workspaces.NewOps()
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), auth: cfg.Authenticator,
-		control: &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Workspaces: cfg.Workspaces, Waits: cfg.Waits, Wait: cfg.LeaseWait}}
+		control: &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Workspaces: cfg.Workspaces, Waits: cfg.Waits, Ops: cfg.Ops, Wait: cfg.LeaseWait}}
 	if s.auth == nil && cfg.APIKeys != nil {
 		s.auth = cfg.APIKeys
 	}
@@ -104,6 +109,7 @@ const (
 	tokensCancel     = Access(apikeys.TokensCancel)
 	workspacesRead   = Access(apikeys.WorkspacesRead)
 	workspacesManage = Access(apikeys.WorkspacesManage)
+	workspacesExec   = Access(apikeys.WorkspacesExec)
 )
 
 // routes is the API: every route with the access it requires, in one
@@ -133,6 +139,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/workspaces", workspacesRead, s.listWorkspaces},
 		{"GET /v1/workspaces/{id}", workspacesRead, s.getWorkspace},
 		{"DELETE /v1/workspaces/{id}", workspacesManage, s.deleteWorkspace},
+		{"POST /v1/workspaces/{id}/exec", workspacesExec, s.execWorkspace},
 		{"POST /v1/tokens", tokensCreate, s.createToken},
 		{"GET /v1/tokens", tokensRead, s.listTokens},
 		{"GET /v1/tokens/{id}", tokensRead, s.getToken},
@@ -160,6 +167,8 @@ func (s *Server) routes() []route {
 		{"GET /v1/worker/runs/{id}/waits/{wp}", AccessWorker, s.workerAwaitWaitpoint},
 		{"POST /v1/worker/runs/{id}/waits/{wp}/end", AccessWorker, s.workerEndWait},
 		{"POST /v1/worker/workspaces/deleted", AccessWorker, s.workerDeletedWorkspaces},
+		{"POST /v1/worker/ops/next", AccessWorker, s.workerNextOp},
+		{"POST /v1/worker/ops/{id}/result", AccessWorker, s.workerFinishOp},
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/worker"
 	"github.com/helmr/helmr/internal/workers"
+	"github.com/helmr/helmr/internal/workspaces"
 )
 
 // LeaseRequest is the body of POST /v1/worker/lease.
@@ -247,6 +248,46 @@ func (s *Server) workerEndWait(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := s.control.EndWait(r.Context(), r.PathValue("id"), r.PathValue("wp")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// workerNextOp long-polls for a direct operation on a workspace of the
+// worker's host: 200 with it, or 204.
+func (s *Server) workerNextOp(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		WorkerID string `json:"workerId"`
+		Host     string `json:"host"`
+	}
+	if err := decodeJSON(w, r, 64<<10, &req); err != nil {
+		return err
+	}
+	if req.WorkerID == "" || req.Host == "" {
+		return badRequest("workerId and host are required")
+	}
+	if err := actAs(r.Context(), req.WorkerID); err != nil {
+		return err
+	}
+	op, err := s.control.NextOp(r.Context(), req.WorkerID, req.Host)
+	if errors.Is(err, workspaces.ErrNoOp) || r.Context().Err() != nil {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, op)
+}
+
+// workerFinishOp takes a worker's result of a direct operation.
+func (s *Server) workerFinishOp(w http.ResponseWriter, r *http.Request) error {
+	var res workspaces.OpResult
+	if err := decodeJSON(w, r, 4*workspaces.MaxOutputBytes+64<<10, &res); err != nil {
+		return err
+	}
+	if err := s.control.FinishOp(r.Context(), r.PathValue("id"), res); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

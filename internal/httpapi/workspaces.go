@@ -1,8 +1,13 @@
 package httpapi
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"path"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/helmr/helmr/internal/runs"
@@ -89,3 +94,91 @@ func (s *Server) deleteWorkspace(w http.ResponseWriter, r *http.Request) error {
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
+
+// opWait bounds how long an exec waits beyond its own timeout for a
+// worker to take it and start the workspace's sandbox.
+const opWait = 2 * time.Minute
+
+// execWorkspace runs one command in a workspace (a direct operation):
+// in a sandbox of the workspace's task, on a worker of its host, kept
+// warm between operations. A workspace an unfinished run holds is a 409.
+func (s *Server) execWorkspace(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.workspaceStore()
+	if err != nil {
+		return err
+	}
+	ws, err := visibleWorkspace(r, st)
+	if err != nil {
+		return err
+	}
+	var req workspaces.ExecRequest
+	if err := decodeJSON(w, r, workspaces.MaxStdinBytes+64<<10, &req); err != nil {
+		return err
+	}
+	if err := checkExec(req); err != nil {
+		return badRequest(err.Error())
+	}
+	if ws.DeletedAt != nil {
+		return &Error{Status: http.StatusConflict, Code: "conflict", Message: "workspace " + ws.ID + " was deleted"}
+	}
+	page, err := s.cfg.Runs.List(r.Context(), runs.Filter{Project: ws.Project, Env: ws.Env, WorkspaceID: ws.ID, Limit: 1})
+	if err != nil {
+		return err
+	}
+	if len(page.Runs) > 0 && !page.Runs[0].Status.Terminal() {
+		return &Error{Status: http.StatusConflict, Code: "conflict", Message: "workspace " + ws.ID + " is in use by run " + page.Runs[0].ID}
+	}
+	task, err := s.cfg.Deployments.GetTask(r.Context(), ws.Project, ws.Env, ws.TaskID)
+	if err != nil {
+		return &Error{Status: http.StatusConflict, Code: "conflict", Message: fmt.Sprintf("workspace %s runs in the sandbox of task %s, which %s/%s no longer deploys", ws.ID, ws.TaskID, ws.Project, ws.Env)}
+	}
+	timeout := time.Duration(req.TimeoutSeconds * float64(time.Second))
+	if timeout <= 0 {
+		timeout = workspaces.DefaultExecTimeout * time.Second
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout+opWait)
+	defer cancel()
+	res, err := s.cfg.Ops.Do(ctx, workspaces.Op{Workspace: ws, Task: task.Spec, DeploymentID: task.DeploymentID, Exec: &req})
+	if err != nil {
+		return &Error{Status: http.StatusGatewayTimeout, Code: "no_worker", Message: err.Error()}
+	}
+	if res.Error != "" {
+		return &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: res.Error}
+	}
+	if ws.Host == "" && res.Host != "" {
+		if err := st.UseWorkspace(r.Context(), ws.ID, ws.LastRunID, res.Host, time.Now()); err != nil {
+			s.log.Error("record where a workspace is", "workspace_id", ws.ID, "err", err)
+		}
+	}
+	return writeJSON(w, http.StatusOK, res.Exec)
+}
+
+// checkExec rejects an exec request that cannot run: argv xor command,
+// a cwd escaping the workspace, bad env names, limits.
+func checkExec(req workspaces.ExecRequest) error {
+	switch {
+	case len(req.Argv) == 0 && req.Command == "":
+		return errors.New("give argv (a list) or command (a shell string)")
+	case len(req.Argv) > 0 && req.Command != "":
+		return errors.New("give argv or command, not both")
+	case len(req.Argv) > 0 && req.Argv[0] == "":
+		return errors.New("argv[0] is empty")
+	case req.TimeoutSeconds < 0 || req.TimeoutSeconds > workspaces.MaxExecTimeout:
+		return fmt.Errorf("timeoutSeconds must be 0 (the default, %ds) to %d", workspaces.DefaultExecTimeout, workspaces.MaxExecTimeout)
+	case len(req.Stdin) > workspaces.MaxStdinBytes:
+		return fmt.Errorf("stdin is more than %d bytes", workspaces.MaxStdinBytes)
+	case strings.ContainsRune(req.Cwd, 0):
+		return errors.New("cwd holds a NUL byte")
+	}
+	if c := path.Clean(req.Cwd); req.Cwd != "" && (path.IsAbs(c) || c == ".." || strings.HasPrefix(c, "../")) {
+		return fmt.Errorf("cwd %q must be relative to the workspace and stay inside it", req.Cwd)
+	}
+	for k := range req.Env {
+		if !envName.MatchString(k) {
+			return fmt.Errorf("env name %q is not a valid variable name", k)
+		}
+	}
+	return nil
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -88,6 +88,12 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 	}
 	red = sec.redact
 	key := bootKey(w.cfg.Runtime.Name(), p)
+	// The run holds its workspace here: direct operations on it wait, and
+	// their sandbox (if up) lets go of it.
+	wsID := workspaceOf(l.Run)
+	w.wsRuns.Store(wsID, l.Run.ID)
+	defer w.wsRuns.Delete(wsID)
+	w.closeOpBox(ctx, wsID)
 	// A workspace that earlier runs used boots with its files; a new one
 	// can take a sandbox booted ahead with a fresh workspace.
 	var b *booted

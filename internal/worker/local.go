@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
@@ -18,7 +19,9 @@ type Local struct {
 	Deployments deployments.Store
 	// Workspaces, if set, says which workspaces were deleted.
 	Workspaces workspaces.Store
-	Waits      *waitpoints.Service
+	// Ops hands out direct operations on workspaces; nil: none come.
+	Ops   *workspaces.Ops
+	Waits *waitpoints.Service
 	// Wait bounds one Lease call.
 	Wait time.Duration
 	// AwaitWait bounds one AwaitWaitpoint call (default 25s).
@@ -106,6 +109,29 @@ func (c *Local) Status(ctx context.Context, runID string) (runs.Status, error) {
 // RunSecrets implements ControlPlane.
 func (c *Local) RunSecrets(ctx context.Context, runID string) (map[string][]byte, error) {
 	return c.Runs.RunSecrets(ctx, runID)
+}
+
+// NextOp implements ControlPlane.
+func (c *Local) NextOp(ctx context.Context, _, host string) (workspaces.Op, error) {
+	if c.Ops == nil {
+		<-ctx.Done()
+		return workspaces.Op{}, workspaces.ErrNoOp
+	}
+	wait := c.Wait
+	if wait == 0 {
+		wait = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return c.Ops.Next(ctx, host)
+}
+
+// FinishOp implements ControlPlane.
+func (c *Local) FinishOp(_ context.Context, id string, res workspaces.OpResult) error {
+	if c.Ops == nil {
+		return fmt.Errorf("workspace operation %s: %w", id, workspaces.ErrNotFound)
+	}
+	return c.Ops.Finish(id, res)
 }
 
 // DeletedWorkspaces implements ControlPlane.

@@ -54,6 +54,10 @@ type ControlPlane interface {
 	// RunSecrets returns the values of a run's bound secrets (the run must
 	// be this worker's and under way).
 	RunSecrets(ctx context.Context, runID string) (map[string][]byte, error)
+	// NextOp waits a while for a direct operation on a workspace of host
+	// (workspaces.ErrNoOp if none came); FinishOp reports its result.
+	NextOp(ctx context.Context, workerID, host string) (workspaces.Op, error)
+	FinishOp(ctx context.Context, id string, res workspaces.OpResult) error
 	// DeletedWorkspaces returns which of the workspaces ids (whose files
 	// this worker holds) were deleted, or are unknown.
 	DeletedWorkspaces(ctx context.Context, ids []string) ([]string, error)
@@ -80,6 +84,9 @@ type Config struct {
 	ID      string
 	DataDir string // workspaces and per-run files
 	Slots   int    // runs executed at once
+	// WorkspaceIdle is how long a workspace's sandbox for direct
+	// operations stays up after its last one (default DefaultWorkspaceIdle).
+	WorkspaceIdle time.Duration
 	Runtime sandbox.Runtime
 	Images  *images.Resolver
 	Control ControlPlane
@@ -128,6 +135,10 @@ type Worker struct {
 
 	gcMu   sync.Mutex
 	gcLast time.Time // when the layer cache was last collected
+
+	opMu    sync.Mutex
+	opBoxes map[string]*opBox // workspace id → its direct-operations sandbox
+	wsRuns  sync.Map          // workspace id → the run holding it here
 }
 
 // New validates cfg and returns a worker.
@@ -143,6 +154,9 @@ func New(cfg Config) (*Worker, error) {
 	}
 	if cfg.CancelPoll == 0 {
 		cfg.CancelPoll = 150 * time.Millisecond
+	}
+	if cfg.WorkspaceIdle <= 0 {
+		cfg.WorkspaceIdle = DefaultWorkspaceIdle
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -169,7 +183,7 @@ func New(cfg Config) (*Worker, error) {
 		}
 	}
 	sweepBooted(filepath.Join(cfg.DataDir, "booted"), cfg.Logger)
-	w := &Worker{cfg: cfg, log: cfg.Logger.With("worker_id", cfg.ID), warm: newWarmPool(cfg.Warm), runCtx: context.Background()}
+	w := &Worker{cfg: cfg, log: cfg.Logger.With("worker_id", cfg.ID), warm: newWarmPool(cfg.Warm), runCtx: context.Background(), opBoxes: map[string]*opBox{}}
 	if cfg.Images.Runner == nil {
 		sr, err := NewStepRunner(cfg.Runtime, cfg.Network, cfg.ExtraCACerts, cfg.DataDir, w.log)
 		if err != nil {
@@ -343,10 +357,14 @@ type closer interface {
 func (w *Worker) Run(ctx context.Context) error {
 	slots := make(chan struct{}, w.cfg.Slots)
 	w.runCtx = ctx
-	w.wg.Add(2)
+	w.wg.Add(3)
 	go func() {
 		defer w.wg.Done()
 		w.heartbeat(ctx)
+	}()
+	go func() {
+		defer w.wg.Done()
+		w.serveOps(ctx)
 	}()
 	go func() {
 		defer w.wg.Done()

@@ -28,6 +28,7 @@ import (
 	"github.com/helmr/helmr/internal/sandbox"
 	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/workers"
+	"github.com/helmr/helmr/internal/workspaces"
 )
 
 // fakeControl is a hand-written ControlPlane that records what the worker
@@ -67,6 +68,11 @@ func (f *fakeControl) BuildSecret(_ context.Context, _, name string) ([]byte, er
 	}
 	return v, nil
 }
+func (f *fakeControl) NextOp(ctx context.Context, _, _ string) (workspaces.Op, error) {
+	<-ctx.Done()
+	return workspaces.Op{}, workspaces.ErrNoOp
+}
+func (f *fakeControl) FinishOp(context.Context, string, workspaces.OpResult) error   { return nil }
 func (f *fakeControl) DeletedWorkspaces(context.Context, []string) ([]string, error) { return nil, nil }
 func (f *fakeControl) Logs(context.Context, string, []runs.LogData, time.Time) error { return nil }
 func (f *fakeControl) Finish(_ context.Context, _ string, o runs.Outcome) error {

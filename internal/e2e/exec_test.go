@@ -1,0 +1,81 @@
+package e2e
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/workspaces"
+)
+
+// TestWorkspaceExec runs direct operations in a workspace: a command sees
+// what runs left and a run sees what commands wrote (the worker hands the
+// workspace back and forth); exit codes come back; a command past its
+// timeout is killed; a flood of output is cut at the limit with a marker;
+// bad input is refused.
+func TestWorkspaceExec(t *testing.T) { forEachTier(t, testWorkspaceExec) }
+
+func testWorkspaceExec(t *testing.T, tier string) {
+	d := startDev(t, tier)
+	d.deploy("internal/e2e/testdata/workspace")
+	r := mustRun(t, d.mustHelmr("run", "notes", "--project", "workspace", "--payload-json", `{"line":"one"}`, "--json"))
+	r = d.waitDone(r.ID, 2*time.Minute)
+	ws := r.WorkspaceID
+	if r.Status != runs.StatusCompleted || ws == "" {
+		t.Fatalf("run = %s in %q", r.Status, ws)
+	}
+
+	if out := d.mustHelmr("exec", ws, "--", "cat", "notes.txt"); out != "one\n" {
+		t.Errorf("exec cat notes.txt = %q, want what the run wrote", out)
+	}
+	_, _, code := d.helmr("exec", ws, "--shell", "--", "echo two >> notes.txt; exit 3")
+	if code != 3 {
+		t.Errorf("exec exiting 3 = exit %d", code)
+	}
+	if out := d.mustHelmr("exec", ws, "-e", "WHO=helmr", "--cwd", "sub/..", "--shell", "--", `echo "$WHO in $(pwd)"`); out != "helmr in /workspace\n" {
+		t.Errorf("exec with env and cwd = %q", out)
+	}
+	// A run takes the workspace from the operations' sandbox, and back.
+	r = mustRun(t, d.mustHelmr("run", "notes", "--project", "workspace", "--payload-json", `{"line":"three"}`, "--workspace", ws, "--json"))
+	if r = d.waitDone(r.ID, 2*time.Minute); r.Status != runs.StatusCompleted || string(r.Output) != `"one\ntwo\n"` {
+		t.Fatalf("run after exec = %s %s %+v, want it to see the exec's write", r.Status, r.Output, r.Error)
+	}
+	if out := d.mustHelmr("exec", ws, "--", "cat", "notes.txt"); out != "one\ntwo\nthree\n" {
+		t.Errorf("exec after the run = %q", out)
+	}
+
+	// Timeout.
+	start := time.Now()
+	_, errOut, code := d.helmr("exec", ws, "--timeout", "1", "--", "sleep", "30")
+	if code != 124 || !strings.Contains(errOut, "killed after its timeout") || time.Since(start) > 20*time.Second {
+		t.Errorf("exec past its timeout = exit %d %q after %s, want 124 within seconds", code, errOut, time.Since(start))
+	}
+	// A flood of output is cut at the limit.
+	out := d.mustHelmr("exec", ws, "--json", "--shell", "--", `head -c 3000000 /dev/zero | tr '\0' a; echo done >&2`)
+	var res workspaces.ExecResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	if !res.StdoutTruncated || len(res.Stdout) < workspaces.MaxOutputBytes || len(res.Stdout) > workspaces.MaxOutputBytes+200 ||
+		!strings.Contains(res.Stdout, "[helmr: output truncated: 1951424 more bytes]") || res.Stderr != "done\n" {
+		t.Errorf("flood: truncated %v, %d bytes of stdout, tail %q, stderr %q", res.StdoutTruncated, len(res.Stdout), res.Stdout[max(0, len(res.Stdout)-80):], res.Stderr)
+	}
+
+	// Bad input.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"exec", ws, "--cwd", "../etc", "--", "ls"}, "must be relative to the workspace and stay inside it"},
+		{[]string{"exec", ws, "--cwd", "/etc", "--", "ls"}, "must be relative to the workspace"},
+		{[]string{"exec", "ws_nosuch", "--", "ls"}, "not found"},
+		{[]string{"exec", ws, "--timeout", "7200", "--", "ls"}, "timeoutSeconds"},
+		{[]string{"exec", ws}, "usage: helmr exec"},
+	} {
+		if _, errOut, code := d.helmr(c.args...); code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("helmr %s = exit %d %q, want an error containing %q", strings.Join(c.args, " "), code, errOut, c.want)
+		}
+	}
+}

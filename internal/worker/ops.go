@@ -1,0 +1,321 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/helmr/helmr/internal/images"
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/disk"
+	"github.com/helmr/helmr/internal/workspaces"
+)
+
+// DefaultWorkspaceIdle is how long a workspace's sandbox for direct
+// operations stays up after its last operation.
+const DefaultWorkspaceIdle = 5 * time.Minute
+
+// opBox is a sandbox with a workspace mounted, serving direct operations
+// on that workspace until it is idle for Config.WorkspaceIdle or a run
+// needs the workspace.
+type opBox struct {
+	ws      string
+	box     sandbox.Sandbox
+	dir     string
+	disk    *disk.Disk
+	env     []string
+	wsPath  string
+	mu      sync.Mutex
+	active  int
+	lastUse time.Time
+	closed  bool
+}
+
+// serveOps long-polls the control plane for direct operations on the
+// workspaces of this worker's host and runs each.
+func (w *Worker) serveOps(ctx context.Context) {
+	for ctx.Err() == nil {
+		op, err := w.cfg.Control.NextOp(ctx, w.cfg.ID, w.cfg.Capabilities.Host)
+		if err != nil {
+			if !errors.Is(err, workspaces.ErrNoOp) && ctx.Err() == nil {
+				w.log.Warn("ask for workspace operations", "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+			continue
+		}
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			res := w.doOp(ctx, op)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if err := w.cfg.Control.FinishOp(rctx, op.ID, res); err != nil {
+				w.log.Warn("report a workspace operation", "op_id", op.ID, "workspace_id", op.Workspace.ID, "err", err)
+			}
+		}()
+	}
+	w.closeOpBoxes()
+}
+
+// doOp runs one operation in the workspace's sandbox, starting it if
+// needed.
+func (w *Worker) doOp(ctx context.Context, op workspaces.Op) workspaces.OpResult {
+	if op.Exec == nil {
+		return workspaces.OpResult{Error: "unknown workspace operation"}
+	}
+	if _, busy := w.wsRuns.Load(op.Workspace.ID); busy {
+		return workspaces.OpResult{Error: "workspace " + op.Workspace.ID + " is in use by a run"}
+	}
+	ob, err := w.opBoxFor(ctx, op)
+	if err != nil {
+		return workspaces.OpResult{Error: err.Error()}
+	}
+	defer w.releaseOpBox(ob)
+	res, err := ob.exec(ctx, *op.Exec)
+	if err != nil {
+		return workspaces.OpResult{Error: err.Error()}
+	}
+	return workspaces.OpResult{Exec: &res, Host: w.cfg.Capabilities.Host}
+}
+
+// opBoxFor returns the running sandbox of the operation's workspace, or
+// starts one: the task's image, the workspace's files (a new workspace
+// starts from what the image holds at the workspace path), no task.
+func (w *Worker) opBoxFor(ctx context.Context, op workspaces.Op) (*opBox, error) {
+	w.opMu.Lock()
+	defer w.opMu.Unlock()
+	if ob, ok := w.opBoxes[op.Workspace.ID]; ok {
+		ob.mu.Lock()
+		ob.active++
+		ob.mu.Unlock()
+		return ob, nil
+	}
+	if op.Task.Sandbox == nil {
+		return nil, fmt.Errorf("task %s declares no sandbox", op.Task.ID)
+	}
+	files, err := w.cfg.Control.Files(ctx, op.DeploymentID)
+	if err != nil {
+		return nil, fmt.Errorf("fetch deployment %s: %w", op.DeploymentID, err)
+	}
+	img, err := w.cfg.Images.Prepare(ctx, op.Task.Sandbox.Image, files, images.PrepareOptions{Scope: op.Workspace.Project})
+	if err != nil {
+		return nil, err
+	}
+	p, err := w.prepare(Lease{Run: runs.Run{DeploymentID: op.DeploymentID}, Task: op.Task}, img, files)
+	if err != nil {
+		return nil, err
+	}
+	id := newSandboxID()
+	ob := &opBox{ws: op.Workspace.ID, dir: filepath.Join(w.cfg.DataDir, "booted", id), env: p.env, wsPath: p.spec.Workspace, active: 1}
+	wsDir := filepath.Join(ob.dir, "workspace")
+	if err := os.MkdirAll(wsDir, 0o755); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*opBox, error) {
+		ob.close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	switch existing := w.existingWorkspace(op.Workspace.ID); {
+	case strings.HasSuffix(existing, ".img"):
+		if ob.disk, err = disk.Mount(existing, wsDir, false); err != nil {
+			return fail(fmt.Errorf("attach the workspace: %w", err))
+		}
+	case existing != "":
+		wsDir = existing
+	case w.disks != nil:
+		if ob.disk, err = w.disks.Create(filepath.Join(ob.dir, "workspace.img"), wsDir); err != nil {
+			return fail(err)
+		}
+		fallthrough
+	default:
+		if _, err := img.CopyTree(p.spec.Workspace, wsDir); err != nil {
+			return fail(fmt.Errorf("seed the workspace from the image's %s: %w", p.spec.Workspace, err))
+		}
+		// The new workspace is kept under its ID from now on.
+		if ob.disk != nil {
+			target := w.WorkspaceDir(op.Workspace.ID) + ".img"
+			if err := os.Rename(ob.disk.Image, target); err != nil {
+				return fail(err)
+			}
+			ob.disk.Image = target
+		} else {
+			target := w.WorkspaceDir(op.Workspace.ID)
+			if err := os.Rename(wsDir, target); err != nil {
+				return fail(err)
+			}
+			wsDir = target
+		}
+	}
+	helmrDir := filepath.Join(ob.dir, "helmr")
+	if err := os.MkdirAll(helmrDir, 0o755); err != nil {
+		return fail(err)
+	}
+	spec := p.spec
+	spec.ID, spec.WorkspaceHost, spec.HelmrHost = id, wsDir, helmrDir
+	if ob.box, err = w.cfg.Runtime.Start(ctx, spec); err != nil {
+		return fail(fmt.Errorf("start a %s sandbox for workspace %s: %w", w.cfg.Runtime.Name(), op.Workspace.ID, err))
+	}
+	w.opBoxes[op.Workspace.ID] = ob
+	w.log.Info("started a sandbox for workspace operations", "workspace_id", op.Workspace.ID, "sandbox", id)
+	return ob, nil
+}
+
+// releaseOpBox ends an operation's hold on its sandbox; the sandbox stops
+// once idle for the configured time.
+func (w *Worker) releaseOpBox(ob *opBox) {
+	ob.mu.Lock()
+	ob.active--
+	ob.lastUse = time.Now()
+	ob.mu.Unlock()
+	idle := w.cfg.WorkspaceIdle
+	time.AfterFunc(idle, func() {
+		w.opMu.Lock()
+		ob.mu.Lock()
+		stale := ob.active == 0 && time.Since(ob.lastUse) >= idle && !ob.closed
+		ob.mu.Unlock()
+		if stale && w.opBoxes[ob.ws] == ob {
+			delete(w.opBoxes, ob.ws)
+		} else {
+			stale = false
+		}
+		w.opMu.Unlock()
+		if stale {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ob.close(ctx)
+			w.log.Info("stopped an idle workspace sandbox", "workspace_id", ob.ws)
+		}
+	})
+}
+
+// closeOpBox stops the operations sandbox of workspace id, if any, so a
+// run can take the workspace.
+func (w *Worker) closeOpBox(ctx context.Context, id string) {
+	w.opMu.Lock()
+	ob := w.opBoxes[id]
+	delete(w.opBoxes, id)
+	w.opMu.Unlock()
+	if ob != nil {
+		ob.close(ctx)
+	}
+}
+
+func (w *Worker) closeOpBoxes() {
+	w.opMu.Lock()
+	boxes := w.opBoxes
+	w.opBoxes = map[string]*opBox{}
+	w.opMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, ob := range boxes {
+		ob.close(ctx)
+	}
+}
+
+// close destroys the sandbox and unmounts the workspace (its image stays).
+func (ob *opBox) close(ctx context.Context) {
+	ob.mu.Lock()
+	ob.closed = true
+	ob.mu.Unlock()
+	if ob.box != nil {
+		_ = ob.box.Destroy(ctx)
+	}
+	if ob.disk != nil {
+		_ = ob.disk.Close()
+	}
+	_ = os.RemoveAll(ob.dir)
+}
+
+// exec runs one command under its timeout, keeping at most
+// MaxOutputBytes of each stream.
+func (ob *opBox) exec(ctx context.Context, req workspaces.ExecRequest) (workspaces.ExecResult, error) {
+	argv := req.Argv
+	if req.Command != "" {
+		argv = []string{"/bin/sh", "-c", req.Command}
+	}
+	cwd := ob.wsPath
+	if req.Cwd != "" {
+		cwd = path.Join(ob.wsPath, req.Cwd)
+		if path.IsAbs(req.Cwd) {
+			cwd = path.Clean(req.Cwd)
+		}
+	}
+	env := append([]string(nil), ob.env...)
+	keys := make([]string, 0, len(req.Env))
+	for k := range req.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+req.Env[k])
+	}
+	timeout := time.Duration(req.TimeoutSeconds * float64(time.Second))
+	if timeout <= 0 {
+		timeout = workspaces.DefaultExecTimeout * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var out [2]capped
+	start := time.Now()
+	st, err := ob.box.Exec(ctx, sandbox.ExecRequest{
+		Argv: argv, Env: dedupeEnv(env), Cwd: cwd, Stdin: strings.NewReader(req.Stdin),
+		OnOutput: func(stream string, data []byte) {
+			if stream == "stderr" {
+				out[1].write(data)
+			} else {
+				out[0].write(data)
+			}
+		},
+	})
+	res := workspaces.ExecResult{
+		ExitCode: st.Code, Signal: st.Signal, DurationMs: float64(time.Since(start).Microseconds()) / 1000,
+		Stdout: out[0].String(), Stderr: out[1].String(), StdoutTruncated: out[0].cut > 0, StderrTruncated: out[1].cut > 0,
+	}
+	if ctx.Err() != nil {
+		res.TimedOut = true
+		if res.Signal == "" {
+			res.Signal = "killed"
+		}
+		return res, nil
+	}
+	if err != nil {
+		return res, fmt.Errorf("exec in workspace %s: %w", ob.ws, err)
+	}
+	return res, nil
+}
+
+// capped keeps the first MaxOutputBytes of a stream and counts the rest.
+type capped struct {
+	buf []byte
+	cut int
+}
+
+func (c *capped) write(p []byte) {
+	room := workspaces.MaxOutputBytes - len(c.buf)
+	if room >= len(p) {
+		c.buf = append(c.buf, p...)
+		return
+	}
+	if room > 0 {
+		c.buf = append(c.buf, p[:room]...)
+	}
+	c.cut += len(p) - max(room, 0)
+}
+
+func (c *capped) String() string {
+	if c.cut == 0 {
+		return string(c.buf)
+	}
+	return fmt.Sprintf("%s\n[helmr: output truncated: %d more bytes]\n", c.buf, c.cut)
+}

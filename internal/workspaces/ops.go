@@ -1,0 +1,185 @@
+package workspaces
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/helmr/helmr/internal/deployments"
+)
+
+// Direct operations run commands in a workspace without a task: the
+// control plane hands each to a worker of the workspace's host, which
+// keeps a sandbox with the workspace mounted warm between them.
+
+// Limits of one exec.
+const (
+	DefaultExecTimeout = 60      // seconds
+	MaxExecTimeout     = 3600    // seconds
+	MaxOutputBytes     = 1 << 20 // per stream; the rest is cut, with a marker
+	MaxStdinBytes      = 1 << 20
+)
+
+// ExecRequest runs one command in a workspace: Argv as is, or Command
+// through /bin/sh -c. Cwd is relative to the workspace (default: the
+// workspace itself) or an absolute path inside it.
+type ExecRequest struct {
+	Argv           []string          `json:"argv,omitempty"`
+	Command        string            `json:"command,omitempty"`
+	Cwd            string            `json:"cwd,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	Stdin          string            `json:"stdin,omitempty"`
+	TimeoutSeconds float64           `json:"timeoutSeconds,omitempty"`
+}
+
+// ExecResult is how the command ended and what it printed.
+type ExecResult struct {
+	ExitCode        int     `json:"exitCode"`
+	Signal          string  `json:"signal,omitempty"`
+	Stdout          string  `json:"stdout"`
+	Stderr          string  `json:"stderr"`
+	StdoutTruncated bool    `json:"stdoutTruncated,omitempty"`
+	StderrTruncated bool    `json:"stderrTruncated,omitempty"`
+	TimedOut        bool    `json:"timedOut,omitempty"`
+	DurationMs      float64 `json:"durationMs"`
+}
+
+// Op is one direct operation on a workspace, as a worker receives it:
+// the workspace, where it is, and the task whose sandbox it runs in.
+type Op struct {
+	ID        string                   `json:"id"`
+	Workspace Workspace                `json:"workspace"`
+	Task      deployments.TaskManifest `json:"task"`
+	// DeploymentID holds the task's image sources (copy steps).
+	DeploymentID string       `json:"deploymentId"`
+	Exec         *ExecRequest `json:"exec,omitempty"`
+}
+
+// OpResult is a worker's answer to an Op: Exec's result, or Error.
+type OpResult struct {
+	Exec  *ExecResult `json:"exec,omitempty"`
+	Error string      `json:"error,omitempty"`
+	// Host is the host of the worker that ran it: a workspace without one
+	// is there from now on.
+	Host string `json:"host,omitempty"`
+}
+
+// ErrNoOp: no operation came for the worker within its wait.
+var ErrNoOp = errors.New("no workspace operation")
+
+// Ops hands direct operations from API requests to workers and their
+// results back. It lives in one control plane process: workers of a host
+// long-poll it for the operations of their host's workspaces (and of
+// workspaces no run has used yet, which any worker may take).
+type Ops struct {
+	mu      sync.Mutex
+	queue   []*pending
+	waiting map[*waiter]struct{}
+	taken   map[string]*pending
+}
+
+type pending struct {
+	op   Op
+	done chan OpResult
+}
+
+type waiter struct {
+	host string
+	got  chan *pending
+}
+
+// NewOps returns an empty operation queue.
+func NewOps() *Ops {
+	return &Ops{waiting: map[*waiter]struct{}{}, taken: map[string]*pending{}}
+}
+
+// Do queues op for a worker of its workspace's host (any worker if the
+// workspace has none yet) and waits for the result, or for ctx to end.
+func (o *Ops) Do(ctx context.Context, op Op) (OpResult, error) {
+	b := make([]byte, 10)
+	_, _ = rand.Read(b)
+	op.ID = "op_" + hex.EncodeToString(b)
+	p := &pending{op: op, done: make(chan OpResult, 1)}
+	o.mu.Lock()
+	handed := false
+	for w := range o.waiting {
+		if fits(w.host, op) {
+			delete(o.waiting, w)
+			o.taken[op.ID] = p
+			w.got <- p
+			handed = true
+			break
+		}
+	}
+	if !handed {
+		o.queue = append(o.queue, p)
+	}
+	o.mu.Unlock()
+	select {
+	case res := <-p.done:
+		return res, nil
+	case <-ctx.Done():
+		o.mu.Lock()
+		delete(o.taken, op.ID)
+		for i, q := range o.queue {
+			if q == p {
+				o.queue = append(o.queue[:i], o.queue[i+1:]...)
+				break
+			}
+		}
+		o.mu.Unlock()
+		return OpResult{}, fmt.Errorf("workspace %s: no worker answered: %w", op.Workspace.ID, context.Cause(ctx))
+	}
+}
+
+func fits(host string, op Op) bool {
+	return op.Workspace.Host == "" || op.Workspace.Host == host
+}
+
+// Next returns an operation for a worker of host, waiting until one comes
+// or ctx ends (ErrNoOp).
+func (o *Ops) Next(ctx context.Context, host string) (Op, error) {
+	o.mu.Lock()
+	for i, p := range o.queue {
+		if fits(host, p.op) {
+			o.queue = append(o.queue[:i], o.queue[i+1:]...)
+			o.taken[p.op.ID] = p
+			o.mu.Unlock()
+			return p.op, nil
+		}
+	}
+	w := &waiter{host: host, got: make(chan *pending, 1)}
+	o.waiting[w] = struct{}{}
+	o.mu.Unlock()
+	select {
+	case p := <-w.got:
+		return p.op, nil
+	case <-ctx.Done():
+		o.mu.Lock()
+		delete(o.waiting, w)
+		o.mu.Unlock()
+		select {
+		case p := <-w.got: // handed over just now
+			return p.op, nil
+		default:
+		}
+		return Op{}, ErrNoOp
+	}
+}
+
+// Finish delivers a worker's result for operation id; an operation nobody
+// waits for any more (its request ended) is ErrNotFound.
+func (o *Ops) Finish(id string, res OpResult) error {
+	o.mu.Lock()
+	p, ok := o.taken[id]
+	delete(o.taken, id)
+	o.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("workspace operation %s: %w", id, ErrNotFound)
+	}
+	p.done <- res
+	return nil
+}

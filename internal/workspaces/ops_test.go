@@ -1,0 +1,71 @@
+package workspaces
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestOps hands operations to workers of the right host, queued or to a
+// waiting worker, and results back; an unanswered request ends with its
+// context and its late result is refused.
+func TestOps(t *testing.T) {
+	o := NewOps()
+	ctx := context.Background()
+	serve := func(host string, answer int) {
+		t.Helper()
+		go func() {
+			op, err := o.Next(ctx, host)
+			if err != nil {
+				t.Errorf("Next(%s): %v", host, err)
+				return
+			}
+			if err := o.Finish(op.ID, OpResult{Exec: &ExecResult{ExitCode: answer}}); err != nil {
+				t.Errorf("Finish: %v", err)
+			}
+		}()
+	}
+	// A worker of another host does not take h1's operation.
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	go func() {
+		if op, err := o.Next(wctx, "h2"); !errors.Is(err, ErrNoOp) {
+			t.Errorf("Next(h2) = %+v, %v; want nothing (the operation is h1's)", op, err)
+		}
+	}()
+	serve("h1", 7)
+	res, err := o.Do(ctx, Op{Workspace: Workspace{ID: "ws_1", Host: "h1"}})
+	if err != nil || res.Exec.ExitCode != 7 {
+		t.Fatalf("Do(h1) = %+v, %v; want h1's answer", res, err)
+	}
+	<-wctx.Done()
+	cancel()
+
+	// Queued before any worker asks; a workspace without a host goes to any.
+	done := make(chan OpResult, 1)
+	go func() {
+		res, err := o.Do(ctx, Op{Workspace: Workspace{ID: "ws_2"}})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	time.Sleep(20 * time.Millisecond)
+	serve("h9", 3)
+	if res := <-done; res.Exec == nil || res.Exec.ExitCode != 3 {
+		t.Errorf("Do(no host) = %+v, want the answer of whichever worker took it", res)
+	}
+
+	// No worker: the request ends with its context; nothing stays queued.
+	short, cancel2 := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel2()
+	if _, err := o.Do(short, Op{Workspace: Workspace{ID: "ws_3", Host: "gone"}}); err == nil {
+		t.Error("Do without a worker succeeded")
+	}
+	if n := len(o.queue); n != 0 {
+		t.Errorf("%d operations queued after their requests ended", n)
+	}
+	if err := o.Finish("op_unknown", OpResult{}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Finish(unknown) = %v, want ErrNotFound", err)
+	}
+}
