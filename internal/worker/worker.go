@@ -87,10 +87,10 @@ type Config struct {
 	// WorkspaceIdle is how long a workspace's sandbox for direct
 	// operations stays up after its last one (default DefaultWorkspaceIdle).
 	WorkspaceIdle time.Duration
-	Runtime sandbox.Runtime
-	Images  *images.Resolver
-	Control ControlPlane
-	Logger  *slog.Logger
+	Runtime       sandbox.Runtime
+	Images        *images.Resolver
+	Control       ControlPlane
+	Logger        *slog.Logger
 	// Adapter is the guest adapter bundle (tsbundle.Adapter()).
 	Adapter []byte
 	// CancelPoll is how often a running run's status is checked.
