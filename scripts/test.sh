@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: Go (unit, store suite on SQLite and PostgreSQL, sandbox
-# conformance, end to end through the real CLI) and TypeScript (tsc strict
-# and node tests). Installs and starts what the tests need first.
+# conformance, end to end through the real CLI), TypeScript (tsc strict
+# and node tests), the Python adapters, and API fuzzing. Installs and starts what the tests need first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -17,6 +17,9 @@ go test -count=1 -timeout 30m ./...
 
 echo "test: TypeScript"
 scripts/ts-check.sh
+
+echo "test: Python adapters (against helmr dev and the published mini-swe-agent)"
+scripts/python-adapters.sh
 
 echo "test: API fuzzing against proto/openapi.yaml"
 scripts/api-fuzz.sh

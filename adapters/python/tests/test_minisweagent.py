@@ -1,0 +1,105 @@
+"""The mini-swe-agent environment against a real helmr dev and sandbox,
+and driven by the published mini-swe-agent's own agent loop."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from helmr_adapters.minisweagent import HelmrEnvironment, Submitted  # noqa: E402
+
+from helmr_dev import HelmrDev  # noqa: E402
+
+try:
+    import minisweagent  # noqa: F401
+
+    HAVE_UPSTREAM = True
+except ImportError:
+    HAVE_UPSTREAM = False
+
+
+class HelmrEnvironmentTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.dev = HelmrDev()
+        try:
+            cls.ws = cls.dev.workspace()
+        except Exception:
+            cls.dev.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.dev.close()
+
+    def env(self, **kwargs) -> HelmrEnvironment:
+        return HelmrEnvironment(server_url=self.dev.url, api_key=self.dev.api_key, workspace=self.ws, **kwargs)
+
+    def test_output_merged_in_order_with_returncode(self):
+        out = self.env().execute({"command": "cat notes.txt; echo to-stderr >&2; echo after; exit 4"})
+        self.assertEqual(out, {"output": "from a run\nto-stderr\nafter\n", "returncode": 4, "exception_info": ""})
+
+    def test_cwd_and_env(self):
+        env = self.env(env={"GREETING": "hi"})
+        self.assertEqual(env.execute({"command": "mkdir -p sub && echo $GREETING"})["output"], "hi\n")
+        self.assertEqual(env.execute({"command": "pwd"}, cwd="sub")["output"], "/workspace/sub\n")
+        self.assertEqual(env.execute({"command": "pwd"}, cwd="/tmp")["output"], "/tmp\n")
+        self.assertEqual(self.env(cwd="sub").execute({"command": "pwd"})["output"], "/workspace/sub\n")
+
+    def test_timeout(self):
+        out = self.env().execute({"command": "echo started; sleep 30"}, timeout=1)
+        self.assertEqual(out["returncode"], -1)
+        self.assertIn("timed out after 1 seconds", out["exception_info"])
+        self.assertEqual(out["output"], "started\n")
+
+    def test_submit_sentinel(self):
+        with self.assertRaises(Submitted) as cm:
+            self.env().execute({"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT; echo the answer"})
+        self.assertEqual(cm.exception.messages[0]["extra"]["submission"], "the answer\n")
+        # Not the first line, or a failing command: no submission.
+        out = self.env().execute({"command": "echo x; echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"})
+        self.assertEqual(out["returncode"], 0)
+        out = self.env().execute({"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT; exit 1"})
+        self.assertEqual(out["returncode"], 1)
+
+    def test_errors_are_observations(self):
+        out = HelmrEnvironment(server_url=self.dev.url, api_key=self.dev.api_key, workspace="ws_nosuch").execute({"command": "ls"})
+        self.assertEqual(out["returncode"], -1)
+        self.assertIn("404", out["exception_info"])
+        out = HelmrEnvironment(server_url=self.dev.url, api_key="hk_wrong", workspace=self.ws).execute({"command": "ls"})
+        self.assertIn("401", out["exception_info"])
+
+    def test_no_credential_in_serialized_state(self):
+        env = self.env()
+        blob = json.dumps([env.serialize(), env.get_template_vars(task="x"), repr(env.config), repr(env.client)])
+        self.assertNotIn(self.dev.api_key, blob)
+        self.assertEqual(env.serialize()["info"]["config"]["environment"]["workspace"], self.ws)
+        self.assertEqual(env.serialize()["info"]["config"]["environment_type"], "helmr_adapters.minisweagent.HelmrEnvironment")
+
+    @unittest.skipUnless(HAVE_UPSTREAM or os.environ.get("HELMR_REQUIRE_ALL"), "mini-swe-agent is not installed (scripts/python-adapters.sh installs it)")
+    def test_upstream_agent_loop(self):
+        from minisweagent.agents.default import DefaultAgent
+        from minisweagent.exceptions import Submitted as UpstreamSubmitted
+        from minisweagent.models.test_models import DeterministicModel, make_output
+
+        self.assertIs(Submitted, UpstreamSubmitted)
+        model = DeterministicModel(outputs=[
+            make_output("write it", [{"command": "echo 42 > answer.txt"}]),
+            make_output("submit", [{"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT; cat answer.txt"}]),
+        ])
+        agent = DefaultAgent(model, self.env(), system_template="You work in {{helmr_workspace}} on {{system}}.",
+                             instance_template="{{task}}")
+        result = agent.run("compute the answer")
+        self.assertEqual(result["exit_status"], "Submitted")
+        self.assertEqual(result["submission"], "42\n")
+        self.assertIn(self.ws, agent.messages[0]["content"])
+        self.assertNotIn(self.dev.api_key, json.dumps(agent.serialize()))
+
+
+if __name__ == "__main__":
+    unittest.main()
