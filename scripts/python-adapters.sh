@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Tests the Python adapters (adapters/python, standard library only)
 # against a real helmr dev, and against the published harness they adapt
-# to: mini-swe-agent, installed from PyPI into a cached virtualenv.
+# to: mini-swe-agent and swe-rex, installed from PyPI into a cached
+# virtualenv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv=${HELMR_CACHE_DIR:-$HOME/.cache/helmr}/venv-adapters
-want='mini-swe-agent==2.4.6'
+want='mini-swe-agent==2.4.6 swe-rex==1.4.0'
 if [ ! -f "$venv/.installed" ] || [ "$(cat "$venv/.installed")" != "$want" ]; then
   python3 -m venv "$venv" 2>/dev/null || {
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
     python3 -m venv "$venv"
   }
-  "$venv/bin/pip" install -q "$want"
+  "$venv/bin/pip" install -q $want
   echo "$want" >"$venv/.installed"
 fi
 

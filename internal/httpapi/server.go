@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/helmr/helmr/internal/apikeys"
@@ -48,11 +49,12 @@ type Config struct {
 
 // Server is the control plane's HTTP API.
 type Server struct {
-	cfg     Config
-	auth    Authenticator
-	control *worker.Local
-	log     *slog.Logger
-	mux     *http.ServeMux
+	cfg      Config
+	auth     Authenticator
+	control  *worker.Local
+	log      *slog.Logger
+	mux      *http.ServeMux
+	swerexes sync.Map // workspace id → *swerexRuntime (SWE-ReX sessions, replies)
 }
 
 // Route is one API route: its ServeMux pattern and the access it
@@ -140,6 +142,15 @@ func (s *Server) routes() []route {
 		{"GET /v1/workspaces/{id}", workspacesRead, s.getWorkspace},
 		{"DELETE /v1/workspaces/{id}", workspacesManage, s.deleteWorkspace},
 		{"POST /v1/workspaces/{id}/exec", workspacesExec, s.execWorkspace},
+		{"GET /v1/swerex/{id}/is_alive", workspacesExec, s.swerex(s.swerexIsAlive)},
+		{"POST /v1/swerex/{id}/create_session", workspacesExec, s.swerex(s.swerexCreateSession)},
+		{"POST /v1/swerex/{id}/run_in_session", workspacesExec, s.swerex(s.swerexRunInSession)},
+		{"POST /v1/swerex/{id}/close_session", workspacesExec, s.swerex(s.swerexCloseSession)},
+		{"POST /v1/swerex/{id}/execute", workspacesExec, s.swerex(s.swerexExecute)},
+		{"POST /v1/swerex/{id}/read_file", workspacesExec, s.swerex(s.swerexReadFile)},
+		{"POST /v1/swerex/{id}/write_file", workspacesExec, s.swerex(s.swerexWriteFile)},
+		{"POST /v1/swerex/{id}/upload", workspacesExec, s.swerex(s.swerexUpload)},
+		{"POST /v1/swerex/{id}/close", workspacesExec, s.swerex(s.swerexClose)},
 		{"POST /v1/tokens", tokensCreate, s.createToken},
 		{"GET /v1/tokens", tokensRead, s.listTokens},
 		{"GET /v1/tokens/{id}", tokensRead, s.getToken},
@@ -185,6 +196,10 @@ func (s *Server) Routes() []Route {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if k := r.Header.Get("X-API-Key"); k != "" && r.Header.Get("Authorization") == "" && strings.HasPrefix(r.URL.Path, "/v1/swerex/") {
+		// SWE-ReX's client sends its token as X-API-Key.
+		r.Header.Set("Authorization", "Bearer "+k)
+	}
 	s.mux.ServeHTTP(w, r)
 }
 

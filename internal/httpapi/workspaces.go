@@ -118,39 +118,49 @@ func (s *Server) execWorkspace(w http.ResponseWriter, r *http.Request) error {
 	if err := checkExec(req); err != nil {
 		return badRequest(err.Error())
 	}
-	if ws.DeletedAt != nil {
-		return &Error{Status: http.StatusConflict, Code: "conflict", Message: "workspace " + ws.ID + " was deleted"}
-	}
-	page, err := s.cfg.Runs.List(r.Context(), runs.Filter{Project: ws.Project, Env: ws.Env, WorkspaceID: ws.ID, Limit: 1})
+	res, err := s.execIn(r.Context(), st, ws, req)
 	if err != nil {
 		return err
 	}
-	if len(page.Runs) > 0 && !page.Runs[0].Status.Terminal() {
-		return &Error{Status: http.StatusConflict, Code: "conflict", Message: "workspace " + ws.ID + " is in use by run " + page.Runs[0].ID}
+	return writeJSON(w, http.StatusOK, res)
+}
+
+// execIn runs a checked exec request in workspace ws through a worker of
+// its host, and records the host of a workspace that had none.
+func (s *Server) execIn(ctx context.Context, st workspaces.Store, ws workspaces.Workspace, req workspaces.ExecRequest) (workspaces.ExecResult, error) {
+	if ws.DeletedAt != nil {
+		return workspaces.ExecResult{}, &Error{Status: http.StatusConflict, Code: "conflict", Message: "workspace " + ws.ID + " was deleted"}
 	}
-	task, err := s.cfg.Deployments.GetTask(r.Context(), ws.Project, ws.Env, ws.TaskID)
+	page, err := s.cfg.Runs.List(ctx, runs.Filter{Project: ws.Project, Env: ws.Env, WorkspaceID: ws.ID, Limit: 1})
 	if err != nil {
-		return &Error{Status: http.StatusConflict, Code: "conflict", Message: fmt.Sprintf("workspace %s runs in the sandbox of task %s, which %s/%s no longer deploys", ws.ID, ws.TaskID, ws.Project, ws.Env)}
+		return workspaces.ExecResult{}, err
+	}
+	if len(page.Runs) > 0 && !page.Runs[0].Status.Terminal() {
+		return workspaces.ExecResult{}, &Error{Status: http.StatusConflict, Code: "conflict", Message: "workspace " + ws.ID + " is in use by run " + page.Runs[0].ID}
+	}
+	task, err := s.cfg.Deployments.GetTask(ctx, ws.Project, ws.Env, ws.TaskID)
+	if err != nil {
+		return workspaces.ExecResult{}, &Error{Status: http.StatusConflict, Code: "conflict", Message: fmt.Sprintf("workspace %s runs in the sandbox of task %s, which %s/%s no longer deploys", ws.ID, ws.TaskID, ws.Project, ws.Env)}
 	}
 	timeout := time.Duration(req.TimeoutSeconds * float64(time.Second))
 	if timeout <= 0 {
 		timeout = workspaces.DefaultExecTimeout * time.Second
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), timeout+opWait)
+	ctx, cancel := context.WithTimeout(ctx, timeout+opWait)
 	defer cancel()
 	res, err := s.cfg.Ops.Do(ctx, workspaces.Op{Workspace: ws, Task: task.Spec, DeploymentID: task.DeploymentID, Exec: &req})
 	if err != nil {
-		return &Error{Status: http.StatusGatewayTimeout, Code: "no_worker", Message: err.Error()}
+		return workspaces.ExecResult{}, &Error{Status: http.StatusGatewayTimeout, Code: "no_worker", Message: err.Error()}
 	}
 	if res.Error != "" {
-		return &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: res.Error}
+		return workspaces.ExecResult{}, &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: res.Error}
 	}
 	if ws.Host == "" && res.Host != "" {
-		if err := st.UseWorkspace(r.Context(), ws.ID, ws.LastRunID, res.Host, time.Now()); err != nil {
+		if err := st.UseWorkspace(ctx, ws.ID, ws.LastRunID, res.Host, time.Now()); err != nil {
 			s.log.Error("record where a workspace is", "workspace_id", ws.ID, "err", err)
 		}
 	}
-	return writeJSON(w, http.StatusOK, res.Exec)
+	return *res.Exec, nil
 }
 
 // checkExec rejects an exec request that cannot run: argv xor command,
