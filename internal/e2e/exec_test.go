@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"encoding/json"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -61,6 +63,24 @@ func testWorkspaceExec(t *testing.T, tier string) {
 	if !res.StdoutTruncated || len(res.Stdout) < workspaces.MaxOutputBytes || len(res.Stdout) > workspaces.MaxOutputBytes+200 ||
 		!strings.Contains(res.Stdout, "[helmr: output truncated: 1951424 more bytes]") || res.Stderr != "done\n" {
 		t.Errorf("flood: truncated %v, %d bytes of stdout, tail %q, stderr %q", res.StdoutTruncated, len(res.Stdout), res.Stdout[max(0, len(res.Stdout)-80):], res.Stderr)
+	}
+
+	// Credentials the caller never sees: the worker puts ${vault:NAME} in
+	// for the exec; whatever prints it, the answer holds the marker.
+	const token = "tok-Zq8Rw3Lp"
+	cmd := exec.Command(filepath.Join(d.bin, "helmr"), "secret", "set", "TOKEN", "--project", "workspace")
+	cmd.Env, cmd.Stdin = d.env, strings.NewReader(token)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("secret set: %v: %s", err, out)
+	}
+	out = d.mustHelmr("exec", ws, "--json", "-e", "API_KEY=${vault:TOKEN}", "--shell", "--",
+		`echo "arg ${vault:TOKEN}"; env | grep API_KEY; cat /proc/self/environ | tr '\0' '\n' | grep API_KEY; echo ${vault:TOKEN} >&2; test "$API_KEY" = `+token+` && echo same`)
+	if strings.Contains(out, token) || !strings.Contains(out, "arg [redacted:TOKEN]") || !strings.Contains(out, "API_KEY=[redacted:TOKEN]") ||
+		!strings.Contains(out, `"stderr": "[redacted:TOKEN]\n"`) || !strings.Contains(out, "same") {
+		t.Errorf("exec with ${vault:TOKEN}:\n%s\nwant the value in the command and only the marker in the answer", out)
+	}
+	if _, errOut, code := d.helmr("exec", ws, "--shell", "--", "echo ${vault:MISSING}"); code == 0 || !strings.Contains(errOut, "no secret MISSING in workspace/dev") {
+		t.Errorf("exec with an unknown secret = exit %d %q", code, errOut)
 	}
 
 	// Bad input.

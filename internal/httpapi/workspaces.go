@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
@@ -142,25 +143,56 @@ func (s *Server) execIn(ctx context.Context, st workspaces.Store, ws workspaces.
 	if err != nil {
 		return workspaces.ExecResult{}, &Error{Status: http.StatusConflict, Code: "conflict", Message: fmt.Sprintf("workspace %s runs in the sandbox of task %s, which %s/%s no longer deploys", ws.ID, ws.TaskID, ws.Project, ws.Env)}
 	}
+	secrets, err := s.vaultRefs(ctx, ws, req)
+	if err != nil {
+		return workspaces.ExecResult{}, err
+	}
 	timeout := time.Duration(req.TimeoutSeconds * float64(time.Second))
 	if timeout <= 0 {
 		timeout = workspaces.DefaultExecTimeout * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout+opWait)
 	defer cancel()
-	res, err := s.cfg.Ops.Do(ctx, workspaces.Op{Workspace: ws, Task: task.Spec, DeploymentID: task.DeploymentID, Exec: &req})
+	res, err := s.cfg.Ops.Do(ctx, workspaces.Op{Workspace: ws, Task: task.Spec, DeploymentID: task.DeploymentID, Exec: &req, Secrets: secrets})
 	if err != nil {
 		return workspaces.ExecResult{}, &Error{Status: http.StatusGatewayTimeout, Code: "no_worker", Message: err.Error()}
 	}
 	if res.Error != "" {
-		return workspaces.ExecResult{}, &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: res.Error}
+		return workspaces.ExecResult{}, &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: workspaces.Redact(res.Error, secrets)}
 	}
+	// The worker redacted already; a value never leaves here whatever a
+	// worker sends.
+	*res.Exec = res.Exec.Redact(secrets)
 	if ws.Host == "" && res.Host != "" {
 		if err := st.UseWorkspace(ctx, ws.ID, ws.LastRunID, res.Host, time.Now()); err != nil {
 			s.log.Error("record where a workspace is", "workspace_id", ws.ID, "err", err)
 		}
 	}
 	return *res.Exec, nil
+}
+
+// vaultRefs fetches the values of the vault secrets an exec request
+// refers to (${vault:NAME}) from the workspace's project environment.
+func (s *Server) vaultRefs(ctx context.Context, ws workspaces.Workspace, req workspaces.ExecRequest) (map[string]string, error) {
+	names := req.VaultNames()
+	if len(names) == 0 {
+		return nil, nil
+	}
+	if s.cfg.Vault == nil {
+		return nil, &Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "the command refers to vault secrets, and this control plane has no vault"}
+	}
+	out := map[string]string{}
+	for _, n := range names {
+		v, err := s.cfg.Vault.Reveal(ctx, ws.Project, ws.Env, n)
+		if errors.Is(err, vault.ErrNotFound) {
+			return nil, badRequest(fmt.Sprintf("${vault:%s}: no secret %s in %s/%s", n, n, ws.Project, ws.Env))
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[n] = string(v)
+	}
+	return out, nil
 }
 
 // checkExec rejects an exec request that cannot run: argv xor command,

@@ -82,10 +82,13 @@ func (w *Worker) doOp(ctx context.Context, op workspaces.Op) workspaces.OpResult
 		return workspaces.OpResult{Error: err.Error()}
 	}
 	defer w.releaseOpBox(ob)
-	res, err := ob.exec(ctx, *op.Exec)
+	// Credentials go into the command here, for this exec only, and come
+	// out of everything it reports.
+	res, err := ob.exec(ctx, op.Exec.WithSecrets(op.Secrets))
 	if err != nil {
-		return workspaces.OpResult{Error: err.Error()}
+		return workspaces.OpResult{Error: workspaces.Redact(err.Error(), op.Secrets)}
 	}
+	res = res.Redact(op.Secrets)
 	return workspaces.OpResult{Exec: &res, Host: w.cfg.Capabilities.Host}
 }
 

@@ -6,6 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"regexp"
+	"sort"
+	"strings"
 	"sync"
 
 	"github.com/helmr/helmr/internal/deployments"
@@ -56,6 +59,9 @@ type Op struct {
 	// DeploymentID holds the task's image sources (copy steps).
 	DeploymentID string       `json:"deploymentId"`
 	Exec         *ExecRequest `json:"exec,omitempty"`
+	// Secrets are the values of the vault secrets Exec refers to
+	// (${vault:NAME}), for this operation only; never in its result.
+	Secrets map[string]string `json:"secrets,omitempty"`
 }
 
 // OpResult is a worker's answer to an Op: Exec's result, or Error.
@@ -182,4 +188,83 @@ func (o *Ops) Finish(id string, res OpResult) error {
 	}
 	p.done <- res
 	return nil
+}
+
+// vaultRef is a credential placeholder in an exec request: ${vault:NAME}
+// stands for the value of the vault secret NAME of the workspace's
+// project environment, put in by the worker for that exec only.
+var vaultRef = regexp.MustCompile(`\$\{vault:([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// VaultNames lists the vault secrets req refers to, sorted.
+func (req ExecRequest) VaultNames() []string {
+	seen := map[string]bool{}
+	scan := func(s string) {
+		for _, m := range vaultRef.FindAllStringSubmatch(s, -1) {
+			seen[m[1]] = true
+		}
+	}
+	for _, a := range req.Argv {
+		scan(a)
+	}
+	scan(req.Command)
+	scan(req.Stdin)
+	for _, v := range req.Env {
+		scan(v)
+	}
+	out := make([]string, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// WithSecrets returns req with every ${vault:NAME} replaced by its value.
+func (req ExecRequest) WithSecrets(values map[string]string) ExecRequest {
+	if len(values) == 0 {
+		return req
+	}
+	put := func(s string) string {
+		return vaultRef.ReplaceAllStringFunc(s, func(m string) string {
+			if v, ok := values[vaultRef.FindStringSubmatch(m)[1]]; ok {
+				return v
+			}
+			return m
+		})
+	}
+	out := req
+	out.Argv = make([]string, len(req.Argv))
+	for i, a := range req.Argv {
+		out.Argv[i] = put(a)
+	}
+	out.Command, out.Stdin = put(req.Command), put(req.Stdin)
+	if req.Env != nil {
+		out.Env = map[string]string{}
+		for k, v := range req.Env {
+			out.Env[k] = put(v)
+		}
+	}
+	return out
+}
+
+// Redact replaces every value of values in s with [redacted:NAME],
+// longest values first.
+func Redact(s string, values map[string]string) string {
+	names := make([]string, 0, len(values))
+	for n, v := range values {
+		if v != "" {
+			names = append(names, n)
+		}
+	}
+	sort.Slice(names, func(i, j int) bool { return len(values[names[i]]) > len(values[names[j]]) })
+	for _, n := range names {
+		s = strings.ReplaceAll(s, values[n], "[redacted:"+n+"]")
+	}
+	return s
+}
+
+// Redact returns the result with every secret value replaced.
+func (r ExecResult) Redact(values map[string]string) ExecResult {
+	r.Stdout, r.Stderr = Redact(r.Stdout, values), Redact(r.Stderr, values)
+	return r
 }

@@ -3,6 +3,7 @@ package workspaces
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -67,5 +68,29 @@ func TestOps(t *testing.T) {
 	}
 	if err := o.Finish("op_unknown", OpResult{}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Finish(unknown) = %v, want ErrNotFound", err)
+	}
+}
+
+func TestVaultRefs(t *testing.T) {
+	req := ExecRequest{
+		Argv:    []string{"curl", "-H", "Authorization: Bearer ${vault:API_TOKEN}", "${vault:nope-bad}"},
+		Command: "echo ${vault:B}", Stdin: "${vault:C}",
+		Env: map[string]string{"X": "pre-${vault:API_TOKEN}-post", "Y": "$HOME"},
+	}
+	if got := req.VaultNames(); !slices.Equal(got, []string{"API_TOKEN", "B", "C"}) {
+		t.Errorf("VaultNames = %v", got)
+	}
+	vals := map[string]string{"API_TOKEN": "s3cr3t", "B": "bee", "C": "see"}
+	put := req.WithSecrets(vals)
+	if put.Argv[2] != "Authorization: Bearer s3cr3t" || put.Argv[3] != "${vault:nope-bad}" || put.Command != "echo bee" ||
+		put.Stdin != "see" || put.Env["X"] != "pre-s3cr3t-post" || put.Env["Y"] != "$HOME" {
+		t.Errorf("WithSecrets = %+v", put)
+	}
+	if req.Argv[2] != "Authorization: Bearer ${vault:API_TOKEN}" || req.Env["X"] != "pre-${vault:API_TOKEN}-post" {
+		t.Errorf("WithSecrets changed the request it was given: %+v", req)
+	}
+	res := ExecResult{Stdout: "token s3cr3t and s3cr3ts3cr3t", Stderr: "bee"}.Redact(vals)
+	if res.Stdout != "token [redacted:API_TOKEN] and [redacted:API_TOKEN][redacted:API_TOKEN]" || res.Stderr != "[redacted:B]" {
+		t.Errorf("Redact = %+v", res)
 	}
 }
