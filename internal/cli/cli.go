@@ -127,18 +127,22 @@ func (a *App) flags(name string) *flag.FlagSet {
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
+		if len(args) > 0 && args[0] == "--" {
+			return append(pos, args[1:]...), nil // everything after -- is positional
+		}
+		n := len(args)
 		if err := fs.Parse(args); err != nil {
 			return nil, err
 		}
-		args = fs.Args()
-		if len(args) == 0 {
+		rest := fs.Args()
+		if len(rest) == 0 {
 			return pos, nil
 		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
+		if len(rest) < n && args[n-len(rest)-1] == "--" {
+			return append(pos, rest...), nil // fs.Parse stopped at (and ate) --
 		}
-		pos = append(pos, args[0])
-		args = args[1:]
+		pos = append(pos, rest[0])
+		args = rest[1:]
 	}
 }
 

@@ -4,13 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/helmr/helmr/internal/client"
+	"github.com/helmr/helmr/internal/workspaces"
 )
 
 // runWorkspace is `helmr workspace list|show|delete`.
 func runWorkspace(ctx context.Context, a *App, args []string) error {
-	const usage = "usage: helmr workspace list | show ID | delete ID"
+	const usage = "usage: helmr workspace list | show ID | delete ID | cp SRC DST (one side WS:PATH, the other a local file or -)"
 	if len(args) == 0 {
 		return errors.New(usage)
 	}
@@ -51,6 +57,8 @@ func runWorkspace(ctx context.Context, a *App, args []string) error {
 			return err
 		}
 		return a.printJSON(w)
+	case args[0] == "cp" && len(pos) == 2:
+		return a.workspaceCopy(ctx, c, pos[0], pos[1])
 	case args[0] == "delete" && len(pos) == 1:
 		if err := c.DeleteWorkspace(ctx, pos[0]); err != nil {
 			return err
@@ -61,4 +69,40 @@ func runWorkspace(ctx context.Context, a *App, args []string) error {
 		return nil
 	}
 	return errors.New(usage)
+}
+
+// workspaceCopy copies one file between this machine (a path, or - for
+// standard input/output) and a workspace (WS:PATH, relative to it).
+func (a *App) workspaceCopy(ctx context.Context, c *client.Client, src, dst string) error {
+	remote := func(s string) (string, string, bool) {
+		ws, p, ok := strings.Cut(s, ":")
+		return ws, p, ok && strings.HasPrefix(ws, workspaces.Prefix)
+	}
+	sws, sp, sremote := remote(src)
+	dws, dp, dremote := remote(dst)
+	switch {
+	case sremote && !dremote:
+		data, err := c.ReadFile(ctx, sws, sp)
+		if err != nil {
+			return err
+		}
+		if dst == "-" {
+			_, err = a.Stdout.Write(data)
+			return err
+		}
+		return os.WriteFile(dst, data, 0o644)
+	case dremote && !sremote:
+		var data []byte
+		var err error
+		if src == "-" {
+			data, err = io.ReadAll(a.Stdin)
+		} else {
+			data, err = os.ReadFile(src)
+		}
+		if err != nil {
+			return err
+		}
+		return c.WriteFile(ctx, dws, dp, data)
+	}
+	return errors.New("helmr workspace cp: one side is WS:PATH (ws_...:path/in/workspace), the other a local path or -")
 }

@@ -59,7 +59,10 @@ func (e *APIError) Is(target error) bool {
 
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) (int, error) {
 	var rd io.Reader
-	if body != nil {
+	ctype := "application/json"
+	if raw, ok := body.([]byte); ok { // bytes as they are
+		rd, ctype = bytes.NewReader(raw), "application/octet-stream"
+	} else if body != nil {
 		data, err := json.Marshal(body)
 		if err != nil {
 			return 0, err
@@ -75,7 +78,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		return 0, err
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", ctype)
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
@@ -90,6 +93,10 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		if resp.StatusCode == http.StatusUnauthorized && c.Token == "" {
 			err.Message += " (this client has no credential: set HELMR_API_KEY to an API key or the owner credential; helmr dev writes its own to the profile)"
 		}
+		return resp.StatusCode, err
+	}
+	if raw, ok := out.(*[]byte); ok {
+		*raw, err = io.ReadAll(resp.Body)
 		return resp.StatusCode, err
 	}
 	if out != nil && resp.StatusCode != http.StatusNoContent {
@@ -384,4 +391,20 @@ func (c *Client) Exec(ctx context.Context, workspaceID string, req workspaces.Ex
 	var res workspaces.ExecResult
 	_, err := c.do(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(workspaceID)+"/exec", nil, req, &res)
 	return res, err
+}
+
+// ReadFile reads a file of a workspace (path relative to it).
+func (c *Client) ReadFile(ctx context.Context, workspaceID, path string) ([]byte, error) {
+	var data []byte
+	_, err := c.do(ctx, http.MethodGet, "/v1/workspaces/"+url.PathEscape(workspaceID)+"/files", url.Values{"path": {path}}, nil, &data)
+	return data, err
+}
+
+// WriteFile writes a file of a workspace.
+func (c *Client) WriteFile(ctx context.Context, workspaceID, path string, data []byte) error {
+	if data == nil {
+		data = []byte{}
+	}
+	_, err := c.do(ctx, http.MethodPut, "/v1/workspaces/"+url.PathEscape(workspaceID)+"/files", url.Values{"path": {path}}, data, nil)
+	return err
 }

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -81,6 +83,52 @@ func testWorkspaceExec(t *testing.T, tier string) {
 	}
 	if _, errOut, code := d.helmr("exec", ws, "--shell", "--", "echo ${vault:MISSING}"); code == 0 || !strings.Contains(errOut, "no secret MISSING in workspace/dev") {
 		t.Errorf("exec with an unknown secret = exit %d %q", code, errOut)
+	}
+
+	// Files: write, read, list; paths stay in the workspace, symlinks
+	// included; oversize files are refused.
+	local := filepath.Join(t.TempDir(), "in.bin")
+	payload := append([]byte("binary\x00\xff"), strings.Repeat("z", 1000)...)
+	if err := os.WriteFile(local, payload, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.mustHelmr("workspace", "cp", local, ws+":deep/dir/in.bin")
+	back := filepath.Join(t.TempDir(), "back.bin")
+	d.mustHelmr("workspace", "cp", ws+":deep/dir/in.bin", back)
+	if got, _ := os.ReadFile(back); string(got) != string(payload) {
+		t.Errorf("the file read back differs: %d bytes, want %d", len(got), len(payload))
+	}
+	ctx := context.Background()
+	if data, err := d.api.ReadFile(ctx, ws, "notes.txt"); err != nil || string(data) != "one\ntwo\nthree\n" {
+		t.Errorf("ReadFile(notes.txt) = %q, %v", data, err)
+	}
+	status, body := d.get("/v1/workspaces/" + ws + "/dir?path=deep")
+	if status != 200 || !strings.Contains(string(body), `"name":"dir","type":"dir"`) {
+		t.Errorf("list deep = %d %s", status, body)
+	}
+	d.mustHelmr("exec", ws, "--", "ln", "-s", "/etc", "out")
+	for _, c := range []struct{ path, want string }{
+		{"../etc/passwd", "leaves the workspace"},
+		{"/etc/passwd", "is absolute"},
+		{"out/passwd", "leaves the workspace (through a symlink)"},
+		{"missing.txt", "no such file"},
+	} {
+		if _, err := d.api.ReadFile(ctx, ws, c.path); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ReadFile(%s) = %v, want %q", c.path, err, c.want)
+		}
+		if err := d.api.WriteFile(ctx, ws, c.path, []byte("x")); c.path != "missing.txt" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("WriteFile(%s) = %v, want %q", c.path, err, c.want)
+		}
+	}
+	if _, err := os.Stat("/etc/passwd"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.api.WriteFile(ctx, ws, "big.bin", make([]byte, 800<<10)); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("WriteFile(800 KiB) = %v, want refused as too large", err)
+	}
+	d.mustHelmr("exec", ws, "--shell", "--", "head -c 900000 /dev/zero > big.bin")
+	if _, err := d.api.ReadFile(ctx, ws, "big.bin"); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("ReadFile(900 KB) = %v, want refused as too large", err)
 	}
 
 	// Bad input.

@@ -135,6 +135,8 @@ func (f authFixture) fill(t *testing.T, path string) string {
 		"{wp}":                              f.waitpointID,
 		"/v1/worker/ops/{id}":               "/v1/worker/ops/op_unknown",
 		"/v1/workspaces/{id}/exec":          "/v1/workspaces/" + f.execWorkspaceID + "/exec",
+		"/v1/workspaces/{id}/files":         "/v1/workspaces/" + f.execWorkspaceID + "/files",
+		"/v1/workspaces/{id}/dir":           "/v1/workspaces/" + f.execWorkspaceID + "/dir",
 		"/v1/swerex/{id}":                   "/v1/swerex/" + f.execWorkspaceID,
 		"/v1/deployments/{id}":              "/v1/deployments/" + f.depID,
 		"/v1/worker/deployments/{id}":       "/v1/worker/deployments/" + f.depID,
@@ -152,6 +154,9 @@ func (f authFixture) fill(t *testing.T, path string) string {
 	}
 	if strings.Contains(path, "{") {
 		t.Fatalf("route %s: no fixture for its path parameters (add one to fill)", path)
+	}
+	if strings.HasSuffix(path, "/files") || strings.HasSuffix(path, "/dir") {
+		return path + "?project=p&env=dev&path=notes.txt"
 	}
 	return path + "?project=p&env=dev"
 }

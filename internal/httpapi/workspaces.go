@@ -2,11 +2,14 @@ package httpapi
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"path"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -224,3 +227,153 @@ func checkExec(req workspaces.ExecRequest) error {
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// File operations on a workspace run as direct operations too: a script
+// in the sandbox resolves the path (symlinks included) and refuses one
+// that leaves the workspace. Contents travel base64-encoded through the
+// command's streams, so one file is at most MaxFileBytes.
+
+// MaxFileBytes bounds a file read or written through the API.
+const MaxFileBytes = workspaces.MaxOutputBytes * 3 / 4
+
+// fileScript resolves $2 against the workspace $1 and runs the rest of
+// the script with the result in $p; exit 77 when the path leaves the
+// workspace.
+const fileScript = `ws="$1"; p=$(realpath -m -- "$ws/$2") || exit 76
+case "$p" in "$ws"|"$ws"/*) ;; *) echo "the path leaves the workspace" >&2; exit 77;; esac
+`
+
+// checkRelPath rejects a path that is not relative to the workspace.
+func checkRelPath(p string) error {
+	c := path.Clean(p)
+	switch {
+	case p == "":
+		return errors.New("the path query parameter is required")
+	case strings.ContainsRune(p, 0):
+		return errors.New("the path holds a NUL byte")
+	case path.IsAbs(p):
+		return fmt.Errorf("path %q is absolute: give it relative to the workspace", p)
+	case c == ".." || strings.HasPrefix(c, "../"):
+		return fmt.Errorf("path %q leaves the workspace", p)
+	}
+	return nil
+}
+
+// fileOp runs script (after fileScript) on the workspace's path rel.
+func (s *Server) fileOp(r *http.Request, rel, script, stdin string) (workspaces.Workspace, workspaces.ExecResult, error) {
+	st, err := s.workspaceStore()
+	if err != nil {
+		return workspaces.Workspace{}, workspaces.ExecResult{}, err
+	}
+	ws, err := visibleWorkspace(r, st)
+	if err != nil {
+		return ws, workspaces.ExecResult{}, err
+	}
+	if err := checkRelPath(rel); err != nil {
+		return ws, workspaces.ExecResult{}, badRequest(err.Error())
+	}
+	task, err := s.cfg.Deployments.GetTask(r.Context(), ws.Project, ws.Env, ws.TaskID)
+	if err != nil {
+		return ws, workspaces.ExecResult{}, &Error{Status: http.StatusConflict, Code: "conflict", Message: fmt.Sprintf("workspace %s runs in the sandbox of task %s, which %s/%s no longer deploys", ws.ID, ws.TaskID, ws.Project, ws.Env)}
+	}
+	root := "/workspace"
+	if sb := task.Spec.Sandbox; sb != nil && sb.Workspace != "" {
+		root = sb.Workspace
+	}
+	res, err := s.execIn(r.Context(), st, ws, workspaces.ExecRequest{Argv: []string{"sh", "-c", fileScript + script, "sh", root, rel}, Stdin: stdin})
+	if err != nil {
+		return ws, res, err
+	}
+	switch res.ExitCode {
+	case 0:
+		return ws, res, nil
+	case 77:
+		return ws, res, badRequest(fmt.Sprintf("path %q leaves the workspace (through a symlink)", rel))
+	case 78:
+		return ws, res, &Error{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("%s: %s", rel, strings.TrimSpace(res.Stderr))}
+	}
+	return ws, res, &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: fmt.Sprintf("%s: exit %d: %s", rel, res.ExitCode, strings.TrimSpace(res.Stderr))}
+}
+
+// readWorkspaceFile answers a file's bytes.
+func (s *Server) readWorkspaceFile(w http.ResponseWriter, r *http.Request) error {
+	rel := r.URL.Query().Get("path")
+	_, res, err := s.fileOp(r, rel, `[ -f "$p" ] || { echo "no such file" >&2; exit 78; }
+[ "$(stat -c %s -- "$p")" -le `+fmt.Sprint(MaxFileBytes)+` ] || { echo "larger than `+fmt.Sprint(MaxFileBytes)+` bytes" >&2; exit 79; }
+base64 -w0 -- "$p"`, "")
+	if err != nil {
+		if res.ExitCode == 79 {
+			return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("%s is larger than %d bytes: read it in parts with exec", rel, MaxFileBytes)}
+		}
+		return err
+	}
+	data, err := base64.StdEncoding.DecodeString(strings.TrimSpace(res.Stdout))
+	if err != nil {
+		return &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: "the file's content came back garbled: " + err.Error()}
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.WriteHeader(http.StatusOK)
+	_, err = w.Write(data)
+	return err
+}
+
+// writeWorkspaceFile writes the body to a file, making its directories.
+func (s *Server) writeWorkspaceFile(w http.ResponseWriter, r *http.Request) error {
+	data, err := io.ReadAll(io.LimitReader(r.Body, MaxFileBytes+1))
+	if err != nil {
+		return badRequest("read the request body: " + err.Error())
+	}
+	if len(data) > MaxFileBytes {
+		return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("a file written through the API is at most %d bytes", MaxFileBytes)}
+	}
+	rel := r.URL.Query().Get("path")
+	if _, _, err := s.fileOp(r, rel, `[ ! -d "$p" ] || { echo "is a directory" >&2; exit 80; }
+mkdir -p -- "$(dirname -- "$p")" && base64 -d > "$p"`, base64.StdEncoding.EncodeToString(data)); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// DirEntry is one entry of a workspace directory listing.
+type DirEntry struct {
+	Name string `json:"name"`
+	Type string `json:"type"` // file, dir, symlink, other
+	Size int64  `json:"size"`
+	Mode string `json:"mode"`
+}
+
+// listWorkspaceDir lists a directory (default: the workspace itself).
+func (s *Server) listWorkspaceDir(w http.ResponseWriter, r *http.Request) error {
+	rel := r.URL.Query().Get("path")
+	if rel == "" {
+		rel = "."
+	}
+	_, res, err := s.fileOp(r, rel, `[ -d "$p" ] || { echo "no such directory" >&2; exit 78; }
+find "$p" -mindepth 1 -maxdepth 1 -printf '%y\t%s\t%m\t%f\0' | head -c `+fmt.Sprint(workspaces.MaxOutputBytes-1024), "")
+	if err != nil {
+		return err
+	}
+	entries := []DirEntry{}
+	for _, rec := range strings.Split(res.Stdout, "\x00") {
+		parts := strings.SplitN(rec, "\t", 4)
+		if len(parts) != 4 {
+			continue
+		}
+		e := DirEntry{Name: parts[3], Mode: parts[2]}
+		fmt.Sscanf(parts[1], "%d", &e.Size)
+		switch parts[0] {
+		case "f":
+			e.Type = "file"
+		case "d":
+			e.Type = "dir"
+		case "l":
+			e.Type = "symlink"
+		default:
+			e.Type = "other"
+		}
+		entries = append(entries, e)
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
+	return writeJSON(w, http.StatusOK, map[string]any{"path": rel, "entries": entries})
+}
