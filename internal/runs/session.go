@@ -23,7 +23,7 @@ type Record struct {
 	Stream string `json:"stream"`
 	Seq    int64  `json:"seq"`
 	// ID is the append's idempotency id, if it carried one.
-	ID   string          `json:"id,omitempty"`
+	ID   string          `json:"idempotencyKey,omitempty"`
 	Time time.Time       `json:"time"`
 	Data json.RawMessage `json:"data"`
 }
