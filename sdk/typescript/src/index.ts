@@ -3,13 +3,17 @@
 export { cache, type Cache } from "./cache.js";
 export { defineConfig, type Config } from "./config.js";
 export type {
+  AppendOptions,
   CreateTokenOptions,
   ForTokenOptions,
   HumanWaitOptions,
   JsonSchema,
   LogAttributes,
   Logger,
+  Metadata,
   RunInfo,
+  Session,
+  SessionOutput,
   TaskContext,
   Wait,
   WaitDuration,
