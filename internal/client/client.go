@@ -321,7 +321,8 @@ func (c *Client) DeleteSecret(ctx context.Context, project, env, name string) er
 // waits on.
 type RunView struct {
 	runs.Run
-	WaitingOn []waitpoints.Waitpoint `json:"waitingOn,omitempty"`
+	Metadata  map[string]json.RawMessage `json:"metadata"`
+	WaitingOn []waitpoints.Waitpoint     `json:"waitingOn,omitempty"`
 }
 
 // GetRunView returns a run with the waitpoints it waits on.

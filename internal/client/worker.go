@@ -3,9 +3,11 @@ package client
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/helmr/helmr/internal/runs"
@@ -158,5 +160,34 @@ func (w Worker) NextOp(ctx context.Context, workerID, host string) (workspaces.O
 // FinishOp implements worker.ControlPlane.
 func (w Worker) FinishOp(ctx context.Context, id string, res workspaces.OpResult) error {
 	_, err := w.C.do(ctx, http.MethodPost, "/v1/worker/ops/"+url.PathEscape(id)+"/result", nil, res, nil)
+	return err
+}
+
+func sessionPath(runID, rest string) string {
+	return "/v1/worker/runs/" + url.PathEscape(runID) + rest
+}
+
+// SessionInput implements worker.ControlPlane (long poll).
+func (w Worker) SessionInput(ctx context.Context, runID string, after int64) ([]runs.Record, error) {
+	var out struct {
+		Records []runs.Record `json:"records"`
+	}
+	q := url.Values{"after": {strconv.FormatInt(after, 10)}}
+	_, err := w.C.do(ctx, http.MethodGet, sessionPath(runID, "/session/input"), q, nil, &out)
+	return out.Records, err
+}
+
+// AppendOutput implements worker.ControlPlane.
+func (w Worker) AppendOutput(ctx context.Context, runID, id string, data json.RawMessage) (runs.Record, error) {
+	var out runs.Record
+	body := map[string]any{"data": data, "idempotencyKey": id}
+	_, err := w.C.do(ctx, http.MethodPost, sessionPath(runID, "/session/output"), nil, body, &out)
+	return out, err
+}
+
+// SetMetadata implements worker.ControlPlane.
+func (w Worker) SetMetadata(ctx context.Context, runID, key string, value json.RawMessage) error {
+	body := map[string]any{"key": key, "value": value}
+	_, err := w.C.do(ctx, http.MethodPost, sessionPath(runID, "/metadata"), nil, body, nil)
 	return err
 }

@@ -53,6 +53,25 @@ func TestRemoteWorker(t *testing.T) {
 	if data, err := workspaceFile(t, filepath.Join(tmp, "worker"), r.WorkspaceID, "hello.txt"); err != nil || string(data) != "Hello, remote!\n" {
 		t.Errorf("worker workspace hello.txt = %q, %v", data, err)
 	}
+	// Session streams and metadata go over the worker routes.
+	d.token = ownerToken
+	d.deploy("internal/e2e/testdata/sessions")
+	sr := d.trigger("sessions", "echo", `null`)
+	d.waitStatus(sr.ID, runs.StatusRunning, 2*time.Minute)
+	out := d.readRecords(t.Context(), sr.ID, "output", "")
+	if st, _ := d.appendRecord(sr.ID, "input", "r1", `{"text":"remote"}`); st != 201 {
+		t.Fatalf("send input = %d, want 201", st)
+	}
+	if got := collect(t, out, 1); canonicalJSON(t, got[0].Data) != `{"echo":"remote","n":1}` {
+		t.Errorf("output over a remote worker = %s, want the echo", got[0].Data)
+	}
+	d.appendRecord(sr.ID, "input", "r2", `{"done":true}`)
+	if f := d.waitDone(sr.ID, time.Minute); f.Status != runs.StatusCompleted || canonicalJSON(t, f.Output) != `{"echoed":1,"seen":1}` {
+		t.Errorf("session run = %s %s %+v, want COMPLETED with 1 echo", f.Status, f.Output, f.Error)
+	}
+	if v, err := d.api.GetRunView(t.Context(), sr.ID); err != nil || string(v.Metadata["echoed"]) != "1" {
+		t.Errorf("session run metadata = %s, %v; want echoed 1", fmtMetadata(v.Metadata), err)
+	}
 	// A server without an owner credential does not start.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -29,6 +29,9 @@ type authFixture struct {
 	tokenID, cancelID, callbackID, callbackSecret, waitpointID string
 	// Runs waiting on a human: one to approve, one to reject.
 	approveRunID, rejectRunID string
+	// A run under way, for the session appends (runID ends canceled, and
+	// its session streams end with it).
+	sessionRunID string
 }
 
 func newAuthFixture(t *testing.T, e *apiEnv) authFixture {
@@ -76,6 +79,7 @@ func newAuthFixture(t *testing.T, e *apiEnv) authFixture {
 	f.callbackID, f.callbackSecret = token()
 	f.approveRunID, f.waitpointID = e.waitingRun(t)
 	f.rejectRunID, _ = e.waitingRun(t)
+	f.sessionRunID, _ = e.waitingRun(t)
 	return f
 }
 
@@ -145,6 +149,13 @@ func (f authFixture) fill(t *testing.T, path string) string {
 		"/v1/worker/runs/{id}":              "/v1/worker/runs/" + f.runID,
 		"/v1/apikeys/{id}":                  "/v1/apikeys/" + f.victimKeyID,
 		"{name}":                            "TOKEN",
+		// Appends go to a run under way; the session streams are read from
+		// runID, which ended (a stream of a run under way does not end).
+		"/v1/runs/{id}/session/input/stream":  "/v1/runs/" + f.runID + "/session/input/stream",
+		"/v1/runs/{id}/session/output/stream": "/v1/runs/" + f.runID + "/session/output/stream",
+		"/v1/runs/{id}/session":               "/v1/runs/" + f.sessionRunID + "/session",
+		"/v1/worker/runs/{id}/session":        "/v1/worker/runs/" + f.sessionRunID + "/session",
+		"/v1/worker/runs/{id}/metadata":       "/v1/worker/runs/" + f.sessionRunID + "/metadata",
 	}
 	// The longest patterns first: /v1/runs/{id}/approve before /v1/runs/{id}.
 	froms := slices.Collect(maps.Keys(repl))
@@ -165,16 +176,20 @@ func (f authFixture) fill(t *testing.T, path string) string {
 // send {}.
 func bodies(workerID string) map[string]any {
 	return map[string]any{
-		"POST /v1/deployments":              map[string]any{"env": "dev", "manifest": deployment(goodTask("a"))["manifest"], "files": deployment()["files"]},
-		"POST /v1/tasks/{id}/runs":          `{"payload": 2}`,
-		"PUT /v1/secrets/{name}":            `{"value": "another-value"}`,
-		"POST /v1/apikeys":                  `{"project": "p", "env": "dev", "grants": ["runs:read"]}`,
-		"POST /v1/worker/lease":             fmt.Sprintf(`{"workerId": %q}`, workerID),
-		"POST /v1/worker/heartbeat":         fmt.Sprintf(`{"workerId": %q}`, workerID),
-		"POST /v1/worker/runs/{id}/started": fmt.Sprintf(`{"workerId": %q, "tier": "process"}`, workerID),
-		"POST /v1/worker/runs/{id}/logs":    `{"lines": []}`,
-		"POST /v1/worker/ops/next":          fmt.Sprintf(`{"workerId": %q, "host": "h-walk"}`, workerID),
-		"POST /v1/workspaces/{id}/exec":     `{"argv": ["true"]}`,
+		"POST /v1/deployments":                     map[string]any{"env": "dev", "manifest": deployment(goodTask("a"))["manifest"], "files": deployment()["files"]},
+		"POST /v1/tasks/{id}/runs":                 `{"payload": 2}`,
+		"PUT /v1/secrets/{name}":                   `{"value": "another-value"}`,
+		"POST /v1/apikeys":                         `{"project": "p", "env": "dev", "grants": ["runs:read"]}`,
+		"POST /v1/worker/lease":                    fmt.Sprintf(`{"workerId": %q}`, workerID),
+		"POST /v1/worker/heartbeat":                fmt.Sprintf(`{"workerId": %q}`, workerID),
+		"POST /v1/worker/runs/{id}/started":        fmt.Sprintf(`{"workerId": %q, "tier": "process"}`, workerID),
+		"POST /v1/worker/runs/{id}/logs":           `{"lines": []}`,
+		"POST /v1/runs/{id}/session/input":         `{"data": {"text": "hi"}}`,
+		"POST /v1/runs/{id}/session/output":        `{"data": "out"}`,
+		"POST /v1/worker/runs/{id}/session/output": `{"data": "out"}`,
+		"POST /v1/worker/runs/{id}/metadata":       `{"key": "k", "value": 1}`,
+		"POST /v1/worker/ops/next":                 fmt.Sprintf(`{"workerId": %q, "host": "h-walk"}`, workerID),
+		"POST /v1/workspaces/{id}/exec":            `{"argv": ["true"]}`,
 	}
 }
 

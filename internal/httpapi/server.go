@@ -112,6 +112,10 @@ const (
 	workspacesRead   = Access(apikeys.WorkspacesRead)
 	workspacesManage = Access(apikeys.WorkspacesManage)
 	workspacesExec   = Access(apikeys.WorkspacesExec)
+
+	sessionStreamsRead  = Access(apikeys.SessionStreamsRead)
+	sessionInputSend    = Access(apikeys.SessionInputSend)
+	sessionOutputAppend = Access(apikeys.SessionOutputAppend)
 )
 
 // routes is the API: every route with the access it requires, in one
@@ -135,6 +139,10 @@ func (s *Server) routes() []route {
 		{"POST /v1/runs/{id}/reject", runsManage, s.rejectRun},
 		{"GET /v1/runs/{id}/events", runsRead, s.listEvents},
 		{"GET /v1/runs/{id}/events/stream", runsRead, s.streamEvents},
+		{"POST /v1/runs/{id}/session/input", sessionInputSend, s.appendRecord(runs.StreamInput)},
+		{"POST /v1/runs/{id}/session/output", sessionOutputAppend, s.appendRecord(runs.StreamOutput)},
+		{"GET /v1/runs/{id}/session/input/stream", sessionStreamsRead, s.streamRecords(runs.StreamInput)},
+		{"GET /v1/runs/{id}/session/output/stream", sessionStreamsRead, s.streamRecords(runs.StreamOutput)},
 		{"GET /v1/secrets", secretsWrite, s.listSecrets},
 		{"PUT /v1/secrets/{name}", secretsWrite, s.setSecret},
 		{"DELETE /v1/secrets/{name}", secretsWrite, s.deleteSecret},
@@ -180,6 +188,9 @@ func (s *Server) routes() []route {
 		{"POST /v1/worker/runs/{id}/waits/{wp}", AccessWorker, s.workerBeginWait},
 		{"GET /v1/worker/runs/{id}/waits/{wp}", AccessWorker, s.workerAwaitWaitpoint},
 		{"POST /v1/worker/runs/{id}/waits/{wp}/end", AccessWorker, s.workerEndWait},
+		{"GET /v1/worker/runs/{id}/session/input", AccessWorker, s.workerSessionInput},
+		{"POST /v1/worker/runs/{id}/session/output", AccessWorker, s.workerAppendOutput},
+		{"POST /v1/worker/runs/{id}/metadata", AccessWorker, s.workerSetMetadata},
 		{"POST /v1/worker/workspaces/deleted", AccessWorker, s.workerDeletedWorkspaces},
 		{"POST /v1/worker/ops/next", AccessWorker, s.workerNextOp},
 		{"POST /v1/worker/ops/{id}/result", AccessWorker, s.workerFinishOp},

@@ -218,15 +218,20 @@ func (s *Server) rejectRun(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, wp)
 }
 
-// RunView is a run as GET /v1/runs/{id} shows it: with the waitpoints a
-// WAITING run waits on.
+// RunView is a run as GET /v1/runs/{id} shows it: with its metadata
+// (ctx.metadata) and the waitpoints a WAITING run waits on.
 type RunView struct {
 	runs.Run
-	WaitingOn []waitpoints.Waitpoint `json:"waitingOn,omitempty"`
+	Metadata  map[string]json.RawMessage `json:"metadata"`
+	WaitingOn []waitpoints.Waitpoint     `json:"waitingOn,omitempty"`
 }
 
 func (s *Server) runView(r *http.Request, run runs.Run) (RunView, error) {
-	v := RunView{Run: run}
+	md, err := s.cfg.Runs.Metadata(r.Context(), run.ID)
+	if err != nil {
+		return RunView{}, err
+	}
+	v := RunView{Run: run, Metadata: md}
 	if run.Status != runs.StatusWaiting || s.cfg.Waits == nil {
 		return v, nil
 	}

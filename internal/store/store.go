@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/waitpoints"
 )
 
@@ -172,4 +173,29 @@ func verb(s waitpoints.Status) string {
 		return "Cancel"
 	}
 	return "Time out"
+}
+
+// Page sizes of session stream lists.
+const (
+	DefaultRecordsLimit = 1000
+	MaxRecordsLimit     = 10000
+)
+
+// CheckRepeat decides an append whose idempotency id the stream already
+// holds as first: the first record (nil) when the data is the same, else
+// runs.ErrConflict.
+func CheckRepeat(first runs.Record, rec runs.NewRecord) error {
+	if string(first.Data) == string(rec.Data) {
+		return nil
+	}
+	return fmt.Errorf("append to the %s of run %s: idempotency id %q was used with other data (record %d): %w",
+		first.Stream, first.RunID, rec.ID, first.Seq, runs.ErrConflict)
+}
+
+// CheckOpen refuses appends to the streams of a run that ended.
+func CheckOpen(runID, stream string, status runs.Status) error {
+	if status.Terminal() {
+		return fmt.Errorf("append to the %s of run %s: the run is %s: %w", stream, runID, status, runs.ErrConflict)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -169,4 +170,24 @@ func (c *Local) AwaitWaitpoint(ctx context.Context, runID, waitpointID string) (
 // EndWait implements ControlPlane.
 func (c *Local) EndWait(ctx context.Context, runID, waitpointID string) error {
 	return c.Waits.EndWait(ctx, runID, waitpointID)
+}
+
+// SessionInput implements ControlPlane (long poll).
+func (c *Local) SessionInput(ctx context.Context, runID string, after int64) ([]runs.Record, error) {
+	d := c.AwaitWait
+	if d == 0 {
+		d = 25 * time.Second
+	}
+	return c.Runs.NextRecords(ctx, runID, runs.StreamInput, after, 100, d)
+}
+
+// AppendOutput implements ControlPlane.
+func (c *Local) AppendOutput(ctx context.Context, runID, id string, data json.RawMessage) (runs.Record, error) {
+	rec, _, err := c.Runs.Append(ctx, runID, runs.StreamOutput, id, data)
+	return rec, err
+}
+
+// SetMetadata implements ControlPlane.
+func (c *Local) SetMetadata(ctx context.Context, runID, key string, value json.RawMessage) error {
+	return c.Runs.SetMetadata(ctx, runID, key, value)
 }

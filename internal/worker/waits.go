@@ -11,7 +11,8 @@ import (
 	"github.com/helmr/helmr/internal/waitpoints"
 )
 
-// adapterRequest is a request from the adapter (ctx.wait.*), answered with
+// adapterRequest is a request from the adapter (ctx.wait.*, ctx.session.*,
+// ctx.metadata.*), answered with
 // a response of the same id.
 type adapterRequest struct {
 	ID     int64           `json:"id"`
@@ -127,6 +128,9 @@ func (rw *runWaits) handle(ctx context.Context, msg []byte) {
 }
 
 func (rw *runWaits) serve(ctx context.Context, req adapterRequest) (any, error) {
+	if isSessionRequest(req.Method) {
+		return rw.serveSession(ctx, req)
+	}
 	var p waitParams
 	if len(req.Params) > 0 {
 		if err := json.Unmarshal(req.Params, &p); err != nil {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -77,6 +78,14 @@ type ControlPlane interface {
 	AwaitWaitpoint(ctx context.Context, runID, waitpointID string) (waitpoints.Waitpoint, error)
 	// EndWait moves the run back to RUNNING after its waits.
 	EndWait(ctx context.Context, runID, waitpointID string) error
+	// SessionInput returns the records of the run's input after seq after,
+	// waiting a while for some (none: ask again).
+	SessionInput(ctx context.Context, runID string, after int64) ([]runs.Record, error)
+	// AppendOutput appends to the run's output (ctx.session.output);
+	// an id makes the append idempotent.
+	AppendOutput(ctx context.Context, runID, id string, data json.RawMessage) (runs.Record, error)
+	// SetMetadata sets a key of the run's metadata (ctx.metadata.set).
+	SetMetadata(ctx context.Context, runID, key string, value json.RawMessage) error
 }
 
 // Config wires a Worker.

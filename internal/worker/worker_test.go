@@ -445,3 +445,15 @@ func (f *fakeControl) AwaitWaitpoint(context.Context, string, string) (waitpoint
 }
 
 func (f *fakeControl) EndWait(context.Context, string, string) error { return errNoWaits }
+
+func (f *fakeControl) SessionInput(context.Context, string, int64) ([]runs.Record, error) {
+	return nil, errNoWaits
+}
+
+func (f *fakeControl) AppendOutput(context.Context, string, string, json.RawMessage) (runs.Record, error) {
+	return runs.Record{}, errNoWaits
+}
+
+func (f *fakeControl) SetMetadata(context.Context, string, string, json.RawMessage) error {
+	return errNoWaits
+}

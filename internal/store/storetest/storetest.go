@@ -2,7 +2,7 @@
 // tests of runs.Store, deployments.Store and workers.Store semantics
 // (idempotency, compare-and-set transitions, event sequence numbers, leases
 // that fit a worker's offer, pagination, atomic deployments, worker
-// upserts, API keys), run against SQLite and PostgreSQL alike, plus benchmarks the
+// upserts, API keys, session streams and run metadata), run against SQLite and PostgreSQL alike, plus benchmarks the
 // engines report with.
 package storetest
 
@@ -27,6 +27,7 @@ import (
 // Store is what an engine implements.
 type Store interface {
 	runs.Store
+	runs.SessionStore
 	deployments.Store
 	workers.Store
 	workspaces.Store
@@ -41,7 +42,7 @@ type RowCounter interface {
 }
 
 // Tables lists every table of the schema that holds domain rows.
-var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers", "workspaces", "waitpoints", "api_keys"}
+var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers", "workspaces", "waitpoints", "api_keys", "run_stream_records", "run_metadata"}
 
 type storeTest struct {
 	name string
@@ -61,6 +62,7 @@ func RunStoreSuite(t *testing.T, open func(t *testing.T) Store) {
 	tests = append(tests, workspaceTests...)
 	tests = append(tests, waitpointTests...)
 	tests = append(tests, apiKeyTests...)
+	tests = append(tests, sessionTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,6 +1,7 @@
 import { inspect } from "node:util";
 
 import type { RunInfo } from "./protocol.js";
+import { createMetadata, createSession, type AdapterMetadata, type AdapterSession } from "./session.js";
 
 // The ctx a task's run receives. Its shape is @helmr/sdk's TaskContext; the
 // runtime tests check that the two stay assignable.
@@ -34,16 +35,28 @@ export interface AdapterContext {
     for(duration: Duration): Promise<void>;
     until(date: Date): Promise<void>;
   };
+  session: AdapterSession;
+  metadata: AdapterMetadata;
+}
+
+/** What settle(ctx) waits for, by ctx. */
+const settlers = new WeakMap<object, () => Promise<void>>();
+
+/** settle resolves once ctx's output appends under way are answered. */
+export function settle(ctx: AdapterContext): Promise<void> {
+  return settlers.get(ctx)?.() ?? Promise.resolve();
 }
 
 /**
- * createContext builds ctx for one run. Waits are requests to the worker
- * over request; without one (no worker) they reject.
+ * createContext builds ctx for one run. Waits, session streams and metadata
+ * are requests to the worker over request; without one (no worker) they
+ * reject.
  */
 export function createContext(run: RunInfo, request?: Requester): AdapterContext {
   const ask: Requester =
     request ?? ((method) => Promise.reject(new Error(`ctx.${method} needs the Helmr worker: this adapter has no channel`)));
-  return {
+  const { session, settle: settleSession } = createSession(ask);
+  const ctx: AdapterContext = {
     run: Object.freeze({ ...run }),
     logger: Object.freeze({
       info: (message: string, attributes?: Attributes) => console.log(logLine(message, attributes)),
@@ -97,7 +110,11 @@ export function createContext(run: RunInfo, request?: Requester): AdapterContext
         await ask("wait.until", { until: date.toISOString() });
       },
     }),
+    session,
+    metadata: createMetadata(ask),
   };
+  settlers.set(ctx, settleSession);
+  return ctx;
 }
 
 /** seconds converts a { seconds | minutes | hours } duration, rejecting anything else. */

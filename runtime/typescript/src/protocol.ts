@@ -17,6 +17,9 @@
 //   wait.forToken     {token, timeoutSeconds?}                   -> WaitResult
 //   wait.for          {seconds}                                  -> null
 //   wait.until        {until: ISO date}                          -> null
+//   session.input.next     {after}        -> {records: [{seq, data, ...}]}, once there are records after seq after
+//   session.output.append  {id, data}     -> {seq}   (id: the idempotency key)
+//   metadata.set           {key, value}   -> null
 // WaitResult: {ok:true,data} | {ok:false,timedOut:true} | {ok:false,canceled:true,reason?}
 
 /** The run being executed, as the agent describes it. */

@@ -1,7 +1,7 @@
 import { isAbsolute, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 
-import { createContext, type Requester } from "./context.js";
+import { createContext, settle, type Requester } from "./context.js";
 import { AdapterError, OutputError, errorMessage, withPrefix } from "./errors.js";
 import type { StartMessage } from "./protocol.js";
 import { brandProblem, hasBrand } from "./task-brand.js";
@@ -45,11 +45,14 @@ export async function runTask(start: StartMessage, request?: Requester): Promise
   }
 
   let output: unknown;
+  const ctx = createContext(start.run, request);
   try {
-    output = await run.call(value, start.payload, createContext(start.run, request));
+    output = await run.call(value, start.payload, ctx);
   } catch (err) {
+    await settle(ctx);
     return failure(err);
   }
+  await settle(ctx); // output appended without await is stored before the run ends
   return resultLine(start.run.taskId, output);
 }
 

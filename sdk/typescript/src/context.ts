@@ -98,9 +98,46 @@ export interface Wait {
   until(date: Date): Promise<void>;
 }
 
+/** Options of ctx.session.output.append. */
+export interface AppendOptions {
+  /**
+   * Makes the append idempotent: a repeat with the same key and data is
+   * stored once. Absent: a fresh key per call.
+   */
+  idempotencyKey?: string;
+}
+
+/** A run's session output: what clients read (helmr sessions, the runtime client's sessions.readOutput). */
+export interface SessionOutput {
+  /** append adds a record (any JSON value) and resolves with its sequence number once stored. */
+  append(data: unknown, options?: AppendOptions): Promise<{ seq: number }>;
+}
+
+/**
+ * A run's session: input that clients send while it runs, and output it
+ * appends. Iterating input yields each record's data once, in order,
+ * waiting for more; it never ends by itself (break out when done), and a
+ * later iteration continues where the last one stopped. Waiting for input
+ * keeps the run RUNNING (its maxDuration clock runs).
+ */
+export interface Session {
+  input: AsyncIterable<unknown>;
+  output: SessionOutput;
+}
+
+/** Metadata stored with the run and shown in the run API (GET /v1/runs/{id}). */
+export interface Metadata {
+  /** set stores value (any JSON, at most 64 KiB) under key (1-128 characters). */
+  set(key: string, value: unknown): Promise<void>;
+  /** get returns what this run set under key (undefined if nothing). */
+  get(key: string): unknown;
+}
+
 /** The second argument of a task's run function. */
 export interface TaskContext {
   run: RunInfo;
   logger: Logger;
   wait: Wait;
+  session: Session;
+  metadata: Metadata;
 }

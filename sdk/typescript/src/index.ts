@@ -1,15 +1,20 @@
-// @helmr/sdk: declare images, sandboxes and tasks for Helmr.
+// @helmr/sdk: declare images, sandboxes and tasks for Helmr; HelmrClient
+// (also @helmr/sdk/client) calls the API from code outside tasks.
 
 export { cache, type Cache } from "./cache.js";
 export { defineConfig, type Config } from "./config.js";
 export type {
+  AppendOptions,
   CreateTokenOptions,
   ForTokenOptions,
   HumanWaitOptions,
   JsonSchema,
   LogAttributes,
   Logger,
+  Metadata,
   RunInfo,
+  Session,
+  SessionOutput,
   TaskContext,
   Wait,
   WaitDuration,
@@ -21,3 +26,19 @@ export { sandbox, Sandbox, type MemorySize, type Resources } from "./sandbox.js"
 export type { DirectorySecret, EnvSecret, FileMode, FileSecret, SecretDeclaration } from "./secrets.js";
 export { source, type Source } from "./source.js";
 export { task, type Task, type TaskOptions, type TaskOutput, type TaskPayload, type TaskRunFunction } from "./task.js";
+export {
+  BadRequestError,
+  ConflictError,
+  ConnectionError,
+  ForbiddenError,
+  HelmrApiError,
+  HelmrClient,
+  NotFoundError,
+  PayloadTooLargeError,
+  RateLimitError,
+  ServerError,
+  UnauthorizedError,
+  UnprocessableEntityError,
+  type HelmrClientOptions,
+  type SessionRecord,
+} from "./client/index.js";

@@ -1,0 +1,49 @@
+// The runtime client of @helmr/sdk: for code outside tasks (CI, services,
+// scripts) that triggers runs, answers tokens and talks to a run's session.
+
+import { env } from "./globals.js";
+import { Transport, type ClientOptions } from "./http.js";
+import { Runs } from "./runs.js";
+import { Sessions } from "./sessions.js";
+import { Tokens } from "./tokens.js";
+import type { Scope } from "./types.js";
+
+export * from "./errors.js";
+export type { ClientOptions } from "./http.js";
+export type { ListRunsOptions, Runs, TriggerOptions } from "./runs.js";
+export type { Sessions, SessionAppendOptions, SessionReadOptions } from "./sessions.js";
+export type { CreateTokenOptions as CreateApiTokenOptions, ListTokensOptions, Tokens } from "./tokens.js";
+export type { Run, RunPage, RunStatus, Scope, SessionRecord, Waitpoint, WaitpointPage } from "./types.js";
+
+/** Options of HelmrClient: where, with which credential, in which project environment. */
+export interface HelmrClientOptions extends ClientOptions {
+  /** The project calls address by default; default HELMR_PROJECT. */
+  project?: string;
+  /** The environment calls address by default; default HELMR_ENV, else "dev". */
+  env?: string;
+}
+
+/**
+ * HelmrClient calls the Helmr API with an API key (HELMR_URL and
+ * HELMR_API_KEY by default). Errors are HelmrApiError subclasses, one per
+ * status; 429 and 503 are retried after the server's Retry-After.
+ */
+export class HelmrClient {
+  readonly runs: Runs;
+  readonly tokens: Tokens;
+  readonly sessions: Sessions;
+
+  constructor(options: HelmrClientOptions = {}) {
+    const t = new Transport(options);
+    const project = options.project ?? env("HELMR_PROJECT");
+    const environment = options.env ?? env("HELMR_ENV") ?? "dev";
+    const scope = (s: Scope = {}) => {
+      const p = s.project ?? project;
+      if (p === undefined || p === "") throw new TypeError("@helmr/sdk: no project: pass { project } or set HELMR_PROJECT");
+      return { project: p, env: s.env ?? environment };
+    };
+    this.runs = new Runs(t, scope);
+    this.tokens = new Tokens(t, scope);
+    this.sessions = new Sessions(t);
+  }
+}

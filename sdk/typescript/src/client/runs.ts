@@ -1,0 +1,61 @@
+import type { Transport } from "./http.js";
+import type { Run, RunPage, RunStatus, Scope } from "./types.js";
+
+/** Options of runs.trigger. */
+export interface TriggerOptions extends Scope {
+  /** A repeat with the same key returns the first run (and may be retried safely). */
+  idempotencyKey?: string;
+  /** Binds the task's declared secrets: name → "vault:NAME". */
+  secrets?: Record<string, string>;
+  /** Attach the run to this workspace; absent: a new one. */
+  workspaceId?: string;
+}
+
+/** Filters of runs.list. */
+export interface ListRunsOptions extends Scope {
+  task?: string;
+  status?: RunStatus;
+  kind?: "task" | "build";
+  limit?: number;
+  cursor?: string;
+}
+
+/** Runs: trigger, retrieve, list and cancel. */
+export class Runs {
+  readonly #t: Transport;
+  readonly #scope: (s?: Scope) => { project: string; env: string };
+
+  constructor(t: Transport, scope: (s?: Scope) => { project: string; env: string }) {
+    this.#t = t;
+    this.#scope = scope;
+  }
+
+  /** trigger starts a run of the task's latest deployment (needs runs:create). */
+  trigger(taskId: string, payload?: unknown, options: TriggerOptions = {}): Promise<Run> {
+    const body: Record<string, unknown> = { payload: payload ?? null };
+    if (options.idempotencyKey !== undefined) body.idempotencyKey = options.idempotencyKey;
+    if (options.secrets !== undefined) body.secrets = options.secrets;
+    if (options.workspaceId !== undefined) body.workspaceId = options.workspaceId;
+    return this.#t.request("POST", `/v1/tasks/${encodeURIComponent(taskId)}/runs`, {
+      query: this.#scope(options),
+      body,
+      idempotent: options.idempotencyKey !== undefined,
+    });
+  }
+
+  /** retrieve returns a run with its metadata and what it waits on (needs runs:read). */
+  retrieve(id: string): Promise<Run> {
+    return this.#t.request("GET", `/v1/runs/${encodeURIComponent(id)}`, { idempotent: true });
+  }
+
+  /** list returns a page of runs, newest first (needs runs:read). */
+  list(options: ListRunsOptions = {}): Promise<RunPage> {
+    const { task, status, kind, limit, cursor } = options;
+    return this.#t.request("GET", "/v1/runs", { query: { ...this.#scope(options), task, status, kind, limit, cursor }, idempotent: true });
+  }
+
+  /** cancel ends a run that has not finished (needs runs:manage; a finished run is a ConflictError). */
+  cancel(id: string): Promise<Run> {
+    return this.#t.request("POST", `/v1/runs/${encodeURIComponent(id)}/cancel`);
+  }
+}
