@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -138,7 +139,7 @@ func newNetwork(cfg config.Config, controlURL string, log *slog.Logger) (*networ
 }
 
 func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane, controlURL, id string) (*worker.Worker, error) {
-	rt, err := newRuntime(cfg, log)
+	rt, err := newRuntime(cfg, log, workerInstance(cfg.DataDir))
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +169,23 @@ func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane,
 
 // newRuntime starts the isolation tier the operator's policy selects (see
 // chooseTier and helmr doctor).
-func newRuntime(cfg config.Config, log *slog.Logger) (sandbox.Runtime, error) {
+// workerInstance names the sandbox state of the worker of a data dir:
+// the same across its restarts (so a worker removes what its crashed
+// predecessor left), apart from every other worker and helmr process on
+// the machine (whose sandboxes it must never touch).
+func workerInstance(dataDir string) string {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		abs = dataDir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return "w-" + hex.EncodeToString(sum[:6])
+}
+
+// newRuntime makes the isolation tier's runtime, its sandbox state under
+// a directory of its own instance (see workerInstance): starting a
+// runtime removes the sandboxes its instance left, and only those.
+func newRuntime(cfg config.Config, log *slog.Logger, instance string) (sandbox.Runtime, error) {
 	tier, err := chooseTier(cfg)
 	if err != nil {
 		return nil, err
@@ -185,10 +202,11 @@ func newRuntime(cfg config.Config, log *slog.Logger) (sandbox.Runtime, error) {
 		}
 		gc := gvisor.DefaultConfig()
 		gc.RunscPath, gc.AgentPath, gc.Logger = runsc, agent, log
+		gc.StateDir = filepath.Join(gvisor.DefaultStateDir, instance)
 		return gvisor.New(context.Background(), gc)
 	}
 	pc := process.DefaultConfig()
-	pc.AgentPath, pc.StateDir, pc.Logger = agent, cfg.SandboxDir, log
+	pc.AgentPath, pc.StateDir, pc.Logger = agent, filepath.Join(cfg.SandboxDir, instance), log
 	return process.New(pc)
 }
 

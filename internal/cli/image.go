@@ -86,7 +86,9 @@ func buildTaskImage(ctx context.Context, a *App, dir, taskID string, noCache boo
 		return images.Image{}, fmt.Errorf("project %s has no task %q with a sandbox (tasks: %s)", res.Manifest.Project, taskID, strings.Join(ids, ", "))
 	}
 	log := a.logger()
-	rt, err := newRuntime(a.cfg, log)
+	// Its own instance: a helmr dev using the same data dir keeps its
+	// sandboxes.
+	rt, err := newRuntime(a.cfg, log, fmt.Sprintf("cli-%d", os.Getpid()))
 	if err != nil {
 		return images.Image{}, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/helmr/helmr/internal/config"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/httpapi"
+	"github.com/helmr/helmr/internal/otlp"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/store/postgres"
 	"github.com/helmr/helmr/internal/store/sqlite"
@@ -34,6 +35,7 @@ type store interface {
 	workers.Store
 	vault.Store
 	workspaces.Store
+	workspaces.TrajectoryStore
 	waitpoints.Store
 	Close() error
 }
@@ -100,7 +102,15 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		sessions = apikeys.NewSessions(owner)
 	}
 	ops := workspaces.NewOps()
-	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: st, Ops: ops, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v, Waits: waits,
+	var spans *otlp.Exporter
+	if cfg.OTLPEndpoint != "" {
+		if spans, err = otlp.New(cfg.OTLPEndpoint, log); err != nil {
+			st.Close()
+			return nil, err
+		}
+		log.Info("exporting workspace operations as OpenTelemetry spans", "endpoint", cfg.OTLPEndpoint)
+	}
+	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: st, Ops: ops, Trajectories: st, Spans: spans, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v, Waits: waits,
 		APIKeys: apikeys.NewService(st, owner, log), Sessions: sessions})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -131,7 +141,7 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		log.Warn("the API is listening beyond loopback over plain HTTP: credentials cross the network in the clear unless a TLS proxy fronts it")
 	}
 	return &controlPlane{store: st, runs: svc, waits: waits, ops: ops, api: api, url: url, srv: srv, ln: ln, owner: owner,
-		stopWatch: func() { stopWatch(); <-watchDone; <-expireDone }}, nil
+		stopWatch: func() { stopWatch(); <-watchDone; <-expireDone; spans.Close() }}, nil
 }
 
 // Close stops serving and closes the store.

@@ -16,7 +16,7 @@ import (
 
 // runWorkspace is `helmr workspace list|show|delete`.
 func runWorkspace(ctx context.Context, a *App, args []string) error {
-	const usage = "usage: helmr workspace list | show ID | delete ID | cp SRC DST (one side WS:PATH, the other a local file or -)"
+	const usage = "usage: helmr workspace create TASK | list | show ID | delete ID | cp SRC DST (one side WS:PATH, the other a local file or -)"
 	if len(args) == 0 {
 		return errors.New(usage)
 	}
@@ -57,6 +57,19 @@ func runWorkspace(ctx context.Context, a *App, args []string) error {
 			return err
 		}
 		return a.printJSON(w)
+	case args[0] == "create" && len(pos) == 1:
+		if err := a.requireProject(); err != nil {
+			return err
+		}
+		ws, err := c.CreateWorkspace(ctx, a.cfg.Project, a.cfg.Env, pos[0])
+		if err != nil {
+			return err
+		}
+		if a.json {
+			return a.printJSON(ws)
+		}
+		fmt.Fprintf(a.Stdout, "created workspace %s for task %s in %s/%s\n", ws.ID, ws.TaskID, ws.Project, ws.Env)
+		return nil
 	case args[0] == "cp" && len(pos) == 2:
 		return a.workspaceCopy(ctx, c, pos[0], pos[1])
 	case args[0] == "delete" && len(pos) == 1:

@@ -409,3 +409,10 @@ func (c *Client) WriteFile(ctx context.Context, workspaceID, path string, data [
 	_, err := c.do(ctx, http.MethodPut, "/v1/workspaces/"+url.PathEscape(workspaceID)+"/files", url.Values{"path": {path}}, data, nil)
 	return err
 }
+
+// CreateWorkspace makes an empty workspace for a deployed task's sandbox.
+func (c *Client) CreateWorkspace(ctx context.Context, project, env, task string) (workspaces.Workspace, error) {
+	var w workspaces.Workspace
+	_, err := c.do(ctx, http.MethodPost, "/v1/workspaces", scope(project, env), map[string]string{"task": task}, &w)
+	return w, err
+}

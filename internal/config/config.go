@@ -45,6 +45,7 @@ type Config struct {
 	WorkerTTL      time.Duration // a worker silent this long loses its started runs
 	Heartbeat      time.Duration // how often a worker reports it is alive
 	Node           string        // host node used by deploy
+	OTLPEndpoint   string        // OTLP/HTTP collector for workspace operation spans (http://host:4318); empty: none
 
 	// CLI.
 	APIKey  string // credential the CLI sends: an API key or the owner credential ($HELMR_API_KEY)
@@ -82,7 +83,7 @@ func (c Config) FromEnv(getenv func(string) string) (Config, error) {
 	str := map[string]*string{
 		"HELMR_ADDR": &c.Addr, "HELMR_DATA_DIR": &c.DataDir, "HELMR_DATABASE_URL": &c.DatabaseURL,
 		"HELMR_CACHE_DIR": &c.CacheDir, "HELMR_WORKER_TOKEN": &c.WorkerToken, "HELMR_AGENT_PATH": &c.AgentPath, "HELMR_RUNSC": &c.RunscPath, "HELMR_SANDBOX_DIR": &c.SandboxDir,
-		"HELMR_RUNTIME": &c.Runtime, "HELMR_EGRESS": &c.Egress, "HELMR_WORKSPACE_QUOTA": &c.WorkspaceQuota, "HELMR_DNS_UPSTREAM": &c.DNSUpstream, "HELMR_EXTRA_CA_CERTS": &c.ExtraCACerts, "HELMR_LAYER_CACHE": &c.LayerCache, "HELMR_MASTER_KEY": &c.MasterKey, "HELMR_MASTER_KEY_FILE": &c.MasterKeyFile, "HELMR_OWNER_TOKEN": &c.OwnerToken, "HELMR_OWNER_TOKEN_FILE": &c.OwnerTokenFile, "HELMR_API_KEY": &c.APIKey, "HELMR_NODE": &c.Node, "HELMR_URL": &c.URL,
+		"HELMR_RUNTIME": &c.Runtime, "HELMR_EGRESS": &c.Egress, "HELMR_WORKSPACE_QUOTA": &c.WorkspaceQuota, "HELMR_DNS_UPSTREAM": &c.DNSUpstream, "HELMR_EXTRA_CA_CERTS": &c.ExtraCACerts, "HELMR_LAYER_CACHE": &c.LayerCache, "HELMR_MASTER_KEY": &c.MasterKey, "HELMR_MASTER_KEY_FILE": &c.MasterKeyFile, "HELMR_OWNER_TOKEN": &c.OwnerToken, "HELMR_OWNER_TOKEN_FILE": &c.OwnerTokenFile, "HELMR_API_KEY": &c.APIKey, "HELMR_NODE": &c.Node, "HELMR_OTLP_ENDPOINT": &c.OTLPEndpoint, "HELMR_URL": &c.URL,
 		"HELMR_PROJECT": &c.Project, "HELMR_ENV": &c.Env, "HELMR_PROFILE": &c.Profile,
 	}
 	for k, p := range str {

@@ -131,6 +131,20 @@ func testWorkspaceExec(t *testing.T, tier string) {
 		t.Errorf("ReadFile(900 KB) = %v, want refused as too large", err)
 	}
 
+	// A workspace made empty for the task: operations first, then a run.
+	var fresh workspaces.Workspace
+	if err := json.Unmarshal([]byte(d.mustHelmr("workspace", "create", "notes", "--project", "workspace", "--json")), &fresh); err != nil || fresh.Host != "" {
+		t.Fatalf("workspace create = %+v, %v", fresh, err)
+	}
+	d.mustHelmr("exec", fresh.ID, "--shell", "--", "echo seed > notes.txt")
+	r = mustRun(t, d.mustHelmr("run", "notes", "--project", "workspace", "--payload-json", `{"line":"after"}`, "--workspace", fresh.ID, "--json"))
+	if r = d.waitDone(r.ID, 2*time.Minute); r.Status != runs.StatusCompleted || string(r.Output) != `"seed\n"` {
+		t.Errorf("run in a created workspace after an exec = %s %s %+v", r.Status, r.Output, r.Error)
+	}
+	if _, errOut, code := d.helmr("workspace", "create", "nosuch", "--project", "workspace"); code == 0 || !strings.Contains(errOut, "nosuch") {
+		t.Errorf("workspace create for an unknown task = exit %d %q", code, errOut)
+	}
+
 	// Bad input.
 	for _, c := range []struct {
 		args []string

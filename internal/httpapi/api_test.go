@@ -53,7 +53,7 @@ func newAPI(t *testing.T) *apiEnv {
 	owner := apikeys.NewOwnerToken()
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Logger: slog.Default(), WorkerToken: "wtok",
 		Vault: v, APIKeys: apikeys.NewService(st, owner, slog.Default()), LeaseWait: 10 * time.Millisecond,
-		Sessions: apikeys.NewSessions(owner), Workspaces: st, Waits: waits}))
+		Sessions: apikeys.NewSessions(owner), Workspaces: st, Waits: waits, Trajectories: st}))
 	t.Cleanup(srv.Close)
 	return &apiEnv{t: t, srv: srv, db: db, st: st, owner: owner}
 }

@@ -189,6 +189,7 @@ func bodies(workerID string) map[string]any {
 		"POST /v1/worker/runs/{id}/session/output": `{"data": "out"}`,
 		"POST /v1/worker/runs/{id}/metadata":       `{"key": "k", "value": 1}`,
 		"POST /v1/worker/ops/next":                 fmt.Sprintf(`{"workerId": %q, "host": "h-walk"}`, workerID),
+		"POST /v1/workspaces":                      `{"task": "a"}`,
 		"POST /v1/workspaces/{id}/exec":            `{"argv": ["true"]}`,
 	}
 }

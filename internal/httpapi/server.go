@@ -10,6 +10,7 @@ import (
 
 	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/otlp"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/waitpoints"
@@ -34,6 +35,10 @@ type Config struct {
 	Workspaces workspaces.Store
 	// Ops hands direct workspace operations to workers (made when nil).
 	Ops *workspaces.Ops
+	// Trajectories records every direct operation; nil: none are kept.
+	Trajectories workspaces.TrajectoryStore
+	// Spans, if set, exports each operation as an OpenTelemetry span.
+	Spans *otlp.Exporter
 	// Waits serves tokens, human waits and timers; nil: the tokens
 	// endpoints answer 503.
 	Waits *waitpoints.Service
@@ -147,12 +152,14 @@ func (s *Server) routes() []route {
 		{"PUT /v1/secrets/{name}", secretsWrite, s.setSecret},
 		{"DELETE /v1/secrets/{name}", secretsWrite, s.deleteSecret},
 		{"GET /v1/workspaces", workspacesRead, s.listWorkspaces},
+		{"POST /v1/workspaces", workspacesManage, s.createWorkspace},
 		{"GET /v1/workspaces/{id}", workspacesRead, s.getWorkspace},
 		{"DELETE /v1/workspaces/{id}", workspacesManage, s.deleteWorkspace},
 		{"POST /v1/workspaces/{id}/exec", workspacesExec, s.execWorkspace},
 		{"GET /v1/workspaces/{id}/files", workspacesExec, s.readWorkspaceFile},
 		{"PUT /v1/workspaces/{id}/files", workspacesExec, s.writeWorkspaceFile},
 		{"GET /v1/workspaces/{id}/dir", workspacesExec, s.listWorkspaceDir},
+		{"GET /v1/workspaces/{id}/trajectory", workspacesRead, s.trajectory},
 		{"GET /v1/swerex/{id}/is_alive", workspacesExec, s.swerex(s.swerexIsAlive)},
 		{"POST /v1/swerex/{id}/create_session", workspacesExec, s.swerex(s.swerexCreateSession)},
 		{"POST /v1/swerex/{id}/run_in_session", workspacesExec, s.swerex(s.swerexRunInSession)},

@@ -272,7 +272,8 @@ func (s *Server) swerexRun(r *http.Request, ws workspaces.Workspace, sess *swere
 	}
 	b.WriteString(command)
 	fmt.Fprintf(&b, "\n__helmr_rc=$?\nprintf '\\n%s\\n%%s\\n' \"$__helmr_rc\"\npwd\nenv -0\n", marker)
-	res, err := s.execIn(r.Context(), s.cfg.Workspaces, ws, workspaces.ExecRequest{Argv: []string{"bash", "-c", b.String()}, TimeoutSeconds: timeout})
+	res, err := s.execIn(r.Context(), s.cfg.Workspaces, ws, workspaces.ExecRequest{Argv: []string{"bash", "-c", b.String()}, TimeoutSeconds: timeout},
+		opTrace{kind: "swerex.run_in_session", request: map[string]any{"command": command, "timeout": timeout}})
 	if err != nil {
 		return swerexObs{}, err
 	}
@@ -371,7 +372,7 @@ func (s *Server) swerexExecute(r *http.Request, ws workspaces.Workspace, _ *swer
 	if err := checkExec(exec); err != nil {
 		return nil, badRequest(err.Error())
 	}
-	res, err := s.execIn(r.Context(), s.cfg.Workspaces, ws, exec)
+	res, err := s.execIn(r.Context(), s.cfg.Workspaces, ws, exec, opTrace{kind: "swerex.execute"})
 	if err != nil {
 		return nil, err
 	}
@@ -398,7 +399,8 @@ func (s *Server) swerexReadFile(r *http.Request, ws workspaces.Workspace, _ *swe
 	if req.Path == "" {
 		return nil, &Error{Status: http.StatusUnprocessableEntity, Code: "invalid_request", Message: "path is required"}
 	}
-	res, err := s.execIn(r.Context(), s.cfg.Workspaces, ws, workspaces.ExecRequest{Argv: []string{"cat", "--", req.Path}})
+	res, err := s.execIn(r.Context(), s.cfg.Workspaces, ws, workspaces.ExecRequest{Argv: []string{"cat", "--", req.Path}},
+		opTrace{kind: "swerex.read_file", request: map[string]any{"path": req.Path}})
 	if err != nil {
 		return nil, err
 	}
@@ -437,7 +439,7 @@ func (s *Server) swerexPut(r *http.Request, ws workspaces.Workspace, p string, d
 	res, err := s.execIn(r.Context(), s.cfg.Workspaces, ws, workspaces.ExecRequest{
 		Argv:  []string{"sh", "-c", `mkdir -p "$(dirname "$1")" && base64 -d > "$1"`, "sh", p},
 		Stdin: base64.StdEncoding.EncodeToString(data),
-	})
+	}, opTrace{kind: "swerex.write_file", request: map[string]any{"path": p, "bytes": len(data)}})
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -45,6 +46,46 @@ func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, map[string]any{"workspaces": list})
+}
+
+// CreateWorkspaceRequest is the body of POST /v1/workspaces: the task
+// whose sandbox (image, workspace path) the workspace uses.
+type CreateWorkspaceRequest struct {
+	Task string `json:"task"`
+}
+
+// createWorkspace makes an empty workspace for a deployed task's sandbox;
+// its files start, on first use, from what the task's image holds at the
+// workspace path.
+func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.workspaceStore()
+	if err != nil {
+		return err
+	}
+	project, env, err := scope(r)
+	if err != nil {
+		return err
+	}
+	var req CreateWorkspaceRequest
+	if err := decodeJSON(w, r, 64<<10, &req); err != nil {
+		return err
+	}
+	if req.Task == "" {
+		return badRequest("task is required: the deployed task whose sandbox the workspace uses")
+	}
+	task, err := s.cfg.Deployments.GetTask(r.Context(), project, env, req.Task)
+	if err != nil {
+		return err
+	}
+	if task.Spec.Sandbox == nil {
+		return badRequest(fmt.Sprintf("task %s declares no sandbox", req.Task))
+	}
+	ws, err := st.CreateWorkspace(r.Context(), workspaces.Workspace{Project: project, Env: env, TaskID: req.Task, CreatedAt: time.Now()})
+	if err != nil {
+		return err
+	}
+	s.log.Info("workspace created", "workspace_id", ws.ID, "project", project, "env", env, "task", req.Task)
+	return writeJSON(w, http.StatusCreated, ws)
 }
 
 func (s *Server) getWorkspace(w http.ResponseWriter, r *http.Request) error {
@@ -122,7 +163,7 @@ func (s *Server) execWorkspace(w http.ResponseWriter, r *http.Request) error {
 	if err := checkExec(req); err != nil {
 		return badRequest(err.Error())
 	}
-	res, err := s.execIn(r.Context(), st, ws, req)
+	res, err := s.execIn(r.Context(), st, ws, req, opTrace{kind: "exec"})
 	if err != nil {
 		return err
 	}
@@ -131,7 +172,9 @@ func (s *Server) execWorkspace(w http.ResponseWriter, r *http.Request) error {
 
 // execIn runs a checked exec request in workspace ws through a worker of
 // its host, and records the host of a workspace that had none.
-func (s *Server) execIn(ctx context.Context, st workspaces.Store, ws workspaces.Workspace, req workspaces.ExecRequest) (workspaces.ExecResult, error) {
+func (s *Server) execIn(ctx context.Context, st workspaces.Store, ws workspaces.Workspace, req workspaces.ExecRequest, tr opTrace) (res workspaces.ExecResult, err error) {
+	began := time.Now()
+	defer func() { s.recordOp(ctx, ws, req, tr, began, res, err) }()
 	if ws.DeletedAt != nil {
 		return workspaces.ExecResult{}, &Error{Status: http.StatusConflict, Code: "conflict", Message: "workspace " + ws.ID + " was deleted"}
 	}
@@ -156,22 +199,94 @@ func (s *Server) execIn(ctx context.Context, st workspaces.Store, ws workspaces.
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout+opWait)
 	defer cancel()
-	res, err := s.cfg.Ops.Do(ctx, workspaces.Op{Workspace: ws, Task: task.Spec, DeploymentID: task.DeploymentID, Exec: &req, Secrets: secrets})
+	opRes, err := s.cfg.Ops.Do(ctx, workspaces.Op{Workspace: ws, Task: task.Spec, DeploymentID: task.DeploymentID, Exec: &req, Secrets: secrets})
 	if err != nil {
 		return workspaces.ExecResult{}, &Error{Status: http.StatusGatewayTimeout, Code: "no_worker", Message: err.Error()}
 	}
-	if res.Error != "" {
-		return workspaces.ExecResult{}, &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: workspaces.Redact(res.Error, secrets)}
+	if opRes.Error != "" {
+		return workspaces.ExecResult{}, &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: workspaces.Redact(opRes.Error, secrets)}
 	}
 	// The worker redacted already; a value never leaves here whatever a
 	// worker sends.
-	*res.Exec = res.Exec.Redact(secrets)
-	if ws.Host == "" && res.Host != "" {
-		if err := st.UseWorkspace(ctx, ws.ID, ws.LastRunID, res.Host, time.Now()); err != nil {
+	res = opRes.Exec.Redact(secrets)
+	if ws.Host == "" && opRes.Host != "" {
+		if err := st.UseWorkspace(ctx, ws.ID, ws.LastRunID, opRes.Host, time.Now()); err != nil {
 			s.log.Error("record where a workspace is", "workspace_id", ws.ID, "err", err)
 		}
 	}
-	return *res.Exec, nil
+	return res, nil
+}
+
+// opTrace says how an operation appears in the workspace's trajectory:
+// its kind, and the request the caller made (nil: the exec request).
+type opTrace struct {
+	kind    string
+	request any
+}
+
+// trajectoryOutput bounds each output stream as a trajectory keeps it.
+const trajectoryOutput = 64 << 10
+
+// recordOp appends an operation to the workspace's trajectory and exports
+// its span. Requests hold credential placeholders, never values; results
+// are redacted already.
+func (s *Server) recordOp(ctx context.Context, ws workspaces.Workspace, req workspaces.ExecRequest, tr opTrace, began time.Time, res workspaces.ExecResult, err error) {
+	if s.cfg.Trajectories == nil {
+		return
+	}
+	rec := workspaces.OpRecord{WorkspaceID: ws.ID, Kind: tr.kind, StartedAt: began, DurationMs: float64(time.Since(began).Microseconds()) / 1000}
+	if tr.request == nil {
+		if len(req.Stdin) > 4<<10 {
+			req.Stdin = req.Stdin[:4<<10] + "[helmr: stdin cut in the trajectory]"
+		}
+		tr.request = req
+	}
+	rec.Request, _ = json.Marshal(tr.request)
+	if err != nil {
+		rec.Error = err.Error()
+	} else {
+		for _, out := range []*string{&res.Stdout, &res.Stderr} {
+			if len(*out) > trajectoryOutput {
+				*out = (*out)[:trajectoryOutput] + "\n[helmr: output cut in the trajectory]\n"
+			}
+		}
+		rec.Result, _ = json.Marshal(res)
+	}
+	rec, aerr := s.cfg.Trajectories.AppendOp(context.WithoutCancel(ctx), rec)
+	if aerr != nil {
+		s.log.Error("record a workspace operation", "workspace_id", ws.ID, "err", aerr)
+		return
+	}
+	s.cfg.Spans.Export(rec)
+}
+
+// trajectory answers a workspace's operations, oldest first, from a
+// cursor (after=SEQ).
+func (s *Server) trajectory(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.workspaceStore()
+	if err != nil {
+		return err
+	}
+	ws, err := visibleWorkspace(r, st)
+	if err != nil {
+		return err
+	}
+	if s.cfg.Trajectories == nil {
+		return &Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "this control plane keeps no trajectories"}
+	}
+	after, err := intParam(r, "after", 0)
+	if err != nil {
+		return err
+	}
+	limit, err := intParam(r, "limit", 1000)
+	if err != nil {
+		return err
+	}
+	ops, err := s.cfg.Trajectories.ListOps(r.Context(), ws.ID, int64(after), limit)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"workspaceId": ws.ID, "operations": ops})
 }
 
 // vaultRefs fetches the values of the vault secrets an exec request
@@ -260,7 +375,7 @@ func checkRelPath(p string) error {
 }
 
 // fileOp runs script (after fileScript) on the workspace's path rel.
-func (s *Server) fileOp(r *http.Request, rel, script, stdin string) (workspaces.Workspace, workspaces.ExecResult, error) {
+func (s *Server) fileOp(r *http.Request, kind, rel, script, stdin string) (workspaces.Workspace, workspaces.ExecResult, error) {
 	st, err := s.workspaceStore()
 	if err != nil {
 		return workspaces.Workspace{}, workspaces.ExecResult{}, err
@@ -280,7 +395,8 @@ func (s *Server) fileOp(r *http.Request, rel, script, stdin string) (workspaces.
 	if sb := task.Spec.Sandbox; sb != nil && sb.Workspace != "" {
 		root = sb.Workspace
 	}
-	res, err := s.execIn(r.Context(), st, ws, workspaces.ExecRequest{Argv: []string{"sh", "-c", fileScript + script, "sh", root, rel}, Stdin: stdin})
+	res, err := s.execIn(r.Context(), st, ws, workspaces.ExecRequest{Argv: []string{"sh", "-c", fileScript + script, "sh", root, rel}, Stdin: stdin},
+		opTrace{kind: kind, request: map[string]any{"path": rel, "bytes": len(stdin) * 3 / 4}})
 	if err != nil {
 		return ws, res, err
 	}
@@ -298,7 +414,7 @@ func (s *Server) fileOp(r *http.Request, rel, script, stdin string) (workspaces.
 // readWorkspaceFile answers a file's bytes.
 func (s *Server) readWorkspaceFile(w http.ResponseWriter, r *http.Request) error {
 	rel := r.URL.Query().Get("path")
-	_, res, err := s.fileOp(r, rel, `[ -f "$p" ] || { echo "no such file" >&2; exit 78; }
+	_, res, err := s.fileOp(r, "file.read", rel, `[ -f "$p" ] || { echo "no such file" >&2; exit 78; }
 [ "$(stat -c %s -- "$p")" -le `+fmt.Sprint(MaxFileBytes)+` ] || { echo "larger than `+fmt.Sprint(MaxFileBytes)+` bytes" >&2; exit 79; }
 base64 -w0 -- "$p"`, "")
 	if err != nil {
@@ -327,7 +443,7 @@ func (s *Server) writeWorkspaceFile(w http.ResponseWriter, r *http.Request) erro
 		return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("a file written through the API is at most %d bytes", MaxFileBytes)}
 	}
 	rel := r.URL.Query().Get("path")
-	if _, _, err := s.fileOp(r, rel, `[ ! -d "$p" ] || { echo "is a directory" >&2; exit 80; }
+	if _, _, err := s.fileOp(r, "file.write", rel, `[ ! -d "$p" ] || { echo "is a directory" >&2; exit 80; }
 mkdir -p -- "$(dirname -- "$p")" && base64 -d > "$p"`, base64.StdEncoding.EncodeToString(data)); err != nil {
 		return err
 	}
@@ -349,7 +465,7 @@ func (s *Server) listWorkspaceDir(w http.ResponseWriter, r *http.Request) error 
 	if rel == "" {
 		rel = "."
 	}
-	_, res, err := s.fileOp(r, rel, `[ -d "$p" ] || { echo "no such directory" >&2; exit 78; }
+	_, res, err := s.fileOp(r, "file.list", rel, `[ -d "$p" ] || { echo "no such directory" >&2; exit 78; }
 find "$p" -mindepth 1 -maxdepth 1 -printf '%y\t%s\t%m\t%f\0' | head -c `+fmt.Sprint(workspaces.MaxOutputBytes-1024), "")
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ package workspaces
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 )
@@ -59,3 +60,26 @@ var (
 	ErrNotFound = errors.New("workspace not found")
 	ErrInvalid  = errors.New("invalid workspace")
 )
+
+// OpRecord is one entry of a workspace's trajectory: a direct operation,
+// its request (credential placeholders, never values), its redacted
+// result or error, and its timing.
+type OpRecord struct {
+	WorkspaceID string          `json:"workspaceId"`
+	Seq         int64           `json:"seq"`
+	Kind        string          `json:"kind"` // exec, file.read, swerex.run_in_session, ...
+	Request     json.RawMessage `json:"request"`
+	Result      json.RawMessage `json:"result,omitempty"`
+	Error       string          `json:"error,omitempty"`
+	StartedAt   time.Time       `json:"startedAt"`
+	DurationMs  float64         `json:"durationMs"`
+}
+
+// TrajectoryStore keeps workspaces' trajectories.
+type TrajectoryStore interface {
+	// AppendOp stores rec as the workspace's next operation and returns
+	// it with Seq set.
+	AppendOp(ctx context.Context, rec OpRecord) (OpRecord, error)
+	// ListOps returns the workspace's operations after seq, oldest first.
+	ListOps(ctx context.Context, workspaceID string, after int64, limit int) ([]OpRecord, error)
+}

@@ -2,8 +2,12 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/helmr/helmr/internal/store"
 	"github.com/helmr/helmr/internal/workspaces"
@@ -102,4 +106,64 @@ func (s *Store) DeletedWorkspaces(ctx context.Context, ids []string) ([]string, 
 	}
 	defer rows.Close()
 	return store.Gone(ids, rows)
+}
+
+// AppendOp stores rec as the workspace's next operation. The insert picks
+// the next number itself; a concurrent append of the same workspace that
+// collides on it is retried.
+func (s *Store) AppendOp(ctx context.Context, rec workspaces.OpRecord) (workspaces.OpRecord, error) {
+	rec.StartedAt = store.Time(rec.StartedAt)
+	var result *string
+	if len(rec.Result) > 0 {
+		r := string(rec.Result)
+		result = &r
+	}
+	var err error
+	for range 5 {
+		err = s.pool.QueryRow(ctx, `INSERT INTO workspace_ops (workspace_id, seq, kind, request, result, error, started_at, duration_ms)
+			SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6, $7 FROM workspace_ops WHERE workspace_id = $1
+			RETURNING seq`, rec.WorkspaceID, rec.Kind, string(rec.Request), result, rec.Error, rec.StartedAt, rec.DurationMs).Scan(&rec.Seq)
+		if err == nil || !isUniqueViolation(err) {
+			break
+		}
+	}
+	if err != nil {
+		return workspaces.OpRecord{}, fmt.Errorf("record an operation of workspace %s: %w", rec.WorkspaceID, err)
+	}
+	return rec, nil
+}
+
+// ListOps returns the workspace's operations after seq, oldest first.
+func (s *Store) ListOps(ctx context.Context, workspaceID string, after int64, limit int) ([]workspaces.OpRecord, error) {
+	limit = store.Limit(limit, store.DefaultEventsLimit, store.MaxEventsLimit)
+	rows, err := s.pool.Query(ctx, `SELECT workspace_id, seq, kind, request, result, error, started_at, duration_ms
+		FROM workspace_ops WHERE workspace_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, workspaceID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list operations of workspace %s: %w", workspaceID, err)
+	}
+	defer rows.Close()
+	out := []workspaces.OpRecord{}
+	for rows.Next() {
+		var (
+			rec     workspaces.OpRecord
+			request string
+			result  *string
+		)
+		if err := rows.Scan(&rec.WorkspaceID, &rec.Seq, &rec.Kind, &request, &result, &rec.Error, &rec.StartedAt, &rec.DurationMs); err != nil {
+			return nil, fmt.Errorf("list operations of workspace %s: %w", workspaceID, err)
+		}
+		rec.Request = json.RawMessage(request)
+		if result != nil {
+			rec.Result = json.RawMessage(*result)
+		}
+		rec.StartedAt = rec.StartedAt.UTC()
+		out = append(out, rec)
+	}
+	return out, rows.Err()
+}
+
+// isUniqueViolation reports a unique constraint violation (SQLSTATE 23505).
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
 }

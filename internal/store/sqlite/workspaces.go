@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -127,4 +128,53 @@ func (s *Store) DeletedWorkspaces(ctx context.Context, ids []string) ([]string, 
 	}
 	defer rows.Close()
 	return store.Gone(ids, rows)
+}
+
+// AppendOp stores rec as the workspace's next operation.
+func (s *Store) AppendOp(ctx context.Context, rec workspaces.OpRecord) (workspaces.OpRecord, error) {
+	rec.StartedAt = store.Time(rec.StartedAt)
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) + 1 FROM workspace_ops WHERE workspace_id = ?`, rec.WorkspaceID).Scan(&rec.Seq); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO workspace_ops (workspace_id, seq, kind, request, result, error, started_at, duration_ms)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, rec.WorkspaceID, rec.Seq, rec.Kind, string(rec.Request), nullText(rec.Result), rec.Error,
+			fmtTime(rec.StartedAt), rec.DurationMs)
+		return err
+	})
+	if err != nil {
+		return workspaces.OpRecord{}, fmt.Errorf("record an operation of workspace %s: %w", rec.WorkspaceID, err)
+	}
+	return rec, nil
+}
+
+// ListOps returns the workspace's operations after seq, oldest first.
+func (s *Store) ListOps(ctx context.Context, workspaceID string, after int64, limit int) ([]workspaces.OpRecord, error) {
+	limit = store.Limit(limit, store.DefaultEventsLimit, store.MaxEventsLimit)
+	rows, err := s.r.QueryContext(ctx, `SELECT workspace_id, seq, kind, request, result, error, started_at, duration_ms
+		FROM workspace_ops WHERE workspace_id = ? AND seq > ? ORDER BY seq LIMIT ?`, workspaceID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list operations of workspace %s: %w", workspaceID, err)
+	}
+	defer rows.Close()
+	out := []workspaces.OpRecord{}
+	for rows.Next() {
+		var (
+			rec              workspaces.OpRecord
+			request, started string
+			result           sql.NullString
+		)
+		if err := rows.Scan(&rec.WorkspaceID, &rec.Seq, &rec.Kind, &request, &result, &rec.Error, &started, &rec.DurationMs); err != nil {
+			return nil, fmt.Errorf("list operations of workspace %s: %w", workspaceID, err)
+		}
+		rec.Request = json.RawMessage(request)
+		if result.Valid {
+			rec.Result = json.RawMessage(result.String)
+		}
+		if rec.StartedAt, err = parseTime(started); err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	return out, rows.Err()
 }

@@ -31,6 +31,7 @@ type Store interface {
 	deployments.Store
 	workers.Store
 	workspaces.Store
+	workspaces.TrajectoryStore
 	waitpoints.Store
 	apikeys.Store
 }
@@ -42,7 +43,7 @@ type RowCounter interface {
 }
 
 // Tables lists every table of the schema that holds domain rows.
-var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers", "workspaces", "waitpoints", "api_keys", "run_stream_records", "run_metadata"}
+var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers", "workspaces", "workspace_ops", "waitpoints", "api_keys", "run_stream_records", "run_metadata"}
 
 type storeTest struct {
 	name string

@@ -1,7 +1,10 @@
 package storetest
 
 import (
+	"encoding/json"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/helmr/helmr/internal/workspaces"
@@ -9,6 +12,7 @@ import (
 
 var workspaceTests = []storeTest{
 	{"Workspaces", testWorkspaces},
+	{"WorkspaceTrajectory", testTrajectory},
 }
 
 // testWorkspaces creates, reads, lists, uses and deletes workspaces, and
@@ -65,4 +69,58 @@ func testWorkspaces(t *testing.T, s Store) {
 		t.Errorf("DeletedWorkspaces = %v, %v; want the deleted and the unknown", gone, err)
 	}
 	wantErr(t, "DeleteWorkspace(missing)", s.DeleteWorkspace(ctx, "ws_missing", at(8)), workspaces.ErrNotFound)
+}
+
+// testTrajectory appends operations to two workspaces, at once too, and
+// reads them back in order from a cursor.
+func testTrajectory(t *testing.T, s Store) {
+	ctx := t.Context()
+	rec := func(ws string, i int) workspaces.OpRecord {
+		return workspaces.OpRecord{WorkspaceID: ws, Kind: "exec", Request: json.RawMessage(fmt.Sprintf(`{"argv":["echo","%d"]}`, i)),
+			Result: json.RawMessage(`{"exitCode":0}`), StartedAt: at(i), DurationMs: 1.5}
+	}
+	for i := range 3 {
+		got, err := s.AppendOp(ctx, rec("ws_a", i))
+		if err != nil || got.Seq != int64(i+1) {
+			t.Fatalf("AppendOp #%d = %d, %v", i, got.Seq, err)
+		}
+	}
+	failed := rec("ws_a", 3)
+	failed.Result, failed.Error = nil, "worker_error: no sandbox"
+	if _, err := s.AppendOp(ctx, failed); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			if _, err := s.AppendOp(ctx, rec("ws_b", i)); err != nil {
+				t.Errorf("concurrent AppendOp: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	all, err := s.ListOps(ctx, "ws_a", 0, 0)
+	if err != nil || len(all) != 4 {
+		t.Fatalf("ListOps(ws_a) = %d, %v; want 4", len(all), err)
+	}
+	want := rec("ws_a", 1)
+	want.Seq = 2
+	if d := diff(want, all[1]); d != "" {
+		t.Errorf("ListOps(ws_a)[1] mismatch (-want +got):\n%s", d)
+	}
+	if all[3].Result != nil || all[3].Error != failed.Error {
+		t.Errorf("a failed operation = %+v, want its error and no result", all[3])
+	}
+	if rest, _ := s.ListOps(ctx, "ws_a", 2, 0); len(rest) != 2 || rest[0].Seq != 3 {
+		t.Errorf("ListOps(ws_a, after 2) = %+v, want seq 3 and 4", rest)
+	}
+	b, _ := s.ListOps(ctx, "ws_b", 0, 0)
+	for i, r := range b {
+		if r.Seq != int64(i+1) {
+			t.Errorf("ws_b operation %d has seq %d: concurrent appends must number 1..8", i, r.Seq)
+		}
+	}
+	if len(b) != 8 {
+		t.Errorf("ws_b has %d operations, want 8", len(b))
+	}
 }
