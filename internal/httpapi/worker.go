@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"net/http"
@@ -271,6 +272,12 @@ func (s *Server) workerNextOp(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	op, err := s.control.NextOp(r.Context(), req.WorkerID, req.Host)
+	if err == nil && r.Context().Err() != nil {
+		// Handed over as the worker went away: answer its caller now
+		// rather than at its timeout.
+		_ = s.control.FinishOp(context.WithoutCancel(r.Context()), op.ID, workspaces.OpResult{Error: "the worker that took the operation went away; try again"})
+		err = workspaces.ErrNoOp
+	}
 	if errors.Is(err, workspaces.ErrNoOp) || r.Context().Err() != nil {
 		w.WriteHeader(http.StatusNoContent)
 		return nil

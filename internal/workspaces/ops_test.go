@@ -29,7 +29,9 @@ func TestOps(t *testing.T) {
 	}
 	// A worker of another host does not take h1's operation.
 	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	h2done := make(chan struct{})
 	go func() {
+		defer close(h2done)
 		if op, err := o.Next(wctx, "h2"); !errors.Is(err, ErrNoOp) {
 			t.Errorf("Next(h2) = %+v, %v; want nothing (the operation is h1's)", op, err)
 		}
@@ -39,7 +41,7 @@ func TestOps(t *testing.T) {
 	if err != nil || res.Exec.ExitCode != 7 {
 		t.Fatalf("Do(h1) = %+v, %v; want h1's answer", res, err)
 	}
-	<-wctx.Done()
+	<-h2done // gone, so the next operation cannot go to it
 	cancel()
 
 	// Queued before any worker asks; a workspace without a host goes to any.
