@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/waitpoints"
@@ -32,6 +33,7 @@ type Store interface {
 	workspaces.Store
 	waitpoints.Store
 	apikeys.Store
+	checkpoints.Store
 }
 
 // RowCounter is optionally implemented by the store an engine's test passes
@@ -41,7 +43,7 @@ type RowCounter interface {
 }
 
 // Tables lists every table of the schema that holds domain rows.
-var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers", "workspaces", "waitpoints", "api_keys"}
+var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers", "workspaces", "waitpoints", "api_keys", "checkpoints"}
 
 type storeTest struct {
 	name string
@@ -61,6 +63,7 @@ func RunStoreSuite(t *testing.T, open func(t *testing.T) Store) {
 	tests = append(tests, workspaceTests...)
 	tests = append(tests, waitpointTests...)
 	tests = append(tests, apiKeyTests...)
+	tests = append(tests, checkpointTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
