@@ -84,4 +84,3 @@ func (s *Store) DeleteCheckpoint(ctx context.Context, id string) error {
 	}
 	return nil
 }
-
