@@ -41,7 +41,8 @@ func runDev(ctx context.Context, a *App, args []string) error {
 		log.Info("failed runs left unfinished by the previous helmr dev", "runs", n)
 	}
 	wctx, stopWorker := context.WithCancel(ctx)
-	w, err := newWorker(a.cfg, log, &worker.Local{Runs: cp.runs, Deployments: cp.store, Workspaces: cp.store, Waits: cp.waits}, "", workerID())
+	w, err := newWorker(a.cfg, log, &worker.Local{Runs: cp.runs, Deployments: cp.store, Workspaces: cp.store, Waits: cp.waits,
+		Checkpoints: cp.store, Blobs: cp.blobs}, "", workerID())
 	if err != nil {
 		stopWorker()
 		cp.Close(context.Background())

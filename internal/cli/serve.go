@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/config"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/httpapi"
@@ -35,6 +36,7 @@ type store interface {
 	vault.Store
 	workspaces.Store
 	waitpoints.Store
+	checkpoints.Store
 	Close() error
 }
 
@@ -56,6 +58,7 @@ type controlPlane struct {
 	store store
 	runs  *runs.Service
 	waits *waitpoints.Service
+	blobs checkpoints.Blobs // DATA_DIR/blobs: parked runs' sealed checkpoints
 	api   *httpapi.Server
 	url   string
 	srv   *http.Server
@@ -98,8 +101,13 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 	if dev {
 		sessions = apikeys.NewSessions(owner)
 	}
+	blobs, err := checkpoints.NewDirBlobs(filepath.Join(cfg.DataDir, "blobs"))
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: st, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v, Waits: waits,
-		APIKeys: apikeys.NewService(st, owner, log), Sessions: sessions})
+		APIKeys: apikeys.NewService(st, owner, log), Sessions: sessions, Checkpoints: st, Blobs: blobs})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		st.Close()
@@ -128,7 +136,7 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 		log.Warn("the API is listening beyond loopback over plain HTTP: credentials cross the network in the clear unless a TLS proxy fronts it")
 	}
-	return &controlPlane{store: st, runs: svc, waits: waits, api: api, url: url, srv: srv, ln: ln, owner: owner,
+	return &controlPlane{store: st, runs: svc, waits: waits, blobs: blobs, api: api, url: url, srv: srv, ln: ln, owner: owner,
 		stopWatch: func() { stopWatch(); <-watchDone; <-expireDone }}, nil
 }
 

@@ -3,7 +3,9 @@ package client
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"time"
@@ -142,4 +144,34 @@ func (w Worker) AwaitWaitpoint(ctx context.Context, runID, waitpointID string) (
 func (w Worker) EndWait(ctx context.Context, runID, waitpointID string) error {
 	_, err := w.C.do(ctx, http.MethodPost, waitPath(runID, waitpointID)+"/end", nil, nil, nil)
 	return err
+}
+
+// PutCheckpoint implements worker.ControlPlane: the sealed bytes are
+// streamed as the request body.
+func (w Worker) PutCheckpoint(ctx context.Context, runID, checkpointID string, r io.Reader) (int64, error) {
+	var out struct {
+		Size int64 `json:"size"`
+	}
+	resp, err := w.C.stream(ctx, http.MethodPut, checkpointPath(runID, checkpointID), r)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return 0, fmt.Errorf("decode checkpoint upload response: %w", err)
+	}
+	return out.Size, nil
+}
+
+// GetCheckpoint implements worker.ControlPlane.
+func (w Worker) GetCheckpoint(ctx context.Context, runID, checkpointID string) (io.ReadCloser, error) {
+	resp, err := w.C.stream(ctx, http.MethodGet, checkpointPath(runID, checkpointID), nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+func checkpointPath(runID, checkpointID string) string {
+	return "/v1/worker/runs/" + url.PathEscape(runID) + "/checkpoints/" + url.PathEscape(checkpointID)
 }

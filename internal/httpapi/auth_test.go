@@ -122,6 +122,7 @@ func (f authFixture) fill(t *testing.T, path string) string {
 		"/v1/tokens/{id}/callback/{secret}": "/v1/tokens/" + f.callbackID + "/callback/" + f.callbackSecret,
 		"/v1/tokens/{id}":                   "/v1/tokens/" + f.tokenID,
 		"{wp}":                              f.waitpointID,
+		"{ck}":                              "ck_fixture",
 		"/v1/deployments/{id}":              "/v1/deployments/" + f.depID,
 		"/v1/worker/deployments/{id}":       "/v1/worker/deployments/" + f.depID,
 		"/v1/tasks/{id}":                    "/v1/tasks/a",

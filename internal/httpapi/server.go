@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/vault"
@@ -42,6 +43,10 @@ type Config struct {
 	// Sessions enables owner sessions (/dev/login; helmr dev only); nil:
 	// /dev/login answers 404 and session cookies are ignored.
 	Sessions *apikeys.Sessions
+	// Checkpoints and Blobs keep parked runs' checkpoints (records and
+	// sealed bytes); nil: the checkpoint routes answer 503.
+	Checkpoints checkpoints.Store
+	Blobs       checkpoints.Blobs
 }
 
 // Server is the control plane's HTTP API.
@@ -70,7 +75,8 @@ func New(cfg Config) *Server {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), auth: cfg.Authenticator,
-		control: &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Workspaces: cfg.Workspaces, Waits: cfg.Waits, Wait: cfg.LeaseWait}}
+		control: &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Workspaces: cfg.Workspaces, Waits: cfg.Waits, Wait: cfg.LeaseWait,
+			Checkpoints: cfg.Checkpoints, Blobs: cfg.Blobs}}
 	if s.auth == nil && cfg.APIKeys != nil {
 		s.auth = cfg.APIKeys
 	}
@@ -160,6 +166,8 @@ func (s *Server) routes() []route {
 		{"GET /v1/worker/runs/{id}/waits/{wp}", AccessWorker, s.workerAwaitWaitpoint},
 		{"POST /v1/worker/runs/{id}/waits/{wp}/end", AccessWorker, s.workerEndWait},
 		{"POST /v1/worker/workspaces/deleted", AccessWorker, s.workerDeletedWorkspaces},
+		{"PUT /v1/worker/runs/{id}/checkpoints/{ck}", AccessWorker, s.workerPutCheckpoint},
+		{"GET /v1/worker/runs/{id}/checkpoints/{ck}", AccessWorker, s.workerGetCheckpoint},
 	}
 }
 

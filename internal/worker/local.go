@@ -3,8 +3,11 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"time"
 
+	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/waitpoints"
@@ -23,6 +26,10 @@ type Local struct {
 	Wait time.Duration
 	// AwaitWait bounds one AwaitWaitpoint call (default 25s).
 	AwaitWait time.Duration
+	// Checkpoints and Blobs keep parked runs' checkpoints; nil: parking
+	// is unavailable.
+	Checkpoints checkpoints.Store
+	Blobs       checkpoints.Blobs
 }
 
 // Lease implements ControlPlane.
@@ -143,4 +150,32 @@ func (c *Local) AwaitWaitpoint(ctx context.Context, runID, waitpointID string) (
 // EndWait implements ControlPlane.
 func (c *Local) EndWait(ctx context.Context, runID, waitpointID string) error {
 	return c.Waits.EndWait(ctx, runID, waitpointID)
+}
+
+var errNoBlobs = errors.New("this control plane keeps no checkpoints (no blob store)")
+
+// PutCheckpoint implements ControlPlane.
+func (c *Local) PutCheckpoint(ctx context.Context, runID, checkpointID string, r io.Reader) (int64, error) {
+	if c.Blobs == nil || c.Checkpoints == nil {
+		return 0, errNoBlobs
+	}
+	if ck, err := c.Checkpoints.GetCheckpoint(ctx, checkpointID); err == nil && ck.RunID != runID {
+		return 0, fmt.Errorf("put checkpoint %s: belongs to another run: %w", checkpointID, runs.ErrConflict)
+	}
+	return c.Blobs.Put(ctx, checkpointID, r)
+}
+
+// GetCheckpoint implements ControlPlane.
+func (c *Local) GetCheckpoint(ctx context.Context, runID, checkpointID string) (io.ReadCloser, error) {
+	if c.Blobs == nil || c.Checkpoints == nil {
+		return nil, errNoBlobs
+	}
+	ck, err := c.Checkpoints.GetCheckpoint(ctx, checkpointID)
+	if err != nil {
+		return nil, err
+	}
+	if ck.RunID != runID {
+		return nil, fmt.Errorf("get checkpoint %s of run %s: %w", checkpointID, runID, checkpoints.ErrNotFound)
+	}
+	return c.Blobs.Get(ctx, checkpointID)
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -73,6 +74,13 @@ type ControlPlane interface {
 	AwaitWaitpoint(ctx context.Context, runID, waitpointID string) (waitpoints.Waitpoint, error)
 	// EndWait moves the run back to RUNNING after its waits.
 	EndWait(ctx context.Context, runID, waitpointID string) error
+	// PutCheckpoint stores a sealed checkpoint of a run the worker holds,
+	// read from r to its end, under checkpointID; it returns the bytes
+	// stored.
+	PutCheckpoint(ctx context.Context, runID, checkpointID string, r io.Reader) (int64, error)
+	// GetCheckpoint streams a recorded checkpoint of a run the worker
+	// holds, sealed as stored. The caller closes it.
+	GetCheckpoint(ctx context.Context, runID, checkpointID string) (io.ReadCloser, error)
 }
 
 // Config wires a Worker.

@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/big"
 	"os"
@@ -439,3 +440,11 @@ func (f *fakeControl) AwaitWaitpoint(context.Context, string, string) (waitpoint
 }
 
 func (f *fakeControl) EndWait(context.Context, string, string) error { return errNoWaits }
+
+func (f *fakeControl) PutCheckpoint(context.Context, string, string, io.Reader) (int64, error) {
+	return 0, errNoWaits
+}
+
+func (f *fakeControl) GetCheckpoint(context.Context, string, string) (io.ReadCloser, error) {
+	return nil, errNoWaits
+}
