@@ -82,13 +82,20 @@ func (c Checkpoint) Mismatch(caps workers.Capabilities, tier string) string {
 	return strings.Join(why, "; ")
 }
 
+// Filter selects checkpoints: of a run, or of the runs parked on a
+// waitpoint (at least one is set).
+type Filter struct {
+	RunID       string
+	WaitpointID string
+}
+
 // Store keeps checkpoint records. Get returns an error wrapping
 // ErrNotFound for an unknown id.
 type Store interface {
 	CreateCheckpoint(ctx context.Context, c Checkpoint) error
 	GetCheckpoint(ctx context.Context, id string) (Checkpoint, error)
-	// RunCheckpoints lists a run's checkpoints, oldest first.
-	RunCheckpoints(ctx context.Context, runID string) ([]Checkpoint, error)
+	// ListCheckpoints lists the checkpoints matching f, oldest first.
+	ListCheckpoints(ctx context.Context, f Filter) ([]Checkpoint, error)
 	DeleteCheckpoint(ctx context.Context, id string) error
 }
 

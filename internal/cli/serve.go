@@ -92,19 +92,28 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 	svc.Deployments = st
 	svc.Workspaces = st
 	waits := waitpoints.NewService(st, svc, log)
+	blobs, err := checkpoints.NewDirBlobs(filepath.Join(cfg.DataDir, "blobs"))
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	svc.Checkpoints = st
 	svc.Ended = func(ctx context.Context, r runs.Run) {
 		if err := waits.CancelForRun(ctx, r); err != nil {
 			log.Warn("cancel the waitpoints of an ended run", "run_id", r.ID, "err", err)
+		}
+		dropCheckpoints(ctx, st, blobs, r.ID, log)
+	}
+	// A parked run waits without a worker: when its wait is over, it is
+	// queued for a worker to restore.
+	waits.Resolved = func(ctx context.Context, w waitpoints.Waitpoint) {
+		if _, err := svc.Unpark(ctx, w.ID, string(w.Status)); err != nil {
+			log.Warn("queue parked runs for restore", "waitpoint", w.ID, "err", err)
 		}
 	}
 	var sessions *apikeys.Sessions
 	if dev {
 		sessions = apikeys.NewSessions(owner)
-	}
-	blobs, err := checkpoints.NewDirBlobs(filepath.Join(cfg.DataDir, "blobs"))
-	if err != nil {
-		st.Close()
-		return nil, err
 	}
 	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: st, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v, Waits: waits,
 		APIKeys: apikeys.NewService(st, owner, log), Sessions: sessions, Checkpoints: st, Blobs: blobs})
@@ -264,4 +273,19 @@ func devMasterKey(path string, log *slog.Logger) ([]byte, error) {
 		log.Info("made a development master key for the secrets vault", "path", path)
 	}
 	return vault.LoadMasterKey("", path)
+}
+
+// dropCheckpoints deletes the checkpoints of a run that ended (a parked run
+// canceled while it waited): nothing will restore them.
+func dropCheckpoints(ctx context.Context, st checkpoints.Store, blobs checkpoints.Blobs, runID string, log *slog.Logger) {
+	cks, err := st.ListCheckpoints(ctx, checkpoints.Filter{RunID: runID})
+	if err != nil {
+		log.Warn("list the checkpoints of an ended run", "run_id", runID, "err", err)
+		return
+	}
+	for _, ck := range cks {
+		if err := errors.Join(st.DeleteCheckpoint(ctx, ck.ID), blobs.Delete(ctx, ck.ID)); err != nil {
+			log.Warn("delete the checkpoint of an ended run", "run_id", runID, "checkpoint", ck.ID, "err", err)
+		}
+	}
 }

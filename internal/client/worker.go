@@ -175,3 +175,15 @@ func (w Worker) GetCheckpoint(ctx context.Context, runID, checkpointID string) (
 func checkpointPath(runID, checkpointID string) string {
 	return "/v1/worker/runs/" + url.PathEscape(runID) + "/checkpoints/" + url.PathEscape(checkpointID)
 }
+
+// Park implements worker.ControlPlane.
+func (w Worker) Park(ctx context.Context, runID string, req worker.ParkRequest) error {
+	_, err := w.C.do(ctx, http.MethodPost, "/v1/worker/runs/"+url.PathEscape(runID)+"/park", nil, req, nil)
+	return err
+}
+
+// DropCheckpoint implements worker.ControlPlane.
+func (w Worker) DropCheckpoint(ctx context.Context, runID, checkpointID string) error {
+	_, err := w.C.do(ctx, http.MethodDelete, checkpointPath(runID, checkpointID), nil, nil, nil)
+	return err
+}

@@ -34,6 +34,7 @@ type apiEnv struct {
 	st    *sqlite.Store
 	owner string // the owner credential, sent unless a call sets Authorization
 	blobs *checkpoints.DirBlobs
+	svc   *runs.Service
 }
 
 func newAPI(t *testing.T) *apiEnv {
@@ -52,6 +53,8 @@ func newAPI(t *testing.T) *apiEnv {
 	svc.Vault = v
 	svc.Workspaces = st
 	waits := waitpoints.NewService(st, svc, slog.Default())
+	svc.Checkpoints = st
+	waits.Resolved = func(ctx context.Context, w waitpoints.Waitpoint) { _, _ = svc.Unpark(ctx, w.ID, string(w.Status)) }
 	owner := apikeys.NewOwnerToken()
 	blobs, err := checkpoints.NewDirBlobs(filepath.Join(t.TempDir(), "blobs"))
 	if err != nil {
@@ -61,7 +64,7 @@ func newAPI(t *testing.T) *apiEnv {
 		Vault: v, APIKeys: apikeys.NewService(st, owner, slog.Default()), LeaseWait: 10 * time.Millisecond,
 		Sessions: apikeys.NewSessions(owner), Workspaces: st, Waits: waits, Checkpoints: st, Blobs: blobs}))
 	t.Cleanup(srv.Close)
-	return &apiEnv{t: t, srv: srv, db: db, st: st, owner: owner, blobs: blobs}
+	return &apiEnv{t: t, srv: srv, db: db, st: st, owner: owner, blobs: blobs, svc: svc}
 }
 
 func (e *apiEnv) call(method, path string, body any, header ...string) (int, map[string]any) {

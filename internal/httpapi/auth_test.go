@@ -155,6 +155,7 @@ func bodies(workerID string) map[string]any {
 		"POST /v1/worker/heartbeat":         fmt.Sprintf(`{"workerId": %q}`, workerID),
 		"POST /v1/worker/runs/{id}/started": fmt.Sprintf(`{"workerId": %q, "tier": "process"}`, workerID),
 		"POST /v1/worker/runs/{id}/logs":    `{"lines": []}`,
+		"POST /v1/worker/runs/{id}/park":    `{"note": {"message": "the process tier does not park"}}`,
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/helmr/helmr/internal/checkpoints"
+	"github.com/helmr/helmr/internal/worker"
 )
 
 // checkpointBlobs returns the blob store, or 503 without one.
@@ -74,5 +75,42 @@ func (s *Server) workerGetCheckpoint(w http.ResponseWriter, r *http.Request) err
 	if _, err := io.Copy(w, rc); err != nil {
 		s.log.Warn("stream checkpoint", "run_id", run.ID, "checkpoint", c.ID, "err", err)
 	}
+	return nil
+}
+
+// workerPark records that a WAITING run was parked (with its uploaded
+// checkpoint), or why it stays as it is (a note).
+func (s *Server) workerPark(w http.ResponseWriter, r *http.Request) error {
+	var req worker.ParkRequest
+	if err := decodeJSON(w, r, 1<<20, &req); err != nil {
+		return err
+	}
+	if req.Checkpoint != nil {
+		if _, err := s.checkpointBlobs(); err != nil {
+			return err
+		}
+	}
+	if _, err := s.heldRun(r); err != nil {
+		return err
+	}
+	if err := s.control.Park(r.Context(), r.PathValue("id"), req); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// workerDropCheckpoint deletes a checkpoint of a run the worker holds.
+func (s *Server) workerDropCheckpoint(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.checkpointBlobs(); err != nil {
+		return err
+	}
+	if _, err := s.heldRun(r); err != nil {
+		return err
+	}
+	if err := s.control.DropCheckpoint(r.Context(), r.PathValue("id"), r.PathValue("ck")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

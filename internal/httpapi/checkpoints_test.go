@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -106,5 +107,63 @@ func TestWorkerCheckpointRoutes(t *testing.T) {
 	}
 	if _, err := cp.GetCheckpoint(t.Context(), other, "ck_02"); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("client GetCheckpoint(another run) = %v, want not found", err)
+	}
+}
+
+// TestParkAndRequeue: a worker parks a WAITING run (checkpoint uploaded,
+// then recorded); the run stays WAITING with a "parked" event and is not
+// failed when its worker goes silent; approving it queues it again, and
+// its next lease carries the checkpoint, which the restoring worker drops.
+func TestParkAndRequeue(t *testing.T) {
+	e := newAPI(t)
+	if st, d := e.call("POST", "/v1/deployments", deployment(goodTask("a"))); st != http.StatusCreated {
+		t.Fatalf("deploy = %d %v", st, d)
+	}
+	runID, wpID := e.waitingRun(t)
+	w := []string{"Authorization", "Bearer wtok"}
+	blob := []byte("HELMRCK1 sealed")
+	ck := map[string]any{"id": "ck_01", "runId": runID, "waitpointId": wpID, "execId": 4, "requestId": 2,
+		"arch": "amd64", "tier": "gvisor", "kernel": "kernel:runsc@sha256:aa", "rootfs": "", "size": len(blob), "createdAt": time.Now()}
+	park := map[string]any{"checkpoint": ck, "note": map[string]any{"message": "parked: checkpoint ck_01 (0 MiB)"}}
+	// Recording before the upload is refused.
+	if st, body := e.call("POST", "/v1/worker/runs/"+runID+"/park", park, w...); st < 400 {
+		t.Errorf("park before upload = %d %v, want an error", st, body)
+	}
+	if st, body := e.raw("PUT", "/v1/worker/runs/"+runID+"/checkpoints/ck_01", "wtok", blob); st != http.StatusOK {
+		t.Fatalf("PUT = %d %s", st, body)
+	}
+	if st, body := e.call("POST", "/v1/worker/runs/"+runID+"/park", park, w...); st != http.StatusNoContent {
+		t.Fatalf("park = %d %v", st, body)
+	}
+	st, run := e.call("GET", "/v1/runs/"+runID, nil)
+	if st != http.StatusOK || run["status"] != "WAITING" {
+		t.Fatalf("parked run = %d %v, want WAITING", st, run)
+	}
+	if n, err := e.svc.FailOrphans(t.Context(), "orphaned"); err != nil || n != 0 {
+		t.Errorf("FailOrphans() = %d, %v; want the parked run left alone", n, err)
+	}
+	if st, body := e.call("POST", "/v1/runs/"+runID+"/approve", `{"data": {"ok": true}}`); st != http.StatusOK {
+		t.Fatalf("approve = %d %v", st, body)
+	}
+	if _, run = e.call("GET", "/v1/runs/"+runID, nil); run["status"] != "QUEUED" {
+		t.Fatalf("after approve, run = %v, want QUEUED for restore", run["status"])
+	}
+	st, lease := e.call("POST", "/v1/worker/lease", `{"workerId": "w2"}`, w...)
+	restore, _ := lease["restore"].(map[string]any)
+	if st != http.StatusOK || restore["id"] != "ck_01" || restore["execId"] != float64(4) {
+		t.Fatalf("lease = %d %v, want the run with restore ck_01", st, lease)
+	}
+	if st, body := e.call("DELETE", "/v1/worker/runs/"+runID+"/checkpoints/ck_01", nil, w...); st != http.StatusNoContent {
+		t.Errorf("drop checkpoint = %d %v", st, body)
+	}
+	if _, err := e.blobs.Get(t.Context(), "ck_01"); !errors.Is(err, checkpoints.ErrNotFound) {
+		t.Errorf("blob after drop: %v, want gone", err)
+	}
+	_, evs := e.call("GET", "/v1/runs/"+runID+"/events", nil)
+	text := fmt.Sprint(evs)
+	for _, want := range []string{"parked: checkpoint ck_01", "queued to restore from checkpoint ck_01"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("events lack %q: %s", want, text)
+		}
 	}
 }

@@ -168,6 +168,8 @@ func (s *Server) routes() []route {
 		{"POST /v1/worker/workspaces/deleted", AccessWorker, s.workerDeletedWorkspaces},
 		{"PUT /v1/worker/runs/{id}/checkpoints/{ck}", AccessWorker, s.workerPutCheckpoint},
 		{"GET /v1/worker/runs/{id}/checkpoints/{ck}", AccessWorker, s.workerGetCheckpoint},
+		{"DELETE /v1/worker/runs/{id}/checkpoints/{ck}", AccessWorker, s.workerDropCheckpoint},
+		{"POST /v1/worker/runs/{id}/park", AccessWorker, s.workerPark},
 	}
 }
 

@@ -71,7 +71,17 @@ func (c *Local) leaseFor(ctx context.Context, run runs.Run) (Lease, error) {
 	}
 	for _, t := range dep.Manifest.Tasks {
 		if t.ID == run.TaskID {
-			return Lease{Run: run, Task: t}, nil
+			l := Lease{Run: run, Task: t}
+			if c.Checkpoints != nil {
+				cks, err := c.Checkpoints.ListCheckpoints(ctx, checkpoints.Filter{RunID: run.ID})
+				if err != nil {
+					return Lease{}, err
+				}
+				if len(cks) > 0 {
+					l.Restore = &cks[len(cks)-1]
+				}
+			}
+			return l, nil
 		}
 	}
 	return Lease{}, errors.New("leased run's task is missing from its deployment")
@@ -178,4 +188,63 @@ func (c *Local) GetCheckpoint(ctx context.Context, runID, checkpointID string) (
 		return nil, fmt.Errorf("get checkpoint %s of run %s: %w", checkpointID, runID, checkpoints.ErrNotFound)
 	}
 	return c.Blobs.Get(ctx, checkpointID)
+}
+
+// Park implements ControlPlane.
+func (c *Local) Park(ctx context.Context, runID string, req ParkRequest) error {
+	if req.Checkpoint == nil {
+		return c.Runs.Note(ctx, runID, req.Note)
+	}
+	if c.Blobs == nil || c.Checkpoints == nil || c.Waits == nil {
+		return errNoBlobs
+	}
+	ck := *req.Checkpoint
+	if ck.RunID != runID {
+		return fmt.Errorf("park run %s with a checkpoint of run %s: %w", runID, ck.RunID, runs.ErrInvalid)
+	}
+	r, err := c.Runs.Get(ctx, runID)
+	if err != nil {
+		return err
+	}
+	if r.Status != runs.StatusWaiting {
+		return fmt.Errorf("park run %s: it is %s, not WAITING: %w", runID, r.Status, runs.ErrConflict)
+	}
+	rc, err := c.Blobs.Get(ctx, ck.ID)
+	if err != nil {
+		return fmt.Errorf("park run %s: checkpoint %s was not uploaded: %w", runID, ck.ID, err)
+	}
+	rc.Close()
+	if err := c.Checkpoints.CreateCheckpoint(ctx, ck); err != nil {
+		return fmt.Errorf("park run %s: %w: %w", runID, runs.ErrInvalid, err)
+	}
+	if err := c.Runs.Note(ctx, runID, req.Note); err != nil {
+		return err
+	}
+	// The wait may have ended while the worker parked the run.
+	wp, err := c.Waits.Get(ctx, ck.WaitpointID)
+	if err != nil {
+		return err
+	}
+	if wp.Status != waitpoints.StatusWaiting {
+		_, err = c.Runs.Unpark(ctx, wp.ID, string(wp.Status))
+	}
+	return err
+}
+
+// DropCheckpoint implements ControlPlane.
+func (c *Local) DropCheckpoint(ctx context.Context, runID, checkpointID string) error {
+	if c.Blobs == nil || c.Checkpoints == nil {
+		return errNoBlobs
+	}
+	ck, err := c.Checkpoints.GetCheckpoint(ctx, checkpointID)
+	if err != nil {
+		return err
+	}
+	if ck.RunID != runID {
+		return fmt.Errorf("drop checkpoint %s of run %s: %w", checkpointID, runID, checkpoints.ErrNotFound)
+	}
+	if err := c.Checkpoints.DeleteCheckpoint(ctx, checkpointID); err != nil {
+		return err
+	}
+	return c.Blobs.Delete(ctx, checkpointID)
 }

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/runs"
@@ -39,6 +40,18 @@ type Lease struct {
 	// Build is the deployment's manifest for a build run (whose Task is
 	// empty): the worker builds every task's image.
 	Build *deployments.Manifest `json:"build,omitempty"`
+	// Restore, if set, is the checkpoint of a parked run whose wait is
+	// over: the worker restores its sandbox instead of starting the task.
+	Restore *checkpoints.Checkpoint `json:"restore,omitempty"`
+}
+
+// ParkRequest says that a waiting run was parked, or why it stays as it is.
+type ParkRequest struct {
+	// Checkpoint, if set, is the run's checkpoint, uploaded already
+	// (PutCheckpoint): its sandbox is gone and the worker lets the run go.
+	Checkpoint *checkpoints.Checkpoint `json:"checkpoint,omitempty"`
+	// Note is the run's event about it.
+	Note runs.SystemData `json:"note"`
 }
 
 // ControlPlane is what a worker needs from the control plane: in-process
@@ -81,6 +94,13 @@ type ControlPlane interface {
 	// GetCheckpoint streams a recorded checkpoint of a run the worker
 	// holds, sealed as stored. The caller closes it.
 	GetCheckpoint(ctx context.Context, runID, checkpointID string) (io.ReadCloser, error)
+	// Park records req for a WAITING run the worker holds: with a
+	// checkpoint, the run is parked (no worker holds it; when its wait is
+	// over it is queued again, and its lease carries the checkpoint).
+	Park(ctx context.Context, runID string, req ParkRequest) error
+	// DropCheckpoint deletes a checkpoint (record and blob) of a run the
+	// worker holds, once restored or refused.
+	DropCheckpoint(ctx context.Context, runID, checkpointID string) error
 }
 
 // Config wires a Worker.

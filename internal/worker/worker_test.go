@@ -448,3 +448,7 @@ func (f *fakeControl) PutCheckpoint(context.Context, string, string, io.Reader) 
 func (f *fakeControl) GetCheckpoint(context.Context, string, string) (io.ReadCloser, error) {
 	return nil, errNoWaits
 }
+
+func (f *fakeControl) Park(context.Context, string, ParkRequest) error { return errNoWaits }
+
+func (f *fakeControl) DropCheckpoint(context.Context, string, string) error { return errNoWaits }

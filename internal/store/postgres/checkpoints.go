@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/helmr/helmr/internal/checkpoints"
@@ -48,18 +49,22 @@ func (s *Store) GetCheckpoint(ctx context.Context, id string) (checkpoints.Check
 	return c, nil
 }
 
-// RunCheckpoints implements checkpoints.Store.
-func (s *Store) RunCheckpoints(ctx context.Context, runID string) ([]checkpoints.Checkpoint, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+checkpointColumns+` FROM checkpoints WHERE run_id = $1 ORDER BY created_at, id`, runID)
+// ListCheckpoints implements checkpoints.Store.
+func (s *Store) ListCheckpoints(ctx context.Context, f checkpoints.Filter) ([]checkpoints.Checkpoint, error) {
+	if f.RunID == "" && f.WaitpointID == "" {
+		return nil, errors.New("list checkpoints: no run or waitpoint")
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+checkpointColumns+` FROM checkpoints
+		WHERE ($1 = '' OR run_id = $1) AND ($2 = '' OR waitpoint_id = $2) ORDER BY created_at, id`, f.RunID, f.WaitpointID)
 	if err != nil {
-		return nil, fmt.Errorf("list checkpoints of run %s: %w", runID, err)
+		return nil, fmt.Errorf("list checkpoints %+v: %w", f, err)
 	}
 	defer rows.Close()
 	out := []checkpoints.Checkpoint{}
 	for rows.Next() {
 		c, err := scanCheckpoint(rows)
 		if err != nil {
-			return nil, fmt.Errorf("list checkpoints of run %s: %w", runID, err)
+			return nil, fmt.Errorf("list checkpoints %+v: %w", f, err)
 		}
 		out = append(out, c)
 	}

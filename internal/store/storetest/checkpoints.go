@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -42,9 +43,36 @@ func testCheckpointRoundTrip(t *testing.T, s Store) {
 	if diff := cmp.Diff(first, got); diff != "" {
 		t.Errorf("GetCheckpoint() mismatch (-want +got):\n%s", diff)
 	}
-	list, err := s.RunCheckpoints(ctx, run.ID)
+	list, err := s.ListCheckpoints(ctx, checkpoints.Filter{RunID: run.ID})
 	if err != nil || len(list) != 2 || list[0].ID != first.ID || list[1].ID != second.ID || list[1].Rootfs != "" {
-		t.Errorf("RunCheckpoints() = %+v, %v; want ck_01 then ck_02", list, err)
+		t.Errorf("ListCheckpoints(run) = %+v, %v; want ck_01 then ck_02", list, err)
+	}
+	other := mustCreate(t, s, newRun("p", "dev", "t"))
+	third := newCheckpoint(other.ID, "ck_03", base)
+	third.WaitpointID = "wp_2"
+	if err := s.CreateCheckpoint(ctx, third); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		f    checkpoints.Filter
+		want []string
+	}{
+		{checkpoints.Filter{WaitpointID: "wp_1"}, []string{"ck_01", "ck_02"}},
+		{checkpoints.Filter{WaitpointID: "wp_2"}, []string{"ck_03"}},
+		{checkpoints.Filter{RunID: run.ID, WaitpointID: "wp_2"}, nil},
+		{checkpoints.Filter{RunID: other.ID}, []string{"ck_03"}},
+	} {
+		list, err := s.ListCheckpoints(ctx, c.f)
+		var got []string
+		for _, ck := range list {
+			got = append(got, ck.ID)
+		}
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("ListCheckpoints(%+v) = %v, %v; want %v", c.f, got, err, c.want)
+		}
+	}
+	if _, err := s.ListCheckpoints(ctx, checkpoints.Filter{}); err == nil {
+		t.Error("ListCheckpoints(no filter) = nil error")
 	}
 	if err := s.DeleteCheckpoint(ctx, first.ID); err != nil {
 		t.Fatalf("DeleteCheckpoint() = %v", err)
@@ -54,8 +82,8 @@ func testCheckpointRoundTrip(t *testing.T, s Store) {
 	if err := s.DeleteCheckpoint(ctx, first.ID); err != nil {
 		t.Errorf("DeleteCheckpoint(deleted) = %v, want nil", err)
 	}
-	if list, err := s.RunCheckpoints(ctx, "run_none"); err != nil || len(list) != 0 {
-		t.Errorf("RunCheckpoints(unknown run) = %v, %v; want none", list, err)
+	if list, err := s.ListCheckpoints(ctx, checkpoints.Filter{RunID: "run_none"}); err != nil || len(list) != 0 {
+		t.Errorf("ListCheckpoints(unknown run) = %v, %v; want none", list, err)
 	}
 }
 
