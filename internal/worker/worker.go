@@ -141,6 +141,12 @@ type Config struct {
 	// steps trust besides their image's (Node.js tools, through
 	// NODE_EXTRA_CA_CERTS): for a TLS-inspecting egress proxy.
 	ExtraCACerts string
+	// ParkAfter: a run that has waited this long is parked when the
+	// runtime is a sandbox.Checkpointer (see park.go); 0: never. Other
+	// tiers keep the sandbox up and say so in the run's events.
+	ParkAfter time.Duration
+	// CheckpointKey seals checkpoints; required to park.
+	CheckpointKey *checkpoints.Key
 }
 
 // Worker executes runs.
@@ -179,7 +185,10 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Warm < 0 {
 		return nil, errors.New("worker: Warm must not be negative")
 	}
-	for _, d := range []string{"workspaces", "booted"} {
+	if _, ok := cfg.Runtime.(sandbox.Checkpointer); ok && cfg.ParkAfter > 0 && cfg.CheckpointKey == nil {
+		return nil, errors.New("worker: parking (ParkAfter) needs a CheckpointKey")
+	}
+	for _, d := range []string{"workspaces", "booted", "staging"} {
 		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("worker data dir: %w", err)
 		}
@@ -197,6 +206,7 @@ func New(cfg Config) (*Worker, error) {
 		}
 	}
 	sweepBooted(filepath.Join(cfg.DataDir, "booted"), cfg.Logger)
+	sweepStaging(filepath.Join(cfg.DataDir, "staging"), cfg.Logger)
 	w := &Worker{cfg: cfg, log: cfg.Logger.With("worker_id", cfg.ID), warm: newWarmPool(cfg.Warm), runCtx: context.Background()}
 	if cfg.Images.Runner == nil {
 		sr, err := NewStepRunner(cfg.Runtime, cfg.Network, cfg.ExtraCACerts, cfg.DataDir, w.log)
@@ -212,6 +222,18 @@ func New(cfg Config) (*Worker, error) {
 		cfg.Network.Report = w.reportDenial
 	}
 	return w, nil
+}
+
+// sweepStaging removes what a previous worker left in the staging
+// directory: checkpoint images and archives in the clear, of parks and
+// restores it did not finish.
+func sweepStaging(dir string, log *slog.Logger) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			log.Warn("remove stale checkpoint staging", "path", e.Name(), "err", err)
+		}
+	}
 }
 
 // sweepBooted removes the booted-sandbox directories a previous worker on

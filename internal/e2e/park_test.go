@@ -1,0 +1,180 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/helmr/helmr/internal/runs"
+)
+
+func newCheckpointKey(t *testing.T) string {
+	t.Helper()
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(k)
+}
+
+// startParking starts helmr dev on the gVisor tier with one slot, parking
+// waits after a second, under key.
+func startParking(t *testing.T, key string) *dev {
+	t.Helper()
+	d := startDev(t, "gvisor", "HELMR_PARK_AFTER=1s", "HELMR_SLOTS=1", "HELMR_WARM=0", "HELMR_CHECKPOINT_ENCRYPTION_KEY="+key)
+	d.deploy("internal/e2e/testdata/waits")
+	return d
+}
+
+// parkedRun starts the approval task and waits until it is parked; it
+// returns the run, its checkpoint id and the sandbox it ran in.
+func (d *dev) parkedRun(n int) (runs.Run, string, string) {
+	d.t.Helper()
+	r := d.trigger("waits", "approval", `{"n":`+strconv.Itoa(n)+`}`)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		var ck, sbx string
+		for _, ev := range d.events(r.ID) {
+			if ev.Type != runs.EventSystem {
+				continue
+			}
+			var sd runs.SystemData
+			if json.Unmarshal(ev.Data, &sd) != nil {
+				continue
+			}
+			if s := sd.Attrs["sandbox"]; s != "" {
+				sbx = s
+			}
+			if strings.HasPrefix(sd.Message, "parked: checkpoint ") {
+				ck = sd.Attrs["checkpoint"]
+			}
+		}
+		if ck != "" {
+			return r, ck, sbx
+		}
+		cur, err := d.api.GetRun(d.t.Context(), r.ID)
+		if err != nil || cur.Status.Terminal() || time.Now().After(deadline) {
+			d.t.Fatalf("run %s not parked: %s %+v (%v); events %s", r.ID, cur.Status, cur.Error, err, systemMessages(d.events(r.ID)))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestParkedWait is issue 6's parked wait on the gVisor tier: a run that
+// computed state in memory and in its workspace waits for a human, is
+// parked (its sandbox gone, its slot free, its checkpoint stored sealed),
+// the worker is replaced by a fresh one, the run is approved through the
+// CLI, and it finishes restored: memory, workspace and the answer intact.
+func TestParkedWait(t *testing.T) {
+	d := startParking(t, newCheckpointKey(t))
+	r, ck, sbx := d.parkedRun(5)
+	if v := d.waitWaiting(r.ID, 10*time.Second); v.Status != runs.StatusWaiting {
+		t.Fatalf("parked run is %s, want WAITING", v.Status)
+	}
+	if sbx == "" {
+		t.Fatal("no sandbox id in the run's events")
+	}
+	if procs := hostProcsWith(sbx); len(procs) > 0 {
+		t.Errorf("processes of the parked sandbox %s still run: %v", sbx, procs)
+	}
+	// The only slot is free: another run completes while this one is parked.
+	q := d.trigger("waits", "quick", `{}`)
+	if final := d.waitDone(q.ID, 90*time.Second); final.Status != runs.StatusCompleted {
+		t.Errorf("a run while the other is parked = %s %+v, want COMPLETED (the slot is free)", final.Status, final.Error)
+	}
+	blob, err := os.ReadFile(filepath.Join(d.dataDir, "blobs", ck))
+	if err != nil {
+		t.Fatalf("checkpoint blob: %v", err)
+	}
+	checkSealed(t, blob)
+
+	d.restart() // a fresh worker (and control plane) on the same data dir
+	d.mustHelmr("approve", r.ID, "--data-json", `{"ok":true}`)
+	final := d.waitDone(r.ID, 120*time.Second)
+	if final.Status != runs.StatusCompleted {
+		t.Fatalf("restored run = %s %+v, want COMPLETED; events %s", final.Status, final.Error, systemMessages(d.events(r.ID)))
+	}
+	want := `{"answer":{"data":{"ok":true},"ok":true},"file":"0,1,4,9,16","squares":[0,1,4,9,16]}`
+	if got := canonicalJSON(t, final.Output); got != want {
+		t.Errorf("output = %s, want %s", got, want)
+	}
+	msgs := systemMessages(d.events(r.ID))
+	for _, w := range []string{"parked: checkpoint " + ck, "queued to restore from checkpoint " + ck, "sandbox restored from checkpoint " + ck} {
+		if !strings.Contains(msgs, w) {
+			t.Errorf("events lack %q:\n%s", w, msgs)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(d.dataDir, "blobs", ck)); !os.IsNotExist(err) {
+		t.Errorf("checkpoint blob after restore: %v, want removed", err)
+	}
+	t.Logf("events:\n%s", msgs)
+}
+
+// checkSealed checks that blob is a sealed checkpoint, not a runsc image
+// or archive in the clear: our header, none of runsc's or tar's marks, and
+// bytes as random as ciphertext.
+func checkSealed(t *testing.T, blob []byte) {
+	t.Helper()
+	if !bytes.HasPrefix(blob, []byte("HELMRCK1")) {
+		t.Errorf("checkpoint blob starts %q, want the sealed header", blob[:min(16, len(blob))])
+	}
+	for _, mark := range []string{"gVisorSF", "runsc_version", "container_specs", "ustar", "manifest.json", "lost+found"} {
+		if bytes.Contains(blob, []byte(mark)) {
+			t.Errorf("checkpoint blob contains %q in the clear", mark)
+		}
+	}
+	if e := entropy(blob[64:]); e < 7.99 {
+		t.Errorf("checkpoint blob entropy = %.4f bits/byte, want ciphertext's (> 7.99)", e)
+	}
+	if len(blob) < 1<<20 {
+		t.Errorf("checkpoint blob is %d bytes: too small to hold a sandbox", len(blob))
+	}
+}
+
+func entropy(b []byte) float64 {
+	var counts [256]float64
+	for _, c := range b {
+		counts[c]++
+	}
+	var h float64
+	for _, c := range counts {
+		if c > 0 {
+			p := c / float64(len(b))
+			h -= p * math.Log2(p)
+		}
+	}
+	return h
+}
+
+// systemMessages joins a run's system and status events, one a line.
+func systemMessages(evs []runs.Event) string {
+	var sb strings.Builder
+	for _, ev := range evs {
+		if ev.Type == runs.EventSystem || ev.Type == runs.EventStatus {
+			sb.WriteString(string(ev.Data))
+			sb.WriteByte('\n')
+		}
+	}
+	return sb.String()
+}
+
+// hostProcsWith lists host pids whose command line mentions s.
+func hostProcsWith(s string) []string {
+	var pids []string
+	matches, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, m := range matches {
+		b, err := os.ReadFile(m)
+		if err == nil && bytes.Contains(b, []byte(s)) {
+			pids = append(pids, filepath.Base(filepath.Dir(m)))
+		}
+	}
+	return pids
+}
