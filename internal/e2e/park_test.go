@@ -178,3 +178,52 @@ func hostProcsWith(s string) []string {
 	}
 	return pids
 }
+
+// TestParkedWaitRefused: a parked run whose checkpoint cannot be restored
+// fails as parked_wait, naming why, and nothing of it is restored: a
+// tampered blob, a worker with another key, a worker of another tier.
+func TestParkedWaitRefused(t *testing.T) {
+	d := startParking(t, newCheckpointKey(t))
+	refused := func(t *testing.T, runID string, want string) {
+		t.Helper()
+		d.mustHelmr("approve", runID, "--data-json", `{"ok":true}`)
+		final := d.waitDone(runID, 120*time.Second)
+		if final.Status != runs.StatusFailed || final.Error == nil || final.Error.Class != runs.ClassParkedWait || !strings.Contains(final.Error.Message, want) {
+			t.Fatalf("run = %s %+v, want FAILED parked_wait naming %q", final.Status, final.Error, want)
+		}
+		msgs := systemMessages(d.events(runID))
+		if strings.Contains(msgs, "sandbox restored") || strings.Contains(msgs, `"to":"RUNNING"}`+"\n"+`{"from":"RUNNING","to":"FAILED"`) {
+			t.Errorf("a refused checkpoint was (half) restored:\n%s", msgs)
+		}
+		t.Logf("%s: %s", final.Error.Class, final.Error.Message)
+	}
+
+	t.Run("tampered", func(t *testing.T) {
+		r, ck, _ := d.parkedRun(3)
+		p := filepath.Join(d.dataDir, "blobs", ck)
+		blob, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blob[len(blob)/2] ^= 0x40
+		if err := os.WriteFile(p, blob, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		d.restart()
+		refused(t, r.ID, "fails authentication (tampered or damaged)")
+	})
+
+	t.Run("wrong key", func(t *testing.T) {
+		r, _, _ := d.parkedRun(3)
+		d.base = append(d.base, "HELMR_CHECKPOINT_ENCRYPTION_KEY="+newCheckpointKey(t))
+		d.restart()
+		refused(t, r.ID, "sealed under another encryption key")
+	})
+
+	t.Run("incompatible worker", func(t *testing.T) {
+		r, _, _ := d.parkedRun(3)
+		d.base = append(d.base, "HELMR_RUNTIME=process")
+		d.restart()
+		refused(t, r.ID, "tier (process) cannot restore checkpoints")
+	})
+}
