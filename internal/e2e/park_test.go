@@ -227,3 +227,33 @@ func TestParkedWaitRefused(t *testing.T) {
 		refused(t, r.ID, "tier (process) cannot restore checkpoints")
 	})
 }
+
+// TestProcessTierDoesNotPark: the process tier cannot checkpoint: a run
+// waiting past HELMR_PARK_AFTER keeps its sandbox, says so once in its
+// events, and resumes as usual.
+func TestProcessTierDoesNotPark(t *testing.T) {
+	d := startDev(t, "process", "HELMR_PARK_AFTER=500ms")
+	d.deploy("internal/e2e/testdata/waits")
+	r := d.trigger("waits", "approval", `{"n":4}`)
+	d.waitWaiting(r.ID, 60*time.Second)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(systemMessages(d.events(r.ID)), "not parked") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no \"not parked\" event after waiting; events:\n%s", systemMessages(d.events(r.ID)))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond) // longer than another HELMR_PARK_AFTER: still one note
+	d.mustHelmr("approve", r.ID, "--data-json", `{"ok":true}`)
+	final := d.waitDone(r.ID, 60*time.Second)
+	if final.Status != runs.StatusCompleted || !strings.Contains(string(final.Output), `"file":"0,1,4,9"`) {
+		t.Fatalf("run = %s %s %+v, want COMPLETED with its state", final.Status, final.Output, final.Error)
+	}
+	msgs := systemMessages(d.events(r.ID))
+	if n := strings.Count(msgs, "not parked: the process tier cannot checkpoint"); n != 1 {
+		t.Errorf("events say %d times that the run was not parked, want once:\n%s", n, msgs)
+	}
+	if strings.Contains(msgs, "parked: checkpoint") {
+		t.Errorf("a process-tier run was parked:\n%s", msgs)
+	}
+}
