@@ -186,7 +186,7 @@ func checkpointKey(cfg config.Config, dev bool, rt sandbox.Runtime, log *slog.Lo
 	value := cfg.CheckpointKey
 	if value == "" && dev {
 		path := filepath.Join(cfg.DataDir, "checkpoint.key")
-		if _, err := devMasterKey(path, log); err != nil {
+		if err := devKeyFile(path, "the checkpoint encryption key", log); err != nil {
 			return nil, fmt.Errorf("development checkpoint key: %w", err)
 		}
 		data, err := os.ReadFile(path)

@@ -259,20 +259,29 @@ func openVault(ctx context.Context, cfg config.Config, st vault.Store, dev bool,
 
 // devMasterKey reads helmr dev's master key file, making one first.
 func devMasterKey(path string, log *slog.Logger) ([]byte, error) {
+	if err := devKeyFile(path, "the secrets vault's master key", log); err != nil {
+		return nil, err
+	}
+	return vault.LoadMasterKey("", path)
+}
+
+// devKeyFile writes a random key (base64 of 32 bytes) to path, 0600,
+// unless the file exists; what names it in the log.
+func devKeyFile(path, what string, log *slog.Logger) error {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		k := make([]byte, 32)
 		if _, err := rand.Read(k); err != nil {
-			return nil, err
+			return err
 		}
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, err
+			return err
 		}
 		if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(k)+"\n"), 0o600); err != nil {
-			return nil, fmt.Errorf("write the development master key: %w", err)
+			return fmt.Errorf("write the development key %s: %w", path, err)
 		}
-		log.Info("made a development master key for the secrets vault", "path", path)
+		log.Info("made a development key", "key", what, "path", path)
 	}
-	return vault.LoadMasterKey("", path)
+	return nil
 }
 
 // dropCheckpoints deletes the checkpoints of a run that ended (a parked run
