@@ -2,18 +2,23 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/helmr/helmr/internal/client"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/testenv"
 )
 
 func newCheckpointKey(t *testing.T) string {
@@ -255,5 +260,47 @@ func TestProcessTierDoesNotPark(t *testing.T) {
 	}
 	if strings.Contains(msgs, "parked: checkpoint") {
 		t.Errorf("a process-tier run was parked:\n%s", msgs)
+	}
+}
+
+// TestRemoteParkedWait parks and restores a run through the worker API: a
+// remote gVisor worker (helmr worker) uploads the sealed checkpoint to
+// helmr server, and downloads it to restore the run. Without a checkpoint
+// key the worker refuses to start.
+func TestRemoteParkedWait(t *testing.T) {
+	testenv.RequireRoot(t)
+	requireTier(t, "gvisor")
+	testenv.BaseRootfs(t)
+	bin := testenv.Binaries(t)
+	tmp := t.TempDir()
+	base := append(os.Environ(), "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
+		"HELMR_WORKER_TOKEN=", "HELMR_PROJECT=", "HELMR_OWNER_TOKEN="+ownerToken, "HELMR_API_KEY="+ownerToken)
+	server := start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "cp"), "HELMR_ADDR=127.0.0.1:0", "HELMR_WORKER_TOKEN=wtok-remote-parking"),
+		"Helmr control plane at ", "server")
+	d := &dev{t: t, bin: bin, env: append(slices.Clip(base), "HELMR_URL="+server), dataDir: filepath.Join(tmp, "cp"), url: server, api: client.New(server, ownerToken)}
+	worker := append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "worker"), "HELMR_WORKER_TOKEN=wtok-remote-parking",
+		"HELMR_RUNTIME=gvisor", "HELMR_PARK_AFTER=1s", "HELMR_SLOTS=1", "HELMR_WARM=0")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "helmr"), "worker", "--control-url", server)
+	cmd.Env = worker
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "needs HELMR_CHECKPOINT_ENCRYPTION_KEY") {
+		t.Errorf("helmr worker that parks, without a key = %v %q, want a refusal naming the setting", err, out)
+	}
+	start(t, bin, append(worker, "HELMR_CHECKPOINT_ENCRYPTION_KEY="+newCheckpointKey(t)),
+		"Helmr worker leasing runs from ", "worker", "--control-url", server)
+	d.deploy("internal/e2e/testdata/waits")
+	r, ck, _ := d.parkedRun(5)
+	blob, err := os.ReadFile(filepath.Join(tmp, "cp", "blobs", ck))
+	if err != nil {
+		t.Fatalf("the control plane's blob of %s: %v", ck, err)
+	}
+	checkSealed(t, blob)
+	d.mustHelmr("approve", r.ID, "--data-json", `{"ok":true}`)
+	final := d.waitDone(r.ID, 120*time.Second)
+	want := `{"answer":{"data":{"ok":true},"ok":true},"file":"0,1,4,9,16","squares":[0,1,4,9,16]}`
+	if final.Status != runs.StatusCompleted || canonicalJSON(t, final.Output) != want {
+		t.Fatalf("restored run = %s %s %+v, want COMPLETED with %s; events:\n%s", final.Status, final.Output, final.Error, want, systemMessages(d.events(r.ID)))
 	}
 }
