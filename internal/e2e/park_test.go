@@ -304,3 +304,27 @@ func TestRemoteParkedWait(t *testing.T) {
 		t.Fatalf("restored run = %s %s %+v, want COMPLETED with %s; events:\n%s", final.Status, final.Output, final.Error, want, systemMessages(d.events(r.ID)))
 	}
 }
+
+// TestParkedTimer: a timer longer than HELMR_PARK_AFTER parks the run; the
+// control plane fires the timer without a worker, the run is restored and
+// finishes within its maxDuration (2s of running time; the wait is 3s).
+func TestParkedTimer(t *testing.T) {
+	d := startParking(t, newCheckpointKey(t))
+	r := d.trigger("waits", "timer", `{}`)
+	final := d.waitDone(r.ID, 120*time.Second)
+	msgs := systemMessages(d.events(r.ID))
+	if final.Status != runs.StatusCompleted {
+		t.Fatalf("run = %s %+v, want COMPLETED; events:\n%s", final.Status, final.Error, msgs)
+	}
+	var out struct {
+		ElapsedMs float64 `json:"elapsedMs"`
+	}
+	if err := json.Unmarshal(final.Output, &out); err != nil || out.ElapsedMs < 3000 {
+		t.Errorf("output = %s (%v), want elapsedMs >= 3000", final.Output, err)
+	}
+	for _, w := range []string{"parked: checkpoint ", "COMPLETED: queued to restore", "sandbox restored from checkpoint "} {
+		if !strings.Contains(msgs, w) {
+			t.Errorf("events lack %q:\n%s", w, msgs)
+		}
+	}
+}

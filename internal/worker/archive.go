@@ -36,6 +36,9 @@ type parkManifest struct {
 	// SandboxID is the checkpointed sandbox's id (the runtime restores the
 	// container under it).
 	SandboxID string `json:"sandboxId"`
+	// MaxDurationLeftMs is what was left of the run's maxDuration (its
+	// clock stops while the run waits).
+	MaxDurationLeftMs int64 `json:"maxDurationLeftMs"`
 }
 
 type extent struct{ off, len int64 }

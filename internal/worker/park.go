@@ -107,7 +107,7 @@ var errSandboxGone = errors.New("the sandbox is gone")
 // records the checkpoint. An error wrapping errSandboxGone means the run
 // is lost (its sandbox was saved, but not stored); any other leaves the
 // sandbox running.
-func (w *Worker) park(ctx context.Context, l Lease, b *booted, p prepared, pr *parkRequest) error {
+func (w *Worker) park(ctx context.Context, l Lease, b *booted, p prepared, pr *parkRequest, left time.Duration) error {
 	ckr := w.cfg.Runtime.(sandbox.Checkpointer)
 	if b.disk == nil {
 		return errors.New("the workspace is a plain directory (HELMR_WORKSPACE_QUOTA=0): only workspace disks are parked")
@@ -151,7 +151,7 @@ func (w *Worker) park(ctx context.Context, l Lease, b *booted, p prepared, pr *p
 		CreatedAt: store.Time(time.Now()),
 	}
 	began = time.Now()
-	n, err := w.upload(ctx, l.Run.ID, id, parkManifest{SandboxID: b.id}, image, b.disk.Image)
+	n, err := w.upload(ctx, l.Run.ID, id, parkManifest{SandboxID: b.id, MaxDurationLeftMs: left.Milliseconds()}, image, b.disk.Image)
 	if err != nil {
 		return fmt.Errorf("%w: store checkpoint %s: %w", errSandboxGone, id, err)
 	}

@@ -92,7 +92,8 @@ func (w *Worker) restore(ctx context.Context, l Lease, p prepared, files map[str
 	if err != nil {
 		return nil, err
 	}
-	b := &booted{id: m.SandboxID, ready: make(chan struct{}), done: make(chan struct{})}
+	b := &booted{id: m.SandboxID, ready: make(chan struct{}), done: make(chan struct{}),
+		maxLeft: time.Duration(m.MaxDurationLeftMs) * time.Millisecond}
 	b.dir = filepath.Join(w.cfg.DataDir, "booted", b.id)
 	b.wsDir, b.helmrDir = filepath.Join(b.dir, "workspace"), filepath.Join(b.dir, "helmr")
 	if err := os.MkdirAll(b.wsDir, 0o755); err != nil {

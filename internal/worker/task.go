@@ -27,6 +27,9 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared, se
 	if maxDur <= 0 {
 		maxDur = runs.DefaultMaxDuration * time.Second
 	}
+	if resume != nil && b.maxLeft > 0 {
+		maxDur = b.maxLeft // what the run had left when it was parked
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	// maxDuration counts the time the run is RUNNING: waits stop its clock.
@@ -87,7 +90,7 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared, se
 		if pr == nil {
 			break
 		}
-		err := w.park(ctx, l, b, p, pr)
+		err := w.park(ctx, l, b, p, pr, waits.remaining())
 		pr.done <- err
 		if err == nil {
 			return nil // parked: the run is WAITING, held by no worker

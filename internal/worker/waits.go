@@ -77,6 +77,13 @@ func (rw *runWaits) stop() {
 	rw.wg.Wait()
 }
 
+// remaining is what is left of maxDuration while the run waits.
+func (rw *runWaits) remaining() time.Duration {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	return rw.left
+}
+
 // begin counts a wait; the first stops the clock.
 func (rw *runWaits) begin() {
 	rw.mu.Lock()
