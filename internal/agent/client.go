@@ -30,6 +30,7 @@ type Client struct {
 	nextID uint64
 	execs  map[uint64]*Queue[Msg]
 	err    error // why the connection ended, once it has
+	ending error // what an end of the connection means, if expected (EndAs)
 }
 
 // NewClient starts reading conn. The caller must Close the client.
@@ -82,6 +83,19 @@ func (c *Client) Err() error {
 	return c.err
 }
 
+// EndAs declares that the connection is about to end for reason (such as
+// sandbox.ErrCheckpointed): once it does, Exec calls and Err report reason
+// instead of the stream's error.
+func (c *Client) EndAs(reason error) {
+	c.mu.Lock()
+	c.ending = reason
+	c.mu.Unlock()
+}
+
+// Done is closed once the connection has ended and every frame read from
+// it has been handed on.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
 // Close closes the connection, waits for the reader and fails every Exec
 // still running with sandbox.ErrGuestRuntime.
 func (c *Client) Close() error {
@@ -109,6 +123,9 @@ func (c *Client) readLoop() {
 		err = io.ErrUnexpectedEOF
 	}
 	c.mu.Lock()
+	if c.ending != nil {
+		err = c.ending
+	}
 	c.err = err
 	execs := c.execs
 	c.execs = map[uint64]*Queue[Msg]{}
@@ -153,17 +170,26 @@ func (c *Client) dispatch(m Msg) {
 	q.Push(m)
 }
 
-// register allocates an exec id and its queue.
-func (c *Client) register() (uint64, *Queue[Msg], error) {
+// register allocates an exec id and its queue; with attach not zero, it
+// registers that id (a process already running in the guest) instead, and
+// later ids are higher.
+func (c *Client) register(attach uint64) (uint64, *Queue[Msg], error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil {
 		return 0, nil, fmt.Errorf("%w: %w", sandbox.ErrGuestRuntime, c.err)
 	}
-	c.nextID++
+	id := attach
+	if id == 0 {
+		c.nextID++
+		id = c.nextID
+	} else if _, taken := c.execs[id]; taken {
+		return 0, nil, fmt.Errorf("attach to exec %d: already attached", id)
+	}
+	c.nextID = max(c.nextID, id)
 	q := NewQueue[Msg]()
-	c.execs[c.nextID] = q
-	return c.nextID, q, nil
+	c.execs[id] = q
+	return id, q, nil
 }
 
 func (c *Client) unregister(id uint64) {
@@ -175,7 +201,7 @@ func (c *Client) unregister(id uint64) {
 // WriteFile has the agent place a file (see the WriteFile message) and
 // waits for its answer.
 func (c *Client) WriteFile(ctx context.Context, req WriteFile) error {
-	id, q, err := c.register()
+	id, q, err := c.register(0)
 	if err != nil {
 		return err
 	}

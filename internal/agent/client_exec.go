@@ -22,7 +22,10 @@ func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest, uid, gid uin
 	if len(req.Argv) == 0 {
 		return sandbox.ExitStatus{}, fmt.Errorf("exec: empty argv: %w", sandbox.ErrExecStart)
 	}
-	id, q, err := c.register()
+	if req.Attach != 0 {
+		return c.attach(ctx, req)
+	}
+	id, q, err := c.register(0)
 	if err != nil {
 		return sandbox.ExitStatus{}, err
 	}
@@ -41,6 +44,16 @@ func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest, uid, gid uin
 		// process has finished (like os/exec with a non-file reader).
 		go c.copyStdin(id, req.Stdin, finished)
 	}
+	return c.await(ctx, id, q, req)
+}
+
+// attach follows a process a restored guest was running (req.Attach).
+func (c *Client) attach(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExitStatus, error) {
+	id, q, err := c.register(req.Attach)
+	if err != nil {
+		return sandbox.ExitStatus{}, err
+	}
+	q.Push(&Started{ID: id})
 	return c.await(ctx, id, q, req)
 }
 
@@ -68,6 +81,9 @@ func (c *Client) await(ctx context.Context, id uint64, q *Queue[Msg], req sandbo
 			}
 		}
 		if closed {
+			if errors.Is(err, sandbox.ErrCheckpointed) {
+				return sandbox.ExitStatus{}, &sandbox.CheckpointedError{ExecID: id}
+			}
 			return sandbox.ExitStatus{}, fmt.Errorf("%w: exec %q: %w", sandbox.ErrGuestRuntime, req.Argv[0], err)
 		}
 		select {

@@ -14,10 +14,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/client"
 	"github.com/helmr/helmr/internal/config"
 	"github.com/helmr/helmr/internal/sandbox"
@@ -42,7 +44,8 @@ func runDev(ctx context.Context, a *App, args []string) error {
 		log.Info("failed runs left unfinished by the previous helmr dev", "runs", n)
 	}
 	wctx, stopWorker := context.WithCancel(ctx)
-	w, err := newWorker(a.cfg, log, &worker.Local{Runs: cp.runs, Deployments: cp.store, Workspaces: cp.store, Waits: cp.waits, Ops: cp.ops}, "", workerID())
+	w, err := newWorker(a.cfg, true, log, &worker.Local{Runs: cp.runs, Deployments: cp.store, Workspaces: cp.store, Waits: cp.waits, Ops: cp.ops,
+		Checkpoints: cp.store, Blobs: cp.blobs}, "", workerID())
 	if err != nil {
 		stopWorker()
 		cp.Close(context.Background())
@@ -91,7 +94,7 @@ func runWorker(ctx context.Context, a *App, args []string) error {
 	log := a.logger()
 	c := client.New(*controlURL, a.cfg.WorkerToken)
 	c.HTTP.Timeout = 60 * time.Second
-	w, err := newWorker(a.cfg, log, client.Worker{C: c}, *controlURL, id)
+	w, err := newWorker(a.cfg, false, log, client.Worker{C: c}, *controlURL, id)
 	if err != nil {
 		return err
 	}
@@ -138,8 +141,12 @@ func newNetwork(cfg config.Config, controlURL string, log *slog.Logger) (*networ
 	return nc, nil
 }
 
-func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane, controlURL, id string) (*worker.Worker, error) {
+func newWorker(cfg config.Config, dev bool, log *slog.Logger, control worker.ControlPlane, controlURL, id string) (*worker.Worker, error) {
 	rt, err := newRuntime(cfg, log, workerInstance(cfg.DataDir))
+	if err != nil {
+		return nil, err
+	}
+	key, err := checkpointKey(cfg, dev, rt, log)
 	if err != nil {
 		return nil, err
 	}
@@ -162,9 +169,41 @@ func newWorker(cfg config.Config, log *slog.Logger, control worker.ControlPlane,
 	return worker.New(worker.Config{
 		ID: id, DataDir: cfg.DataDir, Slots: cfg.Slots, Warm: cfg.Warm, Heartbeat: cfg.Heartbeat,
 		Runtime: rt, Control: control, Logger: log, Network: nc, WorkspaceQuota: quota, ExtraCACerts: cfg.ExtraCACerts, LayerCacheMax: layerMax,
-		Adapter: adapter,
-		Images:  resolverFor(cfg.DataDir, cfg.CacheDir),
+		Adapter:   adapter,
+		Images:    resolverFor(cfg.DataDir, cfg.CacheDir),
+		ParkAfter: cfg.ParkAfter, CheckpointKey: key,
 	})
+}
+
+// checkpointKey is the key a parking worker seals checkpoints with: a
+// worker whose tier can checkpoint and that parks (HELMR_PARK_AFTER > 0)
+// refuses to start without a valid HELMR_CHECKPOINT_ENCRYPTION_KEY;
+// helmr dev makes one in DATA_DIR/checkpoint.key on first start if none
+// is set. nil: this worker does not park.
+func checkpointKey(cfg config.Config, dev bool, rt sandbox.Runtime, log *slog.Logger) (*checkpoints.Key, error) {
+	if _, ok := rt.(sandbox.Checkpointer); !ok || cfg.ParkAfter == 0 {
+		return nil, nil
+	}
+	value := cfg.CheckpointKey
+	if value == "" && dev {
+		path := filepath.Join(cfg.DataDir, "checkpoint.key")
+		if err := devKeyFile(path, "the checkpoint encryption key", log); err != nil {
+			return nil, fmt.Errorf("development checkpoint key: %w", err)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		value = strings.TrimSpace(string(data))
+	}
+	if value == "" {
+		return nil, fmt.Errorf("the %s tier parks waiting runs (HELMR_PARK_AFTER=%s), which needs HELMR_CHECKPOINT_ENCRYPTION_KEY (base64 of 32 bytes, the same on every worker: openssl rand -base64 32); set HELMR_PARK_AFTER=0 to keep waiting runs' sandboxes up instead", rt.Name(), cfg.ParkAfter)
+	}
+	k, err := checkpoints.ParseKey(value)
+	if err != nil {
+		return nil, fmt.Errorf("HELMR_CHECKPOINT_ENCRYPTION_KEY: %w", err)
+	}
+	return &k, nil
 }
 
 // newRuntime starts the isolation tier the operator's policy selects (see

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/config"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/httpapi"
@@ -37,6 +38,7 @@ type store interface {
 	workspaces.Store
 	workspaces.TrajectoryStore
 	waitpoints.Store
+	checkpoints.Store
 	Close() error
 }
 
@@ -59,6 +61,7 @@ type controlPlane struct {
 	runs  *runs.Service
 	waits *waitpoints.Service
 	ops   *workspaces.Ops
+	blobs checkpoints.Blobs // DATA_DIR/blobs: parked runs' sealed checkpoints
 	api   *httpapi.Server
 	url   string
 	srv   *http.Server
@@ -92,9 +95,23 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 	svc.Deployments = st
 	svc.Workspaces = st
 	waits := waitpoints.NewService(st, svc, log)
+	blobs, err := checkpoints.NewDirBlobs(filepath.Join(cfg.DataDir, "blobs"))
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	svc.Checkpoints = st
 	svc.Ended = func(ctx context.Context, r runs.Run) {
 		if err := waits.CancelForRun(ctx, r); err != nil {
 			log.Warn("cancel the waitpoints of an ended run", "run_id", r.ID, "err", err)
+		}
+		dropCheckpoints(ctx, st, blobs, r.ID, log)
+	}
+	// A parked run waits without a worker: when its wait is over, it is
+	// queued for a worker to restore.
+	waits.Resolved = func(ctx context.Context, w waitpoints.Waitpoint) {
+		if _, err := svc.Unpark(ctx, w.ID, string(w.Status)); err != nil {
+			log.Warn("queue parked runs for restore", "waitpoint", w.ID, "err", err)
 		}
 	}
 	var sessions *apikeys.Sessions
@@ -111,7 +128,7 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		log.Info("exporting workspace operations as OpenTelemetry spans", "endpoint", cfg.OTLPEndpoint)
 	}
 	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: st, Ops: ops, Trajectories: st, Spans: spans, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v, Waits: waits,
-		APIKeys: apikeys.NewService(st, owner, log), Sessions: sessions})
+		APIKeys: apikeys.NewService(st, owner, log), Sessions: sessions, Checkpoints: st, Blobs: blobs})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		st.Close()
@@ -140,7 +157,7 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 		log.Warn("the API is listening beyond loopback over plain HTTP: credentials cross the network in the clear unless a TLS proxy fronts it")
 	}
-	return &controlPlane{store: st, runs: svc, waits: waits, ops: ops, api: api, url: url, srv: srv, ln: ln, owner: owner,
+	return &controlPlane{store: st, runs: svc, waits: waits, ops: ops, blobs: blobs, api: api, url: url, srv: srv, ln: ln, owner: owner,
 		stopWatch: func() { stopWatch(); <-watchDone; <-expireDone; spans.Close() }}, nil
 }
 
@@ -254,18 +271,42 @@ func openVault(ctx context.Context, cfg config.Config, st vault.Store, dev bool,
 
 // devMasterKey reads helmr dev's master key file, making one first.
 func devMasterKey(path string, log *slog.Logger) ([]byte, error) {
+	if err := devKeyFile(path, "the secrets vault's master key", log); err != nil {
+		return nil, err
+	}
+	return vault.LoadMasterKey("", path)
+}
+
+// devKeyFile writes a random key (base64 of 32 bytes) to path, 0600,
+// unless the file exists; what names it in the log.
+func devKeyFile(path, what string, log *slog.Logger) error {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		k := make([]byte, 32)
 		if _, err := rand.Read(k); err != nil {
-			return nil, err
+			return err
 		}
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, err
+			return err
 		}
 		if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(k)+"\n"), 0o600); err != nil {
-			return nil, fmt.Errorf("write the development master key: %w", err)
+			return fmt.Errorf("write the development key %s: %w", path, err)
 		}
-		log.Info("made a development master key for the secrets vault", "path", path)
+		log.Info("made a development key", "key", what, "path", path)
 	}
-	return vault.LoadMasterKey("", path)
+	return nil
+}
+
+// dropCheckpoints deletes the checkpoints of a run that ended (a parked run
+// canceled while it waited): nothing will restore them.
+func dropCheckpoints(ctx context.Context, st checkpoints.Store, blobs checkpoints.Blobs, runID string, log *slog.Logger) {
+	cks, err := st.ListCheckpoints(ctx, checkpoints.Filter{RunID: runID})
+	if err != nil {
+		log.Warn("list the checkpoints of an ended run", "run_id", runID, "err", err)
+		return
+	}
+	for _, ck := range cks {
+		if err := errors.Join(st.DeleteCheckpoint(ctx, ck.ID), blobs.Delete(ctx, ck.ID)); err != nil {
+			log.Warn("delete the checkpoint of an ended run", "run_id", runID, "checkpoint", ck.ID, "err", err)
+		}
+	}
 }

@@ -107,6 +107,31 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	return resp.StatusCode, nil
 }
 
+// stream sends body (nil: none) as application/octet-stream and returns
+// the successful response, whose body the caller closes; an error status
+// is an *APIError.
+func (c *Client) stream(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/octet-stream")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the Helmr control plane at %s: %w", c.BaseURL, unwrapURL(err))
+	}
+	if resp.StatusCode >= 400 {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	return resp, nil
+}
+
 func unwrapURL(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {

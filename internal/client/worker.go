@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -189,5 +190,47 @@ func (w Worker) AppendOutput(ctx context.Context, runID, id string, data json.Ra
 func (w Worker) SetMetadata(ctx context.Context, runID, key string, value json.RawMessage) error {
 	body := map[string]any{"key": key, "value": value}
 	_, err := w.C.do(ctx, http.MethodPost, sessionPath(runID, "/metadata"), nil, body, nil)
+	return err
+}
+
+// PutCheckpoint implements worker.ControlPlane: the sealed bytes are
+// streamed as the request body.
+func (w Worker) PutCheckpoint(ctx context.Context, runID, checkpointID string, r io.Reader) (int64, error) {
+	var out struct {
+		Size int64 `json:"size"`
+	}
+	resp, err := w.C.stream(ctx, http.MethodPut, checkpointPath(runID, checkpointID), r)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return 0, fmt.Errorf("decode checkpoint upload response: %w", err)
+	}
+	return out.Size, nil
+}
+
+// GetCheckpoint implements worker.ControlPlane.
+func (w Worker) GetCheckpoint(ctx context.Context, runID, checkpointID string) (io.ReadCloser, error) {
+	resp, err := w.C.stream(ctx, http.MethodGet, checkpointPath(runID, checkpointID), nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+func checkpointPath(runID, checkpointID string) string {
+	return "/v1/worker/runs/" + url.PathEscape(runID) + "/checkpoints/" + url.PathEscape(checkpointID)
+}
+
+// Park implements worker.ControlPlane.
+func (w Worker) Park(ctx context.Context, runID string, req worker.ParkRequest) error {
+	_, err := w.C.do(ctx, http.MethodPost, "/v1/worker/runs/"+url.PathEscape(runID)+"/park", nil, req, nil)
+	return err
+}
+
+// DropCheckpoint implements worker.ControlPlane.
+func (w Worker) DropCheckpoint(ctx context.Context, runID, checkpointID string) error {
+	_, err := w.C.do(ctx, http.MethodDelete, checkpointPath(runID, checkpointID), nil, nil, nil)
 	return err
 }

@@ -46,6 +46,8 @@ type Config struct {
 	Heartbeat      time.Duration // how often a worker reports it is alive
 	Node           string        // host node used by deploy
 	OTLPEndpoint   string        // OTLP/HTTP collector for workspace operation spans (http://host:4318); empty: none
+	ParkAfter      time.Duration // a run WAITING this long is parked (checkpointed, its slot freed); 0: never
+	CheckpointKey  string        // seals checkpoints: base64 of 32 bytes ($HELMR_CHECKPOINT_ENCRYPTION_KEY)
 
 	// CLI.
 	APIKey  string // credential the CLI sends: an API key or the owner credential ($HELMR_API_KEY)
@@ -71,6 +73,7 @@ func Default() Config {
 		Warm:           1,
 		WorkerTTL:      time.Minute,
 		Heartbeat:      10 * time.Second,
+		ParkAfter:      30 * time.Second,
 		Node:           "node",
 		URL:            "http://127.0.0.1:8480",
 		Env:            "dev",
@@ -84,14 +87,15 @@ func (c Config) FromEnv(getenv func(string) string) (Config, error) {
 		"HELMR_ADDR": &c.Addr, "HELMR_DATA_DIR": &c.DataDir, "HELMR_DATABASE_URL": &c.DatabaseURL,
 		"HELMR_CACHE_DIR": &c.CacheDir, "HELMR_WORKER_TOKEN": &c.WorkerToken, "HELMR_AGENT_PATH": &c.AgentPath, "HELMR_RUNSC": &c.RunscPath, "HELMR_SANDBOX_DIR": &c.SandboxDir,
 		"HELMR_RUNTIME": &c.Runtime, "HELMR_EGRESS": &c.Egress, "HELMR_WORKSPACE_QUOTA": &c.WorkspaceQuota, "HELMR_DNS_UPSTREAM": &c.DNSUpstream, "HELMR_EXTRA_CA_CERTS": &c.ExtraCACerts, "HELMR_LAYER_CACHE": &c.LayerCache, "HELMR_MASTER_KEY": &c.MasterKey, "HELMR_MASTER_KEY_FILE": &c.MasterKeyFile, "HELMR_OWNER_TOKEN": &c.OwnerToken, "HELMR_OWNER_TOKEN_FILE": &c.OwnerTokenFile, "HELMR_API_KEY": &c.APIKey, "HELMR_NODE": &c.Node, "HELMR_OTLP_ENDPOINT": &c.OTLPEndpoint, "HELMR_URL": &c.URL,
-		"HELMR_PROJECT": &c.Project, "HELMR_ENV": &c.Env, "HELMR_PROFILE": &c.Profile,
+		"HELMR_CHECKPOINT_ENCRYPTION_KEY": &c.CheckpointKey,
+		"HELMR_PROJECT":                   &c.Project, "HELMR_ENV": &c.Env, "HELMR_PROFILE": &c.Profile,
 	}
 	for k, p := range str {
 		if v := getenv(k); v != "" {
 			*p = v
 		}
 	}
-	for name, p := range map[string]*time.Duration{"HELMR_WORKER_TTL": &c.WorkerTTL, "HELMR_HEARTBEAT": &c.Heartbeat} {
+	for name, p := range map[string]*time.Duration{"HELMR_WORKER_TTL": &c.WorkerTTL, "HELMR_HEARTBEAT": &c.Heartbeat, "HELMR_PARK_AFTER": &c.ParkAfter} {
 		if v := getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil {
@@ -184,6 +188,9 @@ func (c Config) Validate() error {
 	}
 	if c.Heartbeat <= 0 || c.WorkerTTL < 2*c.Heartbeat {
 		errs = append(errs, fmt.Errorf("the worker TTL (%s) must be at least twice the heartbeat interval (%s)", c.WorkerTTL, c.Heartbeat))
+	}
+	if c.ParkAfter < 0 {
+		errs = append(errs, fmt.Errorf("HELMR_PARK_AFTER must not be negative, got %s", c.ParkAfter))
 	}
 	if c.Warm < 0 || c.Warm > 64 {
 		errs = append(errs, fmt.Errorf("warm sandboxes must be 0..64, got %d", c.Warm))

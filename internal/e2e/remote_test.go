@@ -36,7 +36,8 @@ func TestRemoteWorker(t *testing.T) {
 	if !ok {
 		t.Fatalf("apikey create --worker printed %q, want a worker credential", cred)
 	}
-	start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "worker"), "HELMR_WORKER_TOKEN="+cred),
+	start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "worker"), "HELMR_WORKER_TOKEN="+cred,
+		"HELMR_CHECKPOINT_ENCRYPTION_KEY="+newCheckpointKey(t)),
 		"Helmr worker leasing runs from ", "worker", "--control-url", server)
 
 	d.deploy("examples/hello")

@@ -18,6 +18,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/httpapi"
 	"github.com/helmr/helmr/internal/runs"
@@ -32,6 +33,8 @@ type apiEnv struct {
 	db    string
 	st    *sqlite.Store
 	owner string // the owner credential, sent unless a call sets Authorization
+	blobs *checkpoints.DirBlobs
+	svc   *runs.Service
 }
 
 func newAPI(t *testing.T) *apiEnv {
@@ -50,12 +53,18 @@ func newAPI(t *testing.T) *apiEnv {
 	svc.Vault = v
 	svc.Workspaces = st
 	waits := waitpoints.NewService(st, svc, slog.Default())
+	svc.Checkpoints = st
+	waits.Resolved = func(ctx context.Context, w waitpoints.Waitpoint) { _, _ = svc.Unpark(ctx, w.ID, string(w.Status)) }
 	owner := apikeys.NewOwnerToken()
+	blobs, err := checkpoints.NewDirBlobs(filepath.Join(t.TempDir(), "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Logger: slog.Default(), WorkerToken: "wtok",
 		Vault: v, APIKeys: apikeys.NewService(st, owner, slog.Default()), LeaseWait: 10 * time.Millisecond,
-		Sessions: apikeys.NewSessions(owner), Workspaces: st, Waits: waits, Trajectories: st}))
+		Sessions: apikeys.NewSessions(owner), Workspaces: st, Waits: waits, Trajectories: st, Checkpoints: st, Blobs: blobs}))
 	t.Cleanup(srv.Close)
-	return &apiEnv{t: t, srv: srv, db: db, st: st, owner: owner}
+	return &apiEnv{t: t, srv: srv, db: db, st: st, owner: owner, blobs: blobs, svc: svc}
 }
 
 func (e *apiEnv) call(method, path string, body any, header ...string) (int, map[string]any) {

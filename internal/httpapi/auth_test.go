@@ -142,6 +142,7 @@ func (f authFixture) fill(t *testing.T, path string) string {
 		"/v1/workspaces/{id}/files":         "/v1/workspaces/" + f.execWorkspaceID + "/files",
 		"/v1/workspaces/{id}/dir":           "/v1/workspaces/" + f.execWorkspaceID + "/dir",
 		"/v1/swerex/{id}":                   "/v1/swerex/" + f.execWorkspaceID,
+		"{ck}":                              "ck_fixture",
 		"/v1/deployments/{id}":              "/v1/deployments/" + f.depID,
 		"/v1/worker/deployments/{id}":       "/v1/worker/deployments/" + f.depID,
 		"/v1/tasks/{id}":                    "/v1/tasks/a",
@@ -191,6 +192,7 @@ func bodies(workerID string) map[string]any {
 		"POST /v1/worker/ops/next":                 fmt.Sprintf(`{"workerId": %q, "host": "h-walk"}`, workerID),
 		"POST /v1/workspaces":                      `{"task": "a"}`,
 		"POST /v1/workspaces/{id}/exec":            `{"argv": ["true"]}`,
+		"POST /v1/worker/runs/{id}/park":           `{"note": {"message": "the process tier does not park"}}`,
 	}
 }
 

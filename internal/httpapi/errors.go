@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/vault"
@@ -42,7 +43,8 @@ func toHTTP(err error) *Error {
 	case errors.As(err, &ve):
 		return &Error{Status: http.StatusUnprocessableEntity, Code: "deployment_build", Message: err.Error(), Details: ve.Problems}
 	case errors.Is(err, runs.ErrNotFound), errors.Is(err, deployments.ErrNotFound), errors.Is(err, vault.ErrNotFound),
-		errors.Is(err, waitpoints.ErrNotFound), errors.Is(err, workspaces.ErrNotFound), errors.Is(err, apikeys.ErrNotFound):
+		errors.Is(err, waitpoints.ErrNotFound), errors.Is(err, workspaces.ErrNotFound), errors.Is(err, apikeys.ErrNotFound),
+		errors.Is(err, checkpoints.ErrNotFound):
 		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: err.Error()}
 	case errors.Is(err, runs.ErrConflict), errors.Is(err, waitpoints.ErrConflict):
 		return &Error{Status: http.StatusConflict, Code: "conflict", Message: err.Error()}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/otlp"
 	"github.com/helmr/helmr/internal/runs"
@@ -50,6 +51,10 @@ type Config struct {
 	// Sessions enables owner sessions (/dev/login; helmr dev only); nil:
 	// /dev/login answers 404 and session cookies are ignored.
 	Sessions *apikeys.Sessions
+	// Checkpoints and Blobs keep parked runs' checkpoints (records and
+	// sealed bytes); nil: the checkpoint routes answer 503.
+	Checkpoints checkpoints.Store
+	Blobs       checkpoints.Blobs
 }
 
 // Server is the control plane's HTTP API.
@@ -82,7 +87,8 @@ func New(cfg Config) *Server {
 		cfg.Ops = workspaces.NewOps()
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), auth: cfg.Authenticator,
-		control: &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Workspaces: cfg.Workspaces, Waits: cfg.Waits, Ops: cfg.Ops, Wait: cfg.LeaseWait}}
+		control: &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Workspaces: cfg.Workspaces, Waits: cfg.Waits, Ops: cfg.Ops, Wait: cfg.LeaseWait,
+			Checkpoints: cfg.Checkpoints, Blobs: cfg.Blobs}}
 	if s.auth == nil && cfg.APIKeys != nil {
 		s.auth = cfg.APIKeys
 	}
@@ -201,6 +207,10 @@ func (s *Server) routes() []route {
 		{"POST /v1/worker/workspaces/deleted", AccessWorker, s.workerDeletedWorkspaces},
 		{"POST /v1/worker/ops/next", AccessWorker, s.workerNextOp},
 		{"POST /v1/worker/ops/{id}/result", AccessWorker, s.workerFinishOp},
+		{"PUT /v1/worker/runs/{id}/checkpoints/{ck}", AccessWorker, s.workerPutCheckpoint},
+		{"GET /v1/worker/runs/{id}/checkpoints/{ck}", AccessWorker, s.workerGetCheckpoint},
+		{"DELETE /v1/worker/runs/{id}/checkpoints/{ck}", AccessWorker, s.workerDropCheckpoint},
+		{"POST /v1/worker/runs/{id}/park", AccessWorker, s.workerPark},
 	}
 }
 

@@ -42,6 +42,9 @@ type Service struct {
 	// Workspaces, if set, gives every run a workspace: the one it asks
 	// for, or a new one. Set before use.
 	Workspaces workspaces.Store
+	// Checkpoints, if set, tells parked runs (see Requeue): WAITING runs
+	// no worker holds. Set before use.
+	Checkpoints CheckpointLister
 
 	// Ended, if set, is called after a run reached a terminal state through
 	// Cancel or Finish (the waitpoint service cancels the run's waits).
@@ -433,8 +436,8 @@ func (s *Service) FailOrphans(ctx context.Context, message string) (int, error) 
 }
 
 // failStarted fails, as guest_runtime, each started run (STARTING,
-// RUNNING or WAITING: a waiting run's sandbox is on its worker) for which
-// pick returns true, with pick's message.
+// RUNNING or WAITING: a waiting run's sandbox is on its worker, unless the
+// run is parked) for which pick returns true, with pick's message.
 func (s *Service) failStarted(ctx context.Context, pick func(Run) (string, bool)) (int, error) {
 	n := 0
 	for _, st := range []Status{StatusStarting, StatusRunning, StatusWaiting} {
@@ -445,6 +448,9 @@ func (s *Service) failStarted(ctx context.Context, pick func(Run) (string, bool)
 				return n, err
 			}
 			for _, r := range page.Runs {
+				if st == StatusWaiting && s.parked(ctx, r.ID) {
+					continue // parked: no worker holds it
+				}
 				msg, ok := pick(r)
 				if !ok {
 					continue

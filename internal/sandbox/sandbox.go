@@ -6,6 +6,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -30,6 +31,42 @@ type GuestKernel interface {
 	// checkpoint restores only under the same one.
 	GuestKernelDigest() string
 }
+
+// Checkpointer is implemented by runtimes that can save a running sandbox
+// (its memory, processes and open files) and start it again from what
+// they saved, on this host or another with the same tier and guest kernel.
+type Checkpointer interface {
+	// Checkpoint saves sb, a sandbox this runtime started or restored, into
+	// dir (an empty directory) and ends it, as Destroy would: afterwards
+	// nothing of sb runs. Exec calls running in sb return a
+	// *CheckpointedError: their processes go on in the checkpoint and a
+	// restored sandbox's Exec re-attaches to them (ExecRequest.Attach).
+	// The workspace is not part of the checkpoint: the caller saves it
+	// after Checkpoint returns, when nothing writes to it. Bytes the worker
+	// sent that the guest had not yet read are lost, so the caller
+	// checkpoints a sandbox whose processes are waiting on it.
+	Checkpoint(ctx context.Context, sb Sandbox, dir string) error
+	// Restore starts a sandbox from the checkpoint in dir. spec is the
+	// checkpointed sandbox's spec; host paths (layers, workspace) may
+	// differ, the sandbox's shape (mounts, user, limits) may not. The
+	// guest resumes where it was, with a fresh stream to its agent.
+	// Errors wrap ErrGuestRuntime (or ErrInvalidSpec).
+	Restore(ctx context.Context, spec Spec, dir string) (Sandbox, error)
+}
+
+// CheckpointedError is what an Exec running in a sandbox returns when the
+// sandbox is checkpointed under it. ExecID names the process for
+// ExecRequest.Attach in the restored sandbox.
+type CheckpointedError struct {
+	ExecID uint64
+}
+
+func (e *CheckpointedError) Error() string {
+	return fmt.Sprintf("exec %d: sandbox checkpointed", e.ExecID)
+}
+
+// Unwrap makes a CheckpointedError match ErrCheckpointed.
+func (e *CheckpointedError) Unwrap() error { return ErrCheckpointed }
 
 // Sandbox is a started sandbox with its guest agent.
 type Sandbox interface {
@@ -125,6 +162,11 @@ type ExecRequest struct {
 	// Started, if set, receives a Sender for the channel once the process runs.
 	Started func(s Sender)
 	Stdin   io.Reader
+	// Attach, if not zero, starts nothing: Exec attaches to the process
+	// that a checkpoint of this sandbox cut off (CheckpointedError.ExecID)
+	// and delivers its output, messages and exit as for a process it
+	// started; Started is called at once. Argv names it in errors.
+	Attach uint64
 }
 
 // Sender writes one message to a process's channel.
@@ -156,6 +198,8 @@ var (
 	ErrGuestRuntime = errors.New("guest runtime")
 	// ErrInvalidSpec: the spec itself is unusable (reserved path, ...).
 	ErrInvalidSpec = errors.New("invalid sandbox spec")
+	// ErrCheckpointed: the sandbox was checkpointed (see Checkpointer).
+	ErrCheckpointed = errors.New("sandbox checkpointed")
 )
 
 // ReservedPaths may not be used as a workspace or application root.

@@ -43,6 +43,10 @@ type RunLifecycle interface {
 type Service struct {
 	// BaseURL is the control plane's URL, for callback URLs. Set before use.
 	BaseURL string
+	// Resolved, if set, is called after a waitpoint resolved (completed,
+	// canceled or timed out), for what waits on it without a worker
+	// polling: parked runs. Set before use.
+	Resolved func(ctx context.Context, w Waitpoint)
 
 	store Store
 	runs  RunLifecycle
@@ -239,6 +243,9 @@ func (s *Service) resolve(ctx context.Context, id string, r Resolution) (Waitpoi
 	}
 	if changed {
 		s.publish(id)
+		if s.Resolved != nil {
+			s.Resolved(ctx, w)
+		}
 	}
 	return w, nil
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/sandbox"
@@ -29,11 +30,12 @@ type booted struct {
 	id       string
 	key      string
 	box      sandbox.Sandbox
-	dir      string     // host dir holding workspace/ and helmr/
-	wsDir    string     // host workspace, mounted at the sandbox's workspace path
-	disk     *disk.Disk // the workspace's own filesystem, under a quota
-	layers   []string   // the image layers its root is made of
-	helmrDir string     // host dir mounted read-only at /opt/helmr
+	dir      string        // host dir holding workspace/ and helmr/
+	wsDir    string        // host workspace, mounted at the sandbox's workspace path
+	disk     *disk.Disk    // the workspace's own filesystem, under a quota
+	layers   []string      // the image layers its root is made of
+	helmrDir string        // host dir mounted read-only at /opt/helmr
+	maxLeft  time.Duration // restored from a checkpoint: what was left of maxDuration
 
 	ready  chan struct{} // closed once the adapter runs (sender set) or boot failed
 	sender sandbox.Sender

@@ -87,6 +87,9 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 		return failed(runs.ClassImagePreparation, "%v", err)
 	}
 	red = sec.redact
+	if l.Restore != nil {
+		return w.resume(ctx, l, p, files, sec)
+	}
 	key := bootKey(w.cfg.Runtime.Name(), p)
 	// The run holds its workspace here: direct operations on it wait, and
 	// their sandbox (if up) lets go of it.
@@ -136,7 +139,7 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 		}
 		return failed(runs.ClassGuestRuntime, "report start: %v", err)
 	}
-	return w.runTask(ctx, l, b, p, sec)
+	return w.runTask(ctx, l, b, p, sec, nil)
 }
 
 // claim gives a booted sandbox to a run: its workspace becomes the run's

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
+	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/waitpoints"
@@ -27,6 +29,10 @@ type Local struct {
 	Wait time.Duration
 	// AwaitWait bounds one AwaitWaitpoint call (default 25s).
 	AwaitWait time.Duration
+	// Checkpoints and Blobs keep parked runs' checkpoints; nil: parking
+	// is unavailable.
+	Checkpoints checkpoints.Store
+	Blobs       checkpoints.Blobs
 }
 
 // Lease implements ControlPlane.
@@ -68,7 +74,17 @@ func (c *Local) leaseFor(ctx context.Context, run runs.Run) (Lease, error) {
 	}
 	for _, t := range dep.Manifest.Tasks {
 		if t.ID == run.TaskID {
-			return Lease{Run: run, Task: t}, nil
+			l := Lease{Run: run, Task: t}
+			if c.Checkpoints != nil {
+				cks, err := c.Checkpoints.ListCheckpoints(ctx, checkpoints.Filter{RunID: run.ID})
+				if err != nil {
+					return Lease{}, err
+				}
+				if len(cks) > 0 {
+					l.Restore = &cks[len(cks)-1]
+				}
+			}
+			return l, nil
 		}
 	}
 	return Lease{}, errors.New("leased run's task is missing from its deployment")
@@ -190,4 +206,91 @@ func (c *Local) AppendOutput(ctx context.Context, runID, id string, data json.Ra
 // SetMetadata implements ControlPlane.
 func (c *Local) SetMetadata(ctx context.Context, runID, key string, value json.RawMessage) error {
 	return c.Runs.SetMetadata(ctx, runID, key, value)
+}
+
+var errNoBlobs = errors.New("this control plane keeps no checkpoints (no blob store)")
+
+// PutCheckpoint implements ControlPlane.
+func (c *Local) PutCheckpoint(ctx context.Context, runID, checkpointID string, r io.Reader) (int64, error) {
+	if c.Blobs == nil || c.Checkpoints == nil {
+		return 0, errNoBlobs
+	}
+	if ck, err := c.Checkpoints.GetCheckpoint(ctx, checkpointID); err == nil && ck.RunID != runID {
+		return 0, fmt.Errorf("put checkpoint %s: belongs to another run: %w", checkpointID, runs.ErrConflict)
+	}
+	return c.Blobs.Put(ctx, checkpointID, r)
+}
+
+// GetCheckpoint implements ControlPlane.
+func (c *Local) GetCheckpoint(ctx context.Context, runID, checkpointID string) (io.ReadCloser, error) {
+	if c.Blobs == nil || c.Checkpoints == nil {
+		return nil, errNoBlobs
+	}
+	ck, err := c.Checkpoints.GetCheckpoint(ctx, checkpointID)
+	if err != nil {
+		return nil, err
+	}
+	if ck.RunID != runID {
+		return nil, fmt.Errorf("get checkpoint %s of run %s: %w", checkpointID, runID, checkpoints.ErrNotFound)
+	}
+	return c.Blobs.Get(ctx, checkpointID)
+}
+
+// Park implements ControlPlane.
+func (c *Local) Park(ctx context.Context, runID string, req ParkRequest) error {
+	if req.Checkpoint == nil {
+		return c.Runs.Note(ctx, runID, req.Note)
+	}
+	if c.Blobs == nil || c.Checkpoints == nil || c.Waits == nil {
+		return errNoBlobs
+	}
+	ck := *req.Checkpoint
+	if ck.RunID != runID {
+		return fmt.Errorf("park run %s with a checkpoint of run %s: %w", runID, ck.RunID, runs.ErrInvalid)
+	}
+	r, err := c.Runs.Get(ctx, runID)
+	if err != nil {
+		return err
+	}
+	if r.Status != runs.StatusWaiting {
+		return fmt.Errorf("park run %s: it is %s, not WAITING: %w", runID, r.Status, runs.ErrConflict)
+	}
+	rc, err := c.Blobs.Get(ctx, ck.ID)
+	if err != nil {
+		return fmt.Errorf("park run %s: checkpoint %s was not uploaded: %w", runID, ck.ID, err)
+	}
+	rc.Close()
+	if err := c.Checkpoints.CreateCheckpoint(ctx, ck); err != nil {
+		return fmt.Errorf("park run %s: %w: %w", runID, runs.ErrInvalid, err)
+	}
+	if err := c.Runs.Note(ctx, runID, req.Note); err != nil {
+		return err
+	}
+	// The wait may have ended while the worker parked the run.
+	wp, err := c.Waits.Get(ctx, ck.WaitpointID)
+	if err != nil {
+		return err
+	}
+	if wp.Status != waitpoints.StatusWaiting {
+		_, err = c.Runs.Unpark(ctx, wp.ID, string(wp.Status))
+	}
+	return err
+}
+
+// DropCheckpoint implements ControlPlane.
+func (c *Local) DropCheckpoint(ctx context.Context, runID, checkpointID string) error {
+	if c.Blobs == nil || c.Checkpoints == nil {
+		return errNoBlobs
+	}
+	ck, err := c.Checkpoints.GetCheckpoint(ctx, checkpointID)
+	if err != nil {
+		return err
+	}
+	if ck.RunID != runID {
+		return fmt.Errorf("drop checkpoint %s of run %s: %w", checkpointID, runID, checkpoints.ErrNotFound)
+	}
+	if err := c.Checkpoints.DeleteCheckpoint(ctx, checkpointID); err != nil {
+		return err
+	}
+	return c.Blobs.Delete(ctx, checkpointID)
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox"
 )
@@ -17,16 +18,26 @@ import (
 // runTask starts the task in the booted sandbox's adapter and waits for it
 // under the run's maxDuration, watching for cancellation; nil means
 // canceled.
-func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared, sec runSecrets) *runs.Outcome {
+//
+// With resume set, the sandbox was restored from that checkpoint: the task
+// runs already, and its pending wait request is answered with the wait's
+// result instead of a start message.
+func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared, sec runSecrets, resume *checkpoints.Checkpoint) *runs.Outcome {
 	maxDur := time.Duration(l.Run.MaxDurationSec) * time.Second
 	if maxDur <= 0 {
 		maxDur = runs.DefaultMaxDuration * time.Second
+	}
+	if resume != nil && b.maxLeft > 0 {
+		maxDur = b.maxLeft // what the run had left when it was parked
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	// maxDuration counts the time the run is RUNNING: waits stop its clock.
 	waits := newRunWaits(w, l.Run.ID, maxDur, func() { cancel(errTimedOut) })
 	waits.send = b.sender.Send
+	if w.canPark() {
+		waits.park = make(chan *parkRequest)
+	}
 	defer func() {
 		cancel(nil)
 		waits.stop()
@@ -60,15 +71,35 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared, se
 		Payload: l.Run.Payload, Run: map[string]any{"id": l.Run.ID, "taskId": l.Run.TaskID},
 		Env: startEnv(l, sec),
 	})
-	for _, f := range sec.files {
-		if err := b.box.WriteFile(ctx, f.file); err != nil {
-			return failed(runs.ClassImagePreparation, "secret %s: place %s: %v", f.name, f.file.Path, err)
+	if resume != nil {
+		if err := waits.answer(ctx, resume); err != nil {
+			return failed(runs.ClassParkedWait, "answer the restored task's wait: %v", err)
+		}
+	} else {
+		for _, f := range sec.files {
+			if err := b.box.WriteFile(ctx, f.file); err != nil {
+				return failed(runs.ClassImagePreparation, "secret %s: place %s: %v", f.name, f.file.Path, err)
+			}
+		}
+		if err := b.sender.Send(start); err != nil {
+			return failed(runs.ClassGuestRuntime, "send the start message to the adapter: %v", err)
 		}
 	}
-	if err := b.sender.Send(start); err != nil {
-		return failed(runs.ClassGuestRuntime, "send the start message to the adapter: %v", err)
+	for {
+		pr := w.awaitExit(ctx, b, reported, waits.park)
+		if pr == nil {
+			break
+		}
+		err := w.park(ctx, l, b, p, pr, waits.remaining())
+		pr.done <- err
+		if err == nil {
+			return nil // parked: the run is WAITING, held by no worker
+		}
+		if errors.Is(err, errSandboxGone) {
+			return failed(runs.ClassParkedWait, "park the waiting run: %v", err)
+		}
+		w.log.Warn("run not parked, its sandbox stays up", "run_id", l.Run.ID, "err", err)
 	}
-	w.awaitExit(ctx, b, reported)
 	logs.Close()
 	cause := context.Cause(ctx)
 	switch {
@@ -174,17 +205,20 @@ const exitGrace = 2 * time.Second
 
 // awaitExit waits for the adapter to exit, or for exitGrace after the
 // adapter reported, or for ctx to end (then it kills the adapter and waits
-// up to exitGrace for the exit).
-func (w *Worker) awaitExit(ctx context.Context, b *booted, reported <-chan struct{}) {
+// up to exitGrace for the exit), or for a request to park the run, which
+// it returns.
+func (w *Worker) awaitExit(ctx context.Context, b *booted, reported <-chan struct{}, park <-chan *parkRequest) *parkRequest {
 	var grace <-chan time.Time
 	for {
 		select {
 		case <-b.done:
-			return
+			return nil
+		case pr := <-park:
+			return pr
 		case <-reported:
 			reported, grace = nil, time.After(exitGrace)
 		case <-grace:
-			return
+			return nil
 		case <-ctx.Done():
 			// Kill the adapter; as above, don't wait long for the exit:
 			// destroying the sandbox ends what is left.
@@ -193,7 +227,7 @@ func (w *Worker) awaitExit(ctx context.Context, b *booted, reported <-chan struc
 			case <-b.done:
 			case <-time.After(exitGrace):
 			}
-			return
+			return nil
 		}
 	}
 }

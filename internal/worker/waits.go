@@ -49,6 +49,11 @@ type runWaits struct {
 	expired bool
 	waits   int // waits in progress
 	fire    func()
+
+	// park, if set, takes a request to park the run (see park.go);
+	// parkTried is set once a wait of the run tried.
+	park      chan *parkRequest
+	parkTried bool
 }
 
 func newRunWaits(w *Worker, runID string, maxDur time.Duration, fire func()) *runWaits {
@@ -71,6 +76,13 @@ func (rw *runWaits) stop() {
 	rw.timer.Stop()
 	rw.mu.Unlock()
 	rw.wg.Wait()
+}
+
+// remaining is what is left of maxDuration while the run waits.
+func (rw *runWaits) remaining() time.Duration {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	return rw.left
 }
 
 // begin counts a wait; the first stops the clock.
@@ -109,8 +121,8 @@ func (rw *runWaits) handle(ctx context.Context, msg []byte) {
 	go func() {
 		defer rw.wg.Done()
 		result, err := rw.serve(ctx, req)
-		if ctx.Err() != nil {
-			return // the run is ending: nobody reads the answer
+		if ctx.Err() != nil || errors.Is(err, errParked) {
+			return // the run is ending or parked: nobody reads the answer here
 		}
 		resp := map[string]any{"type": "response", "id": req.ID}
 		if err != nil {
@@ -152,12 +164,12 @@ func (rw *runWaits) serve(ctx context.Context, req adapterRequest) (any, error) 
 		if err != nil {
 			return nil, err
 		}
-		return rw.wait(ctx, wp.ID, 0)
+		return rw.wait(ctx, wp.ID, 0, req.ID)
 	case "wait.forToken":
 		if p.Token == "" {
 			return nil, errors.New("wait.forToken: a token id is required")
 		}
-		return rw.wait(ctx, p.Token, time.Duration(p.TimeoutSeconds*float64(time.Second)))
+		return rw.wait(ctx, p.Token, time.Duration(p.TimeoutSeconds*float64(time.Second)), req.ID)
 	case "wait.for", "wait.until":
 		creq := waitpoints.CreateRequest{Kind: waitpoints.KindTimer, TimeoutSeconds: p.Seconds, FireAt: p.Until}
 		if req.Method == "wait.for" && p.Seconds <= 0 {
@@ -170,7 +182,7 @@ func (rw *runWaits) serve(ctx context.Context, req adapterRequest) (any, error) 
 		if err != nil {
 			return nil, err
 		}
-		_, err = rw.wait(ctx, wp.ID, 0)
+		_, err = rw.wait(ctx, wp.ID, 0, req.ID)
 		return nil, err
 	}
 	return nil, fmt.Errorf("unknown request %q", req.Method)
@@ -178,8 +190,10 @@ func (rw *runWaits) serve(ctx context.Context, req adapterRequest) (any, error) 
 
 // wait makes the run wait on waitpoint id until it resolves (or, if
 // limit > 0, until limit passes: a timed-out result that leaves the token
-// waiting), then resumes the run and returns the task's result.
-func (rw *runWaits) wait(ctx context.Context, id string, limit time.Duration) (waitpoints.Result, error) {
+// waiting), then resumes the run and returns the task's result. A wait of
+// the worker's ParkAfter or more parks the run (errParked: the adapter's
+// request reqID is answered by the worker that restores it).
+func (rw *runWaits) wait(ctx context.Context, id string, limit time.Duration, reqID int64) (waitpoints.Result, error) {
 	cp := rw.w.cfg.Control
 	rw.begin()
 	ended := false
@@ -198,9 +212,12 @@ func (rw *runWaits) wait(ctx context.Context, id string, limit time.Duration) (w
 	if err != nil {
 		return waitpoints.Result{}, err
 	}
-	var deadline time.Time
+	var deadline, parkAt time.Time
 	if limit > 0 {
 		deadline = time.Now().Add(limit)
+	}
+	if rw.w.cfg.ParkAfter > 0 && !rw.tried() {
+		parkAt = time.Now().Add(rw.w.cfg.ParkAfter)
 	}
 	backoff := 100 * time.Millisecond
 	for wp.Status == waitpoints.StatusWaiting {
@@ -210,9 +227,20 @@ func (rw *runWaits) wait(ctx context.Context, id string, limit time.Duration) (w
 			}
 			return waitpoints.Result{TimedOut: true}, nil
 		}
+		if !parkAt.IsZero() && !time.Now().Before(parkAt) {
+			parkAt = time.Time{}
+			if rw.tryPark(ctx, id, reqID) {
+				ended = true // the restoring worker resumes the run
+				return waitpoints.Result{}, errParked
+			}
+		}
+		until := deadline
+		if !parkAt.IsZero() && (until.IsZero() || parkAt.Before(until)) {
+			until = parkAt
+		}
 		actx, cancel := ctx, context.CancelFunc(func() {})
-		if !deadline.IsZero() {
-			actx, cancel = context.WithDeadline(ctx, deadline)
+		if !until.IsZero() {
+			actx, cancel = context.WithDeadline(ctx, until)
 		}
 		next, err := cp.AwaitWaitpoint(actx, rw.runID, id)
 		cancel()

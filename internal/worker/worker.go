@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/runs"
@@ -39,6 +41,18 @@ type Lease struct {
 	// Build is the deployment's manifest for a build run (whose Task is
 	// empty): the worker builds every task's image.
 	Build *deployments.Manifest `json:"build,omitempty"`
+	// Restore, if set, is the checkpoint of a parked run whose wait is
+	// over: the worker restores its sandbox instead of starting the task.
+	Restore *checkpoints.Checkpoint `json:"restore,omitempty"`
+}
+
+// ParkRequest says that a waiting run was parked, or why it stays as it is.
+type ParkRequest struct {
+	// Checkpoint, if set, is the run's checkpoint, uploaded already
+	// (PutCheckpoint): its sandbox is gone and the worker lets the run go.
+	Checkpoint *checkpoints.Checkpoint `json:"checkpoint,omitempty"`
+	// Note is the run's event about it.
+	Note runs.SystemData `json:"note"`
 }
 
 // ControlPlane is what a worker needs from the control plane: in-process
@@ -86,6 +100,20 @@ type ControlPlane interface {
 	AppendOutput(ctx context.Context, runID, id string, data json.RawMessage) (runs.Record, error)
 	// SetMetadata sets a key of the run's metadata (ctx.metadata.set).
 	SetMetadata(ctx context.Context, runID, key string, value json.RawMessage) error
+	// PutCheckpoint stores a sealed checkpoint of a run the worker holds,
+	// read from r to its end, under checkpointID; it returns the bytes
+	// stored.
+	PutCheckpoint(ctx context.Context, runID, checkpointID string, r io.Reader) (int64, error)
+	// GetCheckpoint streams a recorded checkpoint of a run the worker
+	// holds, sealed as stored. The caller closes it.
+	GetCheckpoint(ctx context.Context, runID, checkpointID string) (io.ReadCloser, error)
+	// Park records req for a WAITING run the worker holds: with a
+	// checkpoint, the run is parked (no worker holds it; when its wait is
+	// over it is queued again, and its lease carries the checkpoint).
+	Park(ctx context.Context, runID string, req ParkRequest) error
+	// DropCheckpoint deletes a checkpoint (record and blob) of a run the
+	// worker holds, once restored or refused.
+	DropCheckpoint(ctx context.Context, runID, checkpointID string) error
 }
 
 // Config wires a Worker.
@@ -129,6 +157,12 @@ type Config struct {
 	// steps trust besides their image's (Node.js tools, through
 	// NODE_EXTRA_CA_CERTS): for a TLS-inspecting egress proxy.
 	ExtraCACerts string
+	// ParkAfter: a run that has waited this long is parked when the
+	// runtime is a sandbox.Checkpointer (see park.go); 0: never. Other
+	// tiers keep the sandbox up and say so in the run's events.
+	ParkAfter time.Duration
+	// CheckpointKey seals checkpoints; required to park.
+	CheckpointKey *checkpoints.Key
 }
 
 // Worker executes runs.
@@ -174,7 +208,10 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Warm < 0 {
 		return nil, errors.New("worker: Warm must not be negative")
 	}
-	for _, d := range []string{"workspaces", "booted"} {
+	if _, ok := cfg.Runtime.(sandbox.Checkpointer); ok && cfg.ParkAfter > 0 && cfg.CheckpointKey == nil {
+		return nil, errors.New("worker: parking (ParkAfter) needs a CheckpointKey")
+	}
+	for _, d := range []string{"workspaces", "booted", "staging"} {
 		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("worker data dir: %w", err)
 		}
@@ -192,6 +229,7 @@ func New(cfg Config) (*Worker, error) {
 		}
 	}
 	sweepBooted(filepath.Join(cfg.DataDir, "booted"), cfg.Logger)
+	sweepStaging(filepath.Join(cfg.DataDir, "staging"), cfg.Logger)
 	w := &Worker{cfg: cfg, log: cfg.Logger.With("worker_id", cfg.ID), warm: newWarmPool(cfg.Warm), runCtx: context.Background(), opBoxes: map[string]*opBox{}}
 	if cfg.Images.Runner == nil {
 		sr, err := NewStepRunner(cfg.Runtime, cfg.Network, cfg.ExtraCACerts, cfg.DataDir, w.log)
@@ -207,6 +245,18 @@ func New(cfg Config) (*Worker, error) {
 		cfg.Network.Report = w.reportDenial
 	}
 	return w, nil
+}
+
+// sweepStaging removes what a previous worker left in the staging
+// directory: checkpoint images and archives in the clear, of parks and
+// restores it did not finish.
+func sweepStaging(dir string, log *slog.Logger) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			log.Warn("remove stale checkpoint staging", "path", e.Name(), "err", err)
+		}
+	}
 }
 
 // sweepBooted removes the booted-sandbox directories a previous worker on

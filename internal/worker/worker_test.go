@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/big"
 	"os"
@@ -457,3 +458,14 @@ func (f *fakeControl) AppendOutput(context.Context, string, string, json.RawMess
 func (f *fakeControl) SetMetadata(context.Context, string, string, json.RawMessage) error {
 	return errNoWaits
 }
+func (f *fakeControl) PutCheckpoint(context.Context, string, string, io.Reader) (int64, error) {
+	return 0, errNoWaits
+}
+
+func (f *fakeControl) GetCheckpoint(context.Context, string, string) (io.ReadCloser, error) {
+	return nil, errNoWaits
+}
+
+func (f *fakeControl) Park(context.Context, string, ParkRequest) error { return errNoWaits }
+
+func (f *fakeControl) DropCheckpoint(context.Context, string, string) error { return errNoWaits }

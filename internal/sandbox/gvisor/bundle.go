@@ -314,7 +314,7 @@ func ociSpecFor(cfg *Config, spec sandbox.Spec, b *bundle) *ociSpec {
 		Version: "1.0.2",
 		Process: ociProcess{
 			User: ociUser{UID: 0, GID: 0},
-			Args: []string{AgentMount, "serve", "--fd", "3"},
+			Args: []string{AgentMount, "serve", "--fd", "0"},
 			// The agent caps what it starts at spec.PidsLimit processes per
 			// uid (RLIMIT_NPROC, which the Sentry enforces on clone) and
 			// stays uncapped itself: see guest.ChildNprocEnv.

@@ -17,7 +17,7 @@
 //     layer), tmpfs /tmp, /run and /dev/shm; gVisor supplies /proc, /sys,
 //     /dev and /dev/pts.
 //   - the agent binary bound read-only at AgentMount; the agent is the
-//     container's first process, `helmr-agent serve --fd 3`.
+//     container's first process, `helmr-agent serve --fd 0`.
 //   - no network but loopback (--network=none).
 //   - limits: memory and CPU through the container's host cgroup
 //     (linux.resources, applied by runsc), so they bound the Sentry and the
@@ -31,8 +31,10 @@
 //     `helmr-agent serve` empties the bounding set itself.
 //
 // The stream to the agent: a socketpair whose one end the worker keeps and
-// whose other end runsc passes into the container as fd 3 (`runsc run
-// --pass-fd 3:3`). gVisor imports a host Unix socket as a socket file, so
+// whose other end is runsc's stdin, which runsc passes into the container
+// as its fd 0 (stdin, rather than --pass-fd, so that `runsc restore` can
+// hand a restored agent a new stream: see startRunsc). gVisor imports a
+// host Unix socket as a socket file, so
 // the agent serves it like the process tier's stream; nothing of the
 // worker's is reachable by path from inside (no --host-uds).
 //
@@ -49,6 +51,11 @@
 // by the Sandbox; Destroy is `runsc delete --force`, then it waits for
 // `runsc run` to exit, unmounts the root and removes the bundle. New
 // deletes sandboxes that a previous worker left in StateDir.
+//
+// Checkpoints (sandbox.Checkpointer): `runsc checkpoint --image-path DIR`
+// saves the running sandbox and stops it; Restore writes a new bundle from
+// the same spec and runs `runsc restore --image-path DIR`, with a new
+// stream as the restored container's stdin.
 package gvisor
 
 import (
@@ -172,8 +179,9 @@ type Runtime struct {
 }
 
 var (
-	_ sandbox.Runtime     = (*Runtime)(nil)
-	_ sandbox.GuestKernel = (*Runtime)(nil)
+	_ sandbox.Runtime      = (*Runtime)(nil)
+	_ sandbox.GuestKernel  = (*Runtime)(nil)
+	_ sandbox.Checkpointer = (*Runtime)(nil)
 )
 
 // New returns a Runtime. It creates StateDir and deletes the sandboxes a
@@ -225,8 +233,13 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 	if err := r.normalize(&spec); err != nil {
 		return nil, fmt.Errorf("start sandbox %q: %w: %w", spec.ID, sandbox.ErrInvalidSpec, err)
 	}
+	return r.start(ctx, spec, "")
+}
+
+// start starts a sandbox from spec, or restores one (image set).
+func (r *Runtime) start(ctx context.Context, spec sandbox.Spec, image string) (sandbox.Sandbox, error) {
 	sb := newSandbox(r, spec)
-	if err := sb.start(ctx); err != nil {
+	if err := sb.start(ctx, image); err != nil {
 		if derr := sb.Destroy(context.Background()); derr != nil {
 			sb.log.Warn("clean up failed start", "err", derr)
 		}

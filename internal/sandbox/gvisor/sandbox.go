@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -39,6 +40,7 @@ type Sandbox struct {
 	run    *exec.Cmd     // `runsc run`, for the sandbox's whole life
 	exited chan struct{} // closed once run has been waited for
 	logs   chan struct{} // closed once the container's output is drained
+	output *logWriter
 	client *agent.Client
 	link   *network.Link // the sandbox's interface, if its spec has a network
 
@@ -59,8 +61,10 @@ func newSandbox(r *Runtime, spec sandbox.Spec) *Sandbox {
 }
 
 // start writes the bundle, gives the workspace to the sandbox's user,
-// starts `runsc run` with the agent's stream and waits for ready.
-func (s *Sandbox) start(ctx context.Context) error {
+// starts `runsc run` with the agent's stream and waits for ready; with
+// image set, it restores that checkpoint instead, whose agent is already
+// past ready.
+func (s *Sandbox) start(ctx context.Context, image string) error {
 	if s.spec.Network.Attaches() {
 		s.bundle.netns = filepath.Join(s.bundle.dir, "netns")
 	}
@@ -79,11 +83,14 @@ func (s *Sandbox) start(ctx context.Context) error {
 			return fmt.Errorf("workspace ownership: %w", err)
 		}
 	}
-	conn, err := s.startRunsc()
+	conn, err := s.startRunsc(image)
 	if err != nil {
 		return err
 	}
 	s.client = agent.NewClient(conn, s.log)
+	if image != "" {
+		return s.waitRestored(ctx)
+	}
 	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
 	defer cancel()
 	version, err := s.client.WaitReady(ctx)
@@ -94,10 +101,18 @@ func (s *Sandbox) start(ctx context.Context) error {
 	return nil
 }
 
-// startRunsc starts `runsc run` with one end of a socketpair passed into
-// the container as fd 3 and returns the other end. The container's stdout
-// and stderr (the agent's logs) and runsc's own go to the sandbox's log.
-func (s *Sandbox) startRunsc() (net.Conn, error) {
+// startRunsc starts `runsc run` (or, with image set, `runsc restore` from
+// that checkpoint) with one end of a socketpair as the container's stdin
+// and returns the other end. The container's stdout and stderr (the
+// agent's logs) and runsc's own go to the sandbox's log.
+//
+// The stream is stdin, not a passed descriptor, because gVisor saves host
+// descriptors by their number in the container and `runsc restore` maps
+// only the restoring process's stdio back (boot/restore.go builds its
+// descriptor map from the containers' stdio and --pass-fd descriptors, and
+// restore takes no --pass-fd): the restored agent reads and writes the new
+// socket through the same descriptor.
+func (s *Sandbox) startRunsc(image string) (net.Conn, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("agent socketpair: %w", err)
@@ -120,12 +135,17 @@ func (s *Sandbox) startRunsc() (net.Conn, error) {
 	if s.bundle.netns != "" {
 		netMode = "sandbox"
 	}
-	args := append(s.rt.globalArgs(), "--network", netMode, "run", "--bundle", s.bundle.dir, "--pass-fd", "3:3", s.spec.ID)
+	args := append(s.rt.globalArgs(), "--network", netMode)
+	if image == "" {
+		args = append(args, "run", "--bundle", s.bundle.dir, s.spec.ID)
+	} else {
+		args = append(args, "restore", "--image-path", image, "--bundle", s.bundle.dir, s.spec.ID)
+	}
 	cmd := exec.Command(s.rt.cfg.RunscPath, args...)
 	cmd.Env = []string{}
-	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.Stdin = theirs
 	cmd.Stdout, cmd.Stderr = pw, pw
-	// runsc run stays the parent of the container; if the worker dies it
+	// runsc stays the parent of the container; if the worker dies it
 	// is killed, and New's sweep deletes what it leaves.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -134,15 +154,16 @@ func (s *Sandbox) startRunsc() (net.Conn, error) {
 		return nil, fmt.Errorf("start runsc: %w", err)
 	}
 	s.run = cmd
+	s.output = &logWriter{log: s.log}
 	s.exited, s.logs = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(s.logs)
 		defer pr.Close()
-		_, _ = io.Copy(&logWriter{log: s.log}, pr)
+		_, _ = io.Copy(s.output, pr)
 	}()
 	go func() {
 		err := cmd.Wait()
-		s.log.Debug("runsc run exited", "err", err)
+		s.log.Debug("runsc exited", "err", err)
 		close(s.exited)
 	}()
 	return conn, nil
@@ -264,10 +285,24 @@ func (r *Runtime) sweep(ctx context.Context) {
 	}
 }
 
-// logWriter turns the container's output into log records, one per line.
+// logWriter turns the container's output into log records, one per line,
+// and keeps the last few for error messages.
 type logWriter struct {
 	log  *slog.Logger
 	line []byte
+
+	mu   sync.Mutex
+	tail []string
+}
+
+// lastLog is the container's and runsc's last output lines.
+func (s *Sandbox) lastLog() string {
+	if s.output == nil {
+		return ""
+	}
+	s.output.mu.Lock()
+	defer s.output.mu.Unlock()
+	return strings.Join(s.output.tail, "; ")
 }
 
 func (w *logWriter) Write(p []byte) (int, error) {
@@ -279,6 +314,12 @@ func (w *logWriter) Write(p []byte) (int, error) {
 			continue
 		}
 		w.log.Info("agent", "line", string(w.line))
+		w.mu.Lock()
+		w.tail = append(w.tail, string(w.line))
+		if len(w.tail) > 5 {
+			w.tail = w.tail[1:]
+		}
+		w.mu.Unlock()
 		w.line = w.line[:0]
 	}
 	return len(p), nil

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/waitpoints"
@@ -34,6 +35,7 @@ type Store interface {
 	workspaces.TrajectoryStore
 	waitpoints.Store
 	apikeys.Store
+	checkpoints.Store
 }
 
 // RowCounter is optionally implemented by the store an engine's test passes
@@ -43,7 +45,7 @@ type RowCounter interface {
 }
 
 // Tables lists every table of the schema that holds domain rows.
-var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers", "workspaces", "workspace_ops", "waitpoints", "api_keys", "run_stream_records", "run_metadata"}
+var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers", "workspaces", "workspace_ops", "waitpoints", "api_keys", "run_stream_records", "run_metadata", "checkpoints"}
 
 type storeTest struct {
 	name string
@@ -64,6 +66,7 @@ func RunStoreSuite(t *testing.T, open func(t *testing.T) Store) {
 	tests = append(tests, waitpointTests...)
 	tests = append(tests, apiKeyTests...)
 	tests = append(tests, sessionTests...)
+	tests = append(tests, checkpointTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -47,3 +47,10 @@ export const timer = task({
     return { elapsedMs: Date.now() - t0 };
   },
 });
+
+// quick finishes at once: it shows a slot is free.
+export const quick = task({
+  id: "quick",
+  sandbox: sb,
+  run: async () => "done",
+});

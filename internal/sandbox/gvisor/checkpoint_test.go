@@ -1,0 +1,187 @@
+package gvisor
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/sandboxtest"
+)
+
+// counterJS keeps a counter in memory only: each "inc" on its channel adds
+// one and answers the new value; "exit" ends it.
+const counterJS = `
+const net = require('net'), readline = require('readline');
+const s = new net.Socket({ fd: 3, readable: true, writable: true });
+let n = 0;
+readline.createInterface({ input: s }).on('line', (line) => {
+  if (line === '"exit"') { s.write('"bye"\n', () => process.exit(0)); return; }
+  n++;
+  s.write(JSON.stringify({ n }) + '\n');
+});
+`
+
+// channelProc is a process with a channel, run by Exec on its own
+// goroutine.
+type channelProc struct {
+	sender chan sandbox.Sender
+	msgs   chan string
+	done   chan error
+	status sandbox.ExitStatus
+}
+
+func execChannel(sb sandbox.Sandbox, req sandbox.ExecRequest) *channelProc {
+	p := &channelProc{sender: make(chan sandbox.Sender, 1), msgs: make(chan string, 16), done: make(chan error, 1)}
+	req.Channel = true
+	req.Started = func(s sandbox.Sender) { p.sender <- s }
+	req.OnMessage = func(m []byte) { p.msgs <- string(m) }
+	go func() {
+		st, err := sb.Exec(context.Background(), req)
+		p.status = st
+		p.done <- err
+	}()
+	return p
+}
+
+// ask sends msg and returns the process's answer.
+func (p *channelProc) ask(t *testing.T, s sandbox.Sender, msg string) string {
+	t.Helper()
+	if err := s.Send([]byte(msg)); err != nil {
+		t.Fatalf("Send(%s) = %v", msg, err)
+	}
+	select {
+	case m := <-p.msgs:
+		return m
+	case err := <-p.done:
+		t.Fatalf("process ended (%v) before answering %s", err, msg)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no answer to %s", msg)
+	}
+	return ""
+}
+
+func (p *channelProc) started(t *testing.T) sandbox.Sender {
+	t.Helper()
+	select {
+	case s := <-p.sender:
+		return s
+	case err := <-p.done:
+		t.Fatalf("process ended before it started: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("process did not start")
+	}
+	return nil
+}
+
+// TestCheckpointRestore: a process keeps its in-memory counter across
+// Checkpoint and Restore, the worker re-attaches to it over the restored
+// agent's new stream, the workspace is as it was, and the agent starts new
+// processes after restore.
+func TestCheckpointRestore(t *testing.T) {
+	rt := newRuntime(t)
+	rootfs := sandboxtest.BaseRootFS(t)
+	ws := t.TempDir()
+	spec := sandbox.Spec{ID: "ckpt", RootLayers: []string{rootfs}, WorkspaceHost: ws, UID: 1000, GID: 1000, MemoryBytes: 512 << 20}
+	sb, err := rt.Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	defer func() { _ = sb.Destroy(context.Background()) }()
+
+	p := execChannel(sb, sandbox.ExecRequest{Argv: []string{"node", "-e", counterJS}})
+	s := p.started(t)
+	for i, want := range []string{`{"n":1}`, `{"n":2}`} {
+		if got := p.ask(t, s, `"inc"`); got != want {
+			t.Fatalf("answer %d = %s, want %s", i, got, want)
+		}
+	}
+	if r, err := sb.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo before > note"}}); err != nil || r.Code != 0 {
+		t.Fatalf("write note = %+v, %v", r, err)
+	}
+
+	image := t.TempDir()
+	begin := time.Now()
+	if err := rt.Checkpoint(context.Background(), sb, image); err != nil {
+		t.Fatalf("Checkpoint() = %v", err)
+	}
+	t.Logf("checkpoint took %v", time.Since(begin))
+	var cerr *sandbox.CheckpointedError
+	select {
+	case err := <-p.done:
+		if !errors.As(err, &cerr) || !errors.Is(err, sandbox.ErrCheckpointed) {
+			t.Fatalf("Exec during Checkpoint = %v, want a CheckpointedError", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Exec still running after Checkpoint")
+	}
+	if !rt.containerGone(context.Background(), spec.ID) {
+		t.Errorf("runsc still has state for %s after Checkpoint", spec.ID)
+	}
+	if _, err := os.Stat(filepath.Join(image, checkpointFile)); err != nil {
+		t.Fatalf("checkpoint image: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(rt.cfg.bundles(), spec.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("bundle after Checkpoint: %v, want gone", err)
+	}
+
+	begin = time.Now()
+	restored, err := rt.Restore(context.Background(), spec, image)
+	if err != nil {
+		t.Fatalf("Restore() = %v", err)
+	}
+	defer func() { _ = restored.Destroy(context.Background()) }()
+	t.Logf("restore took %v", time.Since(begin))
+
+	p2 := execChannel(restored, sandbox.ExecRequest{Argv: []string{"node"}, Attach: cerr.ExecID})
+	s2 := p2.started(t)
+	if got := p2.ask(t, s2, `"inc"`); got != `{"n":3}` {
+		t.Errorf("answer after restore = %s, want {\"n\":3}", got)
+	}
+	r, err := restored.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"cat", "note"}, OnOutput: func(_ string, b []byte) {
+		if string(b) != "before\n" {
+			t.Errorf("note after restore = %q, want before", b)
+		}
+	}})
+	if err != nil || r.Code != 0 {
+		t.Errorf("new exec after restore = %+v, %v", r, err)
+	}
+	if got := p2.ask(t, s2, `"exit"`); got != `"bye"` {
+		t.Errorf("answer to exit = %s", got)
+	}
+	select {
+	case err := <-p2.done:
+		if err != nil || p2.status.Code != 0 {
+			t.Errorf("attached exec = %+v, %v; want exit 0", p2.status, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("attached exec did not end")
+	}
+}
+
+// TestRestoreBadImage: a damaged checkpoint fails Restore with
+// ErrGuestRuntime and leaves nothing running.
+func TestRestoreBadImage(t *testing.T) {
+	rt := newRuntime(t)
+	rootfs := sandboxtest.BaseRootFS(t)
+	image := t.TempDir()
+	if err := os.WriteFile(filepath.Join(image, checkpointFile), []byte(strings.Repeat("x", 4096)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{ID: "badimage", RootLayers: []string{rootfs}, WorkspaceHost: t.TempDir()}
+	sb, err := rt.Restore(context.Background(), spec, image)
+	if err == nil {
+		_ = sb.Destroy(context.Background())
+		t.Fatal("Restore(garbage image) = nil error")
+	}
+	if !errors.Is(err, sandbox.ErrGuestRuntime) {
+		t.Errorf("Restore(garbage image) = %v, want ErrGuestRuntime", err)
+	}
+	if !rt.containerGone(context.Background(), spec.ID) {
+		t.Errorf("runsc has state for %s after a failed restore", spec.ID)
+	}
+}

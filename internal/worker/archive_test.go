@@ -1,0 +1,94 @@
+package worker
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestArchiveRoundTrip: the archive keeps the checkpoint image's files and
+// the workspace image byte for byte, and stores a sparse image's holes as
+// nothing.
+func TestArchiveRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	image := filepath.Join(dir, "image")
+	if err := os.Mkdir(image, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{"checkpoint.img": bytes.Repeat([]byte("state"), 1000), "pages.img": {1, 2, 3}}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(image, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A 64 MiB sparse workspace image with two small data regions.
+	ws := filepath.Join(dir, "ws.img")
+	f, err := os.Create(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 64 << 20
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{4096, 32 << 20} {
+		if _, err := f.WriteAt(bytes.Repeat([]byte{0xab}, 8192), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+
+	var buf bytes.Buffer
+	if err := writeArchive(&buf, parkManifest{SandboxID: "sbx_1"}, image, ws); err != nil {
+		t.Fatalf("writeArchive() = %v", err)
+	}
+	if buf.Len() > 256<<10 {
+		t.Errorf("archive of a sparse 64 MiB image is %d bytes, want its data only", buf.Len())
+	}
+	out := filepath.Join(dir, "out")
+	if err := os.Mkdir(out, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	restored := filepath.Join(dir, "restored.img")
+	m, err := readArchive(bytes.NewReader(buf.Bytes()), out, restored)
+	if err != nil || m.SandboxID != "sbx_1" {
+		t.Fatalf("readArchive() = %+v, %v", m, err)
+	}
+	for name, data := range files {
+		got, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Errorf("restored %s = %d bytes, %v; want %d", name, len(got), err, len(data))
+		}
+	}
+	a, _ := os.Open(ws)
+	b, _ := os.Open(restored)
+	defer a.Close()
+	defer b.Close()
+	if fi, _ := b.Stat(); fi.Size() != size {
+		t.Fatalf("restored image is %d bytes, want %d", fi.Size(), size)
+	}
+	if !sameContent(t, a, b) {
+		t.Error("restored workspace image differs from the original")
+	}
+	// An archive cut short is refused.
+	if _, err := readArchive(bytes.NewReader(buf.Bytes()[:buf.Len()/2]), t.TempDir(), filepath.Join(dir, "cut.img")); err == nil {
+		t.Error("readArchive(truncated) = nil error")
+	}
+}
+
+func sameContent(t *testing.T, a, b io.Reader) bool {
+	t.Helper()
+	ba, bb := make([]byte, 1<<20), make([]byte, 1<<20)
+	for {
+		na, ea := io.ReadFull(a, ba)
+		nb, _ := io.ReadFull(b, bb)
+		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
+			return false
+		}
+		if ea != nil {
+			return true
+		}
+	}
+}
