@@ -38,6 +38,7 @@ type dev struct {
 	token   string // the owner credential helmr dev wrote to the profile
 	api     *client.Client
 	stop    func() // stops the running helmr dev (once)
+	kill    func() // kills it (SIGKILL): no chance to clean up
 }
 
 // tiers are the isolation tiers the end-to-end tests run on.
@@ -101,6 +102,9 @@ func (d *dev) launch() {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	d.kill = func() {
+		_ = cmd.Process.Kill()
+	}
 	var once sync.Once
 	d.stop = func() {
 		once.Do(func() {
@@ -140,6 +144,15 @@ func (d *dev) launch() {
 	}
 	d.token = p.Credential
 	d.api = client.New(d.url, d.token)
+}
+
+// crash kills helmr dev with SIGKILL (its sandboxes, mounts and state
+// left as they were) and starts it again on the same data dir.
+func (d *dev) crash() {
+	d.t.Helper()
+	d.kill()
+	d.stop() // reaps it
+	d.launch()
 }
 
 // restart stops helmr dev and starts it again on the same data dir (a

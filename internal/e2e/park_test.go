@@ -101,7 +101,7 @@ func TestParkedWait(t *testing.T) {
 	}
 	checkSealed(t, blob)
 
-	d.restart() // a fresh worker (and control plane) on the same data dir
+	d.crash() // the worker (and control plane) process killed with SIGKILL, a fresh one started on the same data dir
 	d.mustHelmr("approve", r.ID, "--data-json", `{"ok":true}`)
 	final := d.waitDone(r.ID, 120*time.Second)
 	if final.Status != runs.StatusCompleted {
