@@ -441,3 +441,16 @@ func (c *Client) CreateWorkspace(ctx context.Context, project, env, task string)
 	_, err := c.do(ctx, http.MethodPost, "/v1/workspaces", scope(project, env), map[string]string{"task": task}, &w)
 	return w, err
 }
+
+// DownloadTar returns a tar of a directory of a workspace.
+func (c *Client) DownloadTar(ctx context.Context, workspaceID, path string) ([]byte, error) {
+	var data []byte
+	_, err := c.do(ctx, http.MethodGet, "/v1/workspaces/"+url.PathEscape(workspaceID)+"/tar", url.Values{"path": {path}}, nil, &data)
+	return data, err
+}
+
+// UploadTar unpacks a tar into a directory of a workspace.
+func (c *Client) UploadTar(ctx context.Context, workspaceID, path string, tarData []byte) error {
+	_, err := c.do(ctx, http.MethodPut, "/v1/workspaces/"+url.PathEscape(workspaceID)+"/tar", url.Values{"path": {path}}, tarData, nil)
+	return err
+}

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -129,6 +131,48 @@ func testWorkspaceExec(t *testing.T, tier string) {
 	d.mustHelmr("exec", ws, "--shell", "--", "head -c 900000 /dev/zero > big.bin")
 	if _, err := d.api.ReadFile(ctx, ws, "big.bin"); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Errorf("ReadFile(900 KB) = %v, want refused as too large", err)
+	}
+
+	// Tar up and down; a tar with a member leading out is refused whole.
+	var tb bytes.Buffer
+	tw := tar.NewWriter(&tb)
+	for name, body := range map[string]string{"src/main.go": "package main\n", "src/README": "hi\n"} {
+		tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg})
+		tw.Write([]byte(body))
+	}
+	tw.Close()
+	if err := d.api.UploadTar(ctx, ws, "up", tb.Bytes()); err != nil {
+		t.Fatalf("UploadTar: %v", err)
+	}
+	if out := d.mustHelmr("exec", ws, "--", "cat", "up/src/main.go", "up/src/README"); out != "package main\nhi\n" {
+		t.Errorf("unpacked tar = %q", out)
+	}
+	got, err := d.api.DownloadTar(ctx, ws, "up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for tr := tar.NewReader(bytes.NewReader(got)); ; {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		names[strings.TrimPrefix(h.Name, "./")] = true
+	}
+	if !names["src/main.go"] || !names["src/README"] {
+		t.Errorf("downloaded tar holds %v", names)
+	}
+	var evil bytes.Buffer
+	tw = tar.NewWriter(&evil)
+	tw.WriteHeader(&tar.Header{Name: "ok.txt", Mode: 0o644, Size: 1, Typeflag: tar.TypeReg})
+	tw.Write([]byte("x"))
+	tw.WriteHeader(&tar.Header{Name: "esc", Typeflag: tar.TypeSymlink, Linkname: "/etc"})
+	tw.Close()
+	if err := d.api.UploadTar(ctx, ws, "evil", evil.Bytes()); err == nil || !strings.Contains(err.Error(), "outside the directory") {
+		t.Errorf("UploadTar(symlink out) = %v, want refused", err)
+	}
+	if _, errOut, code := d.helmr("exec", ws, "--", "test", "-e", "evil/ok.txt"); code == 0 {
+		t.Errorf("a refused tar left files behind (%q)", errOut)
 	}
 
 	// A workspace made empty for the task: operations first, then a run.

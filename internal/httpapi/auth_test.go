@@ -1,6 +1,8 @@
 package httpapi_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -141,6 +143,7 @@ func (f authFixture) fill(t *testing.T, path string) string {
 		"/v1/workspaces/{id}/exec":          "/v1/workspaces/" + f.execWorkspaceID + "/exec",
 		"/v1/workspaces/{id}/files":         "/v1/workspaces/" + f.execWorkspaceID + "/files",
 		"/v1/workspaces/{id}/dir":           "/v1/workspaces/" + f.execWorkspaceID + "/dir",
+		"/v1/workspaces/{id}/tar":           "/v1/workspaces/" + f.execWorkspaceID + "/tar",
 		"/v1/swerex/{id}":                   "/v1/swerex/" + f.execWorkspaceID,
 		"{ck}":                              "ck_fixture",
 		"/v1/deployments/{id}":              "/v1/deployments/" + f.depID,
@@ -167,6 +170,9 @@ func (f authFixture) fill(t *testing.T, path string) string {
 	if strings.Contains(path, "{") {
 		t.Fatalf("route %s: no fixture for its path parameters (add one to fill)", path)
 	}
+	if strings.HasSuffix(path, "/tar") {
+		return path + "?project=p&env=dev&path=."
+	}
 	if strings.HasSuffix(path, "/files") || strings.HasSuffix(path, "/dir") {
 		return path + "?project=p&env=dev&path=notes.txt"
 	}
@@ -191,6 +197,7 @@ func bodies(workerID string) map[string]any {
 		"POST /v1/worker/runs/{id}/metadata":       `{"key": "k", "value": 1}`,
 		"POST /v1/worker/ops/next":                 fmt.Sprintf(`{"workerId": %q, "host": "h-walk"}`, workerID),
 		"POST /v1/workspaces":                      `{"task": "a"}`,
+		"PUT /v1/workspaces/{id}/tar":              tinyTar(),
 		"POST /v1/workspaces/{id}/exec":            `{"argv": ["true"]}`,
 		"POST /v1/worker/runs/{id}/park":           `{"note": {"message": "the process tier does not park"}}`,
 	}
@@ -603,4 +610,14 @@ func (e *apiEnv) serveOps(ctx context.Context) {
 			resp.Body.Close()
 		}
 	}
+}
+
+// tinyTar is a tar of one small file.
+func tinyTar() string {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	tw.WriteHeader(&tar.Header{Name: "f.txt", Mode: 0o644, Size: 2, Typeflag: tar.TypeReg})
+	tw.Write([]byte("hi"))
+	tw.Close()
+	return b.String()
 }

@@ -165,6 +165,8 @@ func (s *Server) routes() []route {
 		{"GET /v1/workspaces/{id}/files", workspacesExec, s.readWorkspaceFile},
 		{"PUT /v1/workspaces/{id}/files", workspacesExec, s.writeWorkspaceFile},
 		{"GET /v1/workspaces/{id}/dir", workspacesExec, s.listWorkspaceDir},
+		{"GET /v1/workspaces/{id}/tar", workspacesExec, s.downloadWorkspaceTar},
+		{"PUT /v1/workspaces/{id}/tar", workspacesExec, s.uploadWorkspaceTar},
 		{"GET /v1/workspaces/{id}/trajectory", workspacesRead, s.trajectory},
 		{"GET /v1/swerex/{id}/is_alive", workspacesExec, s.swerex(s.swerexIsAlive)},
 		{"POST /v1/swerex/{id}/create_session", workspacesExec, s.swerex(s.swerexCreateSession)},

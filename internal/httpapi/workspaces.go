@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -492,4 +494,98 @@ find "$p" -mindepth 1 -maxdepth 1 -printf '%y\t%s\t%m\t%f\0' | head -c `+fmt.Spr
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
 	return writeJSON(w, http.StatusOK, map[string]any{"path": rel, "entries": entries})
+}
+
+// downloadWorkspaceTar answers a tar of a directory of the workspace
+// (default: all of it), at most MaxFileBytes.
+func (s *Server) downloadWorkspaceTar(w http.ResponseWriter, r *http.Request) error {
+	rel := r.URL.Query().Get("path")
+	if rel == "" {
+		rel = "."
+	}
+	_, res, err := s.fileOp(r, "tar.download", rel, `[ -d "$p" ] || { echo "no such directory" >&2; exit 78; }
+tar -C "$p" -cf /tmp/.helmr-download.tar . || exit 1
+[ "$(stat -c %s /tmp/.helmr-download.tar)" -le `+fmt.Sprint(MaxFileBytes)+` ] || { rm -f /tmp/.helmr-download.tar; echo "larger than `+fmt.Sprint(MaxFileBytes)+` bytes" >&2; exit 79; }
+base64 -w0 /tmp/.helmr-download.tar; rm -f /tmp/.helmr-download.tar`, "")
+	if err != nil {
+		if res.ExitCode == 79 {
+			return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("a tar of %s is larger than %d bytes: download a smaller directory", rel, MaxFileBytes)}
+		}
+		return err
+	}
+	data, err := base64.StdEncoding.DecodeString(strings.TrimSpace(res.Stdout))
+	if err != nil {
+		return &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: "the tar came back garbled: " + err.Error()}
+	}
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.WriteHeader(http.StatusOK)
+	_, err = w.Write(data)
+	return err
+}
+
+// uploadWorkspaceTar unpacks a tar (the body, at most MaxFileBytes) into a
+// directory of the workspace. Every member must stay inside it: no
+// absolute or ".." names, no links that lead out, no devices.
+func (s *Server) uploadWorkspaceTar(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.workspaceStore()
+	if err != nil {
+		return err
+	}
+	if _, err := visibleWorkspace(r, st); err != nil {
+		return err
+	}
+	data, err := io.ReadAll(io.LimitReader(r.Body, MaxFileBytes+1))
+	if err != nil {
+		return badRequest("read the request body: " + err.Error())
+	}
+	if len(data) > MaxFileBytes {
+		return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("a tar uploaded through the API is at most %d bytes", MaxFileBytes)}
+	}
+	if err := checkTar(data); err != nil {
+		return badRequest("the tar: " + err.Error())
+	}
+	rel := r.URL.Query().Get("path")
+	if rel == "" {
+		rel = "."
+	}
+	if _, _, err := s.fileOp(r, "tar.upload", rel, `mkdir -p -- "$p" && base64 -d | tar -C "$p" -xf - --no-same-owner --no-same-permissions`, base64.StdEncoding.EncodeToString(data)); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// checkTar refuses a tar with a member that would land outside the
+// directory it is unpacked in.
+func checkTar(data []byte) error {
+	tr := tar.NewReader(bytes.NewReader(data))
+	for n := 0; ; n++ {
+		h, err := tr.Next()
+		if err == io.EOF {
+			if n == 0 {
+				return errors.New("it holds no files")
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("not a tar archive: %w", err)
+		}
+		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
+		if path.IsAbs(h.Name) || name == ".." || strings.HasPrefix(name, "../") {
+			return fmt.Errorf("member %q leaves the directory", h.Name)
+		}
+		switch h.Typeflag {
+		case tar.TypeReg, tar.TypeDir:
+		case tar.TypeSymlink, tar.TypeLink:
+			target := h.Linkname
+			if h.Typeflag == tar.TypeSymlink {
+				target = path.Join(path.Dir(name), h.Linkname)
+			}
+			if path.IsAbs(h.Linkname) || target == ".." || strings.HasPrefix(path.Clean(target), "../") {
+				return fmt.Errorf("member %q links to %q, outside the directory", h.Name, h.Linkname)
+			}
+		default:
+			return fmt.Errorf("member %q is a %c entry: only files, directories and links inside are taken", h.Name, h.Typeflag)
+		}
+	}
 }
