@@ -65,4 +65,6 @@ class HelmrDev:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
+        if self.proc.stdout:
+            self.proc.stdout.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
