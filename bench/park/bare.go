@@ -35,6 +35,9 @@ type bare struct {
 	rt     *gvisor.Runtime
 	rootfs string
 	state  string
+	// restores are the samples' restore part: from the start of runsc
+	// restore to the line, the checkpoint left out.
+	restores []time.Duration
 }
 
 func newBare(runsc, agent, rootfs string) (*bare, error) {
@@ -133,6 +136,7 @@ func (b *bare) sample() (time.Duration, error) {
 // restore restores the checkpoint in image, re-attaches to the waiting
 // process, answers it and returns the time from t0 to its "after".
 func (b *bare) restore(ctx context.Context, spec sandbox.Spec, image string, execID uint64, t0 time.Time) (time.Duration, error) {
+	began := time.Now()
 	sb, err := b.rt.Restore(ctx, spec, image)
 	if err != nil {
 		return 0, err
@@ -151,6 +155,7 @@ func (b *bare) restore(ctx context.Context, spec sandbox.Spec, image string, exe
 	}()
 	select {
 	case t1 := <-out.after:
+		b.restores = append(b.restores, t1.Sub(began))
 		return t1.Sub(t0), nil
 	case err := <-done:
 		return 0, fmt.Errorf("restored node ended without printing after: %v", err)

@@ -176,7 +176,7 @@ func checkParked(c *client.Client, p parked) error {
 	if procs := hostProcsWith(p.sandbox); len(procs) > 0 {
 		return fmt.Errorf("parked run %s: host processes still name its sandbox %s: pids %v", p.id, p.sandbox, procs)
 	}
-	fmt.Printf("  checked: no host process has %q on its command line (scanned /proc/*/cmdline; %d runsc processes on the host)\n",
+	fmt.Printf("  checked: no host process has %q on its command line (scanned /proc/*/cmdline; runsc processes on the host in all, other work included: %d)\n",
 		p.sandbox, len(hostProcsWith("runsc")))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
