@@ -13,12 +13,13 @@ import (
 // runExec is `helmr exec WS [flags] -- CMD [ARGS...]`: one command in a
 // workspace, its output on stdout and stderr, its exit code as helmr's.
 func runExec(ctx context.Context, a *App, args []string) error {
-	const usage = "usage: helmr exec WORKSPACE [--cwd DIR] [-e K=V] [--timeout SECONDS] [--stdin] [--shell] -- CMD [ARGS...]"
+	const usage = "usage: helmr exec WORKSPACE [--cwd DIR] [-e K=V] [--timeout SECONDS] [--stdin] [--shell] [--stream] -- CMD [ARGS...]"
 	fs := a.flags("exec")
 	cwd := fs.String("cwd", "", "working directory, relative to the workspace")
 	timeout := fs.Float64("timeout", 0, "seconds before the command is killed (default 60)")
 	stdin := fs.Bool("stdin", false, "send this command's standard input to the command")
 	shell := fs.Bool("shell", false, "run CMD as one /bin/sh -c string")
+	stream := fs.Bool("stream", false, "print the output as the command prints it (line by line) instead of at its end")
 	env := envFlags{}
 	fs.Var(env, "e", "add K=V to the command's environment (repeatable; --env is the project environment)")
 	pos, err := parse(fs, args)
@@ -43,7 +44,19 @@ func runExec(ctx context.Context, a *App, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := c.Exec(ctx, pos[0], req)
+	var res workspaces.ExecResult
+	if *stream && !a.json {
+		res, err = c.ExecStream(ctx, pos[0], req, func(o workspaces.OpOutput) {
+			if o.Stream == "stderr" {
+				io.WriteString(a.Stderr, o.Data)
+			} else {
+				io.WriteString(a.Stdout, o.Data)
+			}
+		})
+		res.Stdout, res.Stderr = "", "" // printed already
+	} else {
+		res, err = c.Exec(ctx, pos[0], req)
+	}
 	if err != nil {
 		return err
 	}

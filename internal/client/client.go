@@ -3,6 +3,7 @@
 package client
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -453,4 +454,63 @@ func (c *Client) DownloadTar(ctx context.Context, workspaceID, path string) ([]b
 func (c *Client) UploadTar(ctx context.Context, workspaceID, path string, tarData []byte) error {
 	_, err := c.do(ctx, http.MethodPut, "/v1/workspaces/"+url.PathEscape(workspaceID)+"/tar", url.Values{"path": {path}}, tarData, nil)
 	return err
+}
+
+// ExecStream runs a command in a workspace and calls output with each
+// piece of its output (whole lines, redacted) as it comes, then returns
+// its result.
+func (c *Client) ExecStream(ctx context.Context, workspaceID string, req workspaces.ExecRequest, output func(workspaces.OpOutput)) (workspaces.ExecResult, error) {
+	body, _ := json.Marshal(req)
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/v1/workspaces/"+url.PathEscape(workspaceID)+"/exec/stream", bytes.NewReader(body))
+	if err != nil {
+		return workspaces.ExecResult{}, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "text/event-stream")
+	if c.Token != "" {
+		hreq.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := c.HTTP.Do(hreq)
+	if err != nil {
+		return workspaces.ExecResult{}, fmt.Errorf("cannot reach the Helmr control plane at %s: %w", c.BaseURL, unwrapURL(err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return workspaces.ExecResult{}, decodeError(resp)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	var event string
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			data := []byte(strings.TrimPrefix(line, "data: "))
+			switch event {
+			case "output":
+				var out workspaces.OpOutput
+				if err := json.Unmarshal(data, &out); err == nil && output != nil {
+					output(out)
+				}
+			case "result":
+				var res workspaces.ExecResult
+				err := json.Unmarshal(data, &res)
+				return res, err
+			case "error":
+				var e struct {
+					Status  int    `json:"status"`
+					Code    string `json:"code"`
+					Message string `json:"message"`
+				}
+				_ = json.Unmarshal(data, &e)
+				return workspaces.ExecResult{}, &APIError{Status: e.Status, Code: e.Code, Message: e.Message}
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return workspaces.ExecResult{}, err
+	}
+	return workspaces.ExecResult{}, errors.New("the exec stream ended without a result")
 }

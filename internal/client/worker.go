@@ -158,6 +158,12 @@ func (w Worker) NextOp(ctx context.Context, workerID, host string) (workspaces.O
 	return op, err
 }
 
+// OpOutput implements worker.ControlPlane.
+func (w Worker) OpOutput(ctx context.Context, id string, out workspaces.OpOutput) error {
+	_, err := w.C.do(ctx, http.MethodPost, "/v1/worker/ops/"+url.PathEscape(id)+"/output", nil, out, nil)
+	return err
+}
+
 // FinishOp implements worker.ControlPlane.
 func (w Worker) FinishOp(ctx context.Context, id string, res workspaces.OpResult) error {
 	_, err := w.C.do(ctx, http.MethodPost, "/v1/worker/ops/"+url.PathEscape(id)+"/result", nil, res, nil)

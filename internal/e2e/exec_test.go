@@ -175,6 +175,32 @@ func testWorkspaceExec(t *testing.T, tier string) {
 		t.Errorf("a refused tar left files behind (%q)", errOut)
 	}
 
+	// Streamed: the first line arrives while the command still runs (it
+	// waits for a file the test creates only once it saw that line).
+	var seen []workspaces.OpOutput
+	sres, err := d.api.ExecStream(ctx, ws, workspaces.ExecRequest{
+		Command: `echo ready; echo ${vault:TOKEN} >&2; while [ ! -e go ]; do sleep 0.1; done; rm go; printf 'done\nno newline'`, TimeoutSeconds: 60,
+	}, func(o workspaces.OpOutput) {
+		seen = append(seen, o)
+		if o.Stream == "stdout" && o.Data == "ready\n" {
+			d.mustHelmr("exec", ws, "--", "touch", "go")
+		}
+	})
+	if err != nil || sres.ExitCode != 0 || sres.Stdout != "ready\ndone\nno newline" {
+		t.Fatalf("ExecStream = %+v, %v", sres, err)
+	}
+	var stdout, stderr string
+	for _, o := range seen {
+		if o.Stream == "stderr" {
+			stderr += o.Data
+		} else {
+			stdout += o.Data
+		}
+	}
+	if stdout != "ready\ndone\nno newline" || stderr != "[redacted:TOKEN]\n" || len(seen) < 3 {
+		t.Errorf("streamed %d pieces: stdout %q, stderr %q", len(seen), stdout, stderr)
+	}
+
 	// A workspace made empty for the task: operations first, then a run.
 	var fresh workspaces.Workspace
 	if err := json.Unmarshal([]byte(d.mustHelmr("workspace", "create", "notes", "--project", "workspace", "--json")), &fresh); err != nil || fresh.Host != "" {

@@ -198,6 +198,7 @@ func bodies(workerID string) map[string]any {
 		"POST /v1/worker/ops/next":                 fmt.Sprintf(`{"workerId": %q, "host": "h-walk"}`, workerID),
 		"POST /v1/workspaces":                      `{"task": "a"}`,
 		"PUT /v1/workspaces/{id}/tar":              tinyTar(),
+		"POST /v1/workspaces/{id}/exec/stream":     `{"argv": ["true"]}`,
 		"POST /v1/workspaces/{id}/exec":            `{"argv": ["true"]}`,
 		"POST /v1/worker/runs/{id}/park":           `{"note": {"message": "the process tier does not park"}}`,
 	}

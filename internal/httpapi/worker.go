@@ -288,6 +288,22 @@ func (s *Server) workerNextOp(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, op)
 }
 
+// workerOpOutput takes a piece of a streamed operation's output.
+func (s *Server) workerOpOutput(w http.ResponseWriter, r *http.Request) error {
+	var out workspaces.OpOutput
+	if err := decodeJSON(w, r, 2*workspaces.MaxOutputBytes, &out); err != nil {
+		return err
+	}
+	if out.Stream != "stdout" && out.Stream != "stderr" {
+		return badRequest("stream must be stdout or stderr")
+	}
+	if err := s.control.OpOutput(r.Context(), r.PathValue("id"), out); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
 // workerFinishOp takes a worker's result of a direct operation.
 func (s *Server) workerFinishOp(w http.ResponseWriter, r *http.Request) error {
 	var res workspaces.OpResult

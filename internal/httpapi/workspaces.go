@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/helmr/helmr/internal/runs"
@@ -172,6 +173,52 @@ func (s *Server) execWorkspace(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, res)
 }
 
+// execWorkspaceStream is execWorkspace answering as server-sent events:
+// an "output" event ({stream, data}) per line as the command prints it,
+// then one "result" event (the ExecResult), or an "error" event.
+func (s *Server) execWorkspaceStream(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.workspaceStore()
+	if err != nil {
+		return err
+	}
+	ws, err := visibleWorkspace(r, st)
+	if err != nil {
+		return err
+	}
+	var req workspaces.ExecRequest
+	if err := decodeJSON(w, r, workspaces.MaxStdinBytes+64<<10, &req); err != nil {
+		return err
+	}
+	if err := checkExec(req); err != nil {
+		return badRequest(err.Error())
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		return errors.New("streaming unsupported")
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	var mu sync.Mutex
+	event := func(name string, v any) {
+		data, _ := json.Marshal(v)
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data)
+		flusher.Flush()
+	}
+	res, err := s.execIn(r.Context(), st, ws, req, opTrace{kind: "exec.stream", output: func(stream string, data []byte) {
+		event("output", workspaces.OpOutput{Stream: stream, Data: string(data)})
+	}})
+	if err != nil {
+		he := toHTTP(err)
+		event("error", map[string]any{"status": he.Status, "code": he.Code, "message": he.Message})
+		return nil
+	}
+	event("result", res)
+	return nil
+}
+
 // execIn runs a checked exec request in workspace ws through a worker of
 // its host, and records the host of a workspace that had none.
 func (s *Server) execIn(ctx context.Context, st workspaces.Store, ws workspaces.Workspace, req workspaces.ExecRequest, tr opTrace) (res workspaces.ExecResult, err error) {
@@ -201,7 +248,13 @@ func (s *Server) execIn(ctx context.Context, st workspaces.Store, ws workspaces.
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout+opWait)
 	defer cancel()
-	opRes, err := s.cfg.Ops.Do(ctx, workspaces.Op{Workspace: ws, Task: task.Spec, DeploymentID: task.DeploymentID, Exec: &req, Secrets: secrets})
+	var output func(string, []byte)
+	if tr.output != nil {
+		output = func(stream string, data []byte) {
+			tr.output(stream, []byte(workspaces.Redact(string(data), secrets)))
+		}
+	}
+	opRes, err := s.cfg.Ops.DoStream(ctx, workspaces.Op{Workspace: ws, Task: task.Spec, DeploymentID: task.DeploymentID, Exec: &req, Secrets: secrets}, output)
 	if err != nil {
 		return workspaces.ExecResult{}, &Error{Status: http.StatusGatewayTimeout, Code: "no_worker", Message: err.Error()}
 	}
@@ -224,6 +277,9 @@ func (s *Server) execIn(ctx context.Context, st workspaces.Store, ws workspaces.
 type opTrace struct {
 	kind    string
 	request any
+	// output, if set, streams the operation: it gets the output, line by
+	// line and redacted, as the worker sends it.
+	output func(stream string, data []byte)
 }
 
 // trajectoryOutput bounds each output stream as a trajectory keeps it.

@@ -143,6 +143,14 @@ func (c *Local) NextOp(ctx context.Context, _, host string) (workspaces.Op, erro
 	return c.Ops.Next(ctx, host)
 }
 
+// OpOutput implements ControlPlane.
+func (c *Local) OpOutput(_ context.Context, id string, out workspaces.OpOutput) error {
+	if c.Ops == nil {
+		return fmt.Errorf("workspace operation %s: %w", id, workspaces.ErrNotFound)
+	}
+	return c.Ops.Output(id, out)
+}
+
 // FinishOp implements ControlPlane.
 func (c *Local) FinishOp(_ context.Context, id string, res workspaces.OpResult) error {
 	if c.Ops == nil {

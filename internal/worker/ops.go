@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -84,7 +85,18 @@ func (w *Worker) doOp(ctx context.Context, op workspaces.Op) workspaces.OpResult
 	defer w.releaseOpBox(ob)
 	// Credentials go into the command here, for this exec only, and come
 	// out of everything it reports.
-	res, err := ob.exec(ctx, op.Exec.WithSecrets(op.Secrets))
+	var lines *opLines
+	var chunk func(string, []byte)
+	if op.Stream {
+		lines = &opLines{send: func(stream, data string) {
+			if err := w.cfg.Control.OpOutput(ctx, op.ID, workspaces.OpOutput{Stream: stream, Data: workspaces.Redact(data, op.Secrets)}); err != nil {
+				w.log.Warn("stream a workspace operation's output", "op_id", op.ID, "err", err)
+			}
+		}}
+		chunk = lines.write
+	}
+	res, err := ob.exec(ctx, op.Exec.WithSecrets(op.Secrets), chunk)
+	lines.flush()
 	if err != nil {
 		return workspaces.OpResult{Error: workspaces.Redact(err.Error(), op.Secrets)}
 	}
@@ -242,7 +254,7 @@ func (ob *opBox) close(ctx context.Context) {
 
 // exec runs one command under its timeout, keeping at most
 // MaxOutputBytes of each stream.
-func (ob *opBox) exec(ctx context.Context, req workspaces.ExecRequest) (workspaces.ExecResult, error) {
+func (ob *opBox) exec(ctx context.Context, req workspaces.ExecRequest, chunk func(stream string, data []byte)) (workspaces.ExecResult, error) {
 	argv := req.Argv
 	if req.Command != "" {
 		argv = []string{"/bin/sh", "-c", req.Command}
@@ -278,6 +290,9 @@ func (ob *opBox) exec(ctx context.Context, req workspaces.ExecRequest) (workspac
 				out[1].write(data)
 			} else {
 				out[0].write(data)
+			}
+			if chunk != nil {
+				chunk(stream, data)
 			}
 		},
 	})
@@ -321,4 +336,58 @@ func (c *capped) String() string {
 		return string(c.buf)
 	}
 	return fmt.Sprintf("%s\n[helmr: output truncated: %d more bytes]\n", c.buf, c.cut)
+}
+
+// opLines turns a streamed operation's output into whole lines per stream
+// (a line longer than 16 KiB goes in pieces), so each piece can be
+// redacted before it leaves: a secret value is cut in two only inside a
+// line that long. At most MaxOutputBytes of each stream are streamed.
+type opLines struct {
+	send func(stream, data string)
+	buf  [2][]byte
+	sent [2]int
+}
+
+func (l *opLines) write(stream string, data []byte) {
+	i := 0
+	if stream == "stderr" {
+		i = 1
+	}
+	l.buf[i] = append(l.buf[i], data...)
+	for {
+		n := bytes.LastIndexByte(l.buf[i], '\n') + 1
+		if n == 0 && len(l.buf[i]) >= 16<<10 {
+			n = len(l.buf[i])
+		}
+		if n == 0 {
+			return
+		}
+		l.emit(i, stream, l.buf[i][:n])
+		l.buf[i] = append(l.buf[i][:0], l.buf[i][n:]...)
+	}
+}
+
+func (l *opLines) emit(i int, stream string, data []byte) {
+	room := workspaces.MaxOutputBytes - l.sent[i]
+	if room <= 0 {
+		return
+	}
+	if len(data) > room {
+		data = data[:room]
+	}
+	l.sent[i] += len(data)
+	l.send(stream, string(data))
+}
+
+// flush sends what is left of each stream (its last, unterminated line).
+func (l *opLines) flush() {
+	if l == nil {
+		return
+	}
+	for i, stream := range []string{"stdout", "stderr"} {
+		if len(l.buf[i]) > 0 {
+			l.emit(i, stream, l.buf[i])
+			l.buf[i] = nil
+		}
+	}
 }

@@ -73,6 +73,8 @@ type ControlPlane interface {
 	// (workspaces.ErrNoOp if none came); FinishOp reports its result.
 	NextOp(ctx context.Context, workerID, host string) (workspaces.Op, error)
 	FinishOp(ctx context.Context, id string, res workspaces.OpResult) error
+	// OpOutput sends a piece of a streamed operation's output.
+	OpOutput(ctx context.Context, id string, out workspaces.OpOutput) error
 	// DeletedWorkspaces returns which of the workspaces ids (whose files
 	// this worker holds) were deleted, or are unknown.
 	DeletedWorkspaces(ctx context.Context, ids []string) ([]string, error)

@@ -74,6 +74,7 @@ func (f *fakeControl) NextOp(ctx context.Context, _, _ string) (workspaces.Op, e
 	return workspaces.Op{}, workspaces.ErrNoOp
 }
 func (f *fakeControl) FinishOp(context.Context, string, workspaces.OpResult) error   { return nil }
+func (f *fakeControl) OpOutput(context.Context, string, workspaces.OpOutput) error   { return nil }
 func (f *fakeControl) DeletedWorkspaces(context.Context, []string) ([]string, error) { return nil, nil }
 func (f *fakeControl) Logs(context.Context, string, []runs.LogData, time.Time) error { return nil }
 func (f *fakeControl) Finish(_ context.Context, _ string, o runs.Outcome) error {

@@ -59,6 +59,9 @@ type Op struct {
 	// DeploymentID holds the task's image sources (copy steps).
 	DeploymentID string       `json:"deploymentId"`
 	Exec         *ExecRequest `json:"exec,omitempty"`
+	// Stream asks the worker to send the output as it comes (OpOutput),
+	// line by line, before the result.
+	Stream bool `json:"stream,omitempty"`
 	// Secrets are the values of the vault secrets Exec refers to
 	// (${vault:NAME}), for this operation only; never in its result.
 	Secrets map[string]string `json:"secrets,omitempty"`
@@ -88,8 +91,16 @@ type Ops struct {
 }
 
 type pending struct {
-	op   Op
-	done chan OpResult
+	op     Op
+	done   chan OpResult
+	output func(stream string, data []byte) // Stream's receiver
+}
+
+// OpOutput is a piece of a streamed operation's output: whole lines
+// (and the last, unterminated part at its end), redacted.
+type OpOutput struct {
+	Stream string `json:"stream"` // stdout or stderr
+	Data   string `json:"data"`
 }
 
 type waiter struct {
@@ -105,10 +116,17 @@ func NewOps() *Ops {
 // Do queues op for a worker of its workspace's host (any worker if the
 // workspace has none yet) and waits for the result, or for ctx to end.
 func (o *Ops) Do(ctx context.Context, op Op) (OpResult, error) {
+	return o.DoStream(ctx, op, nil)
+}
+
+// DoStream is Do, with the output of a streamed operation (op.Stream) to
+// output as the worker sends it, one call at a time, before Do returns.
+func (o *Ops) DoStream(ctx context.Context, op Op, output func(stream string, data []byte)) (OpResult, error) {
 	b := make([]byte, 10)
 	_, _ = rand.Read(b)
 	op.ID = "op_" + hex.EncodeToString(b)
-	p := &pending{op: op, done: make(chan OpResult, 1)}
+	op.Stream = output != nil
+	p := &pending{op: op, done: make(chan OpResult, 1), output: output}
 	o.mu.Lock()
 	handed := false
 	for w := range o.waiting {
@@ -174,6 +192,21 @@ func (o *Ops) Next(ctx context.Context, host string) (Op, error) {
 		}
 		return Op{}, ErrNoOp
 	}
+}
+
+// Output delivers a piece of a streamed operation's output; an operation
+// nobody waits for any more is ErrNotFound.
+func (o *Ops) Output(id string, out OpOutput) error {
+	o.mu.Lock()
+	p, ok := o.taken[id]
+	o.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("workspace operation %s: %w", id, ErrNotFound)
+	}
+	if p.output != nil {
+		p.output(out.Stream, []byte(out.Data))
+	}
+	return nil
 }
 
 // Finish delivers a worker's result for operation id; an operation nobody
