@@ -123,16 +123,20 @@ func authorize(ctx context.Context, project, env string) error {
 // is not found, exactly as a missing one, so that ids do not reveal what
 // exists elsewhere.
 func authorizeRun(ctx context.Context, r runs.Run) error {
-	if err := authorize(ctx, r.Project, r.Env); err != nil {
-		return hidden(err, fmt.Errorf("get run %s: %w", r.ID, runs.ErrNotFound))
-	}
-	return nil
+	return authorizeObject(ctx, r.Project, r.Env, fmt.Errorf("get run %s: %w", r.ID, runs.ErrNotFound))
 }
 
 // authorizeDeployment is authorizeRun for deployments.
 func authorizeDeployment(ctx context.Context, d deployments.Deployment) error {
-	if err := authorize(ctx, d.Project, d.Env); err != nil {
-		return hidden(err, fmt.Errorf("get deployment %s: %w", d.ID, deployments.ErrNotFound))
+	return authorizeObject(ctx, d.Project, d.Env, fmt.Errorf("get deployment %s: %w", d.ID, deployments.ErrNotFound))
+}
+
+// authorizeObject lets a request see an object of project/env it addressed
+// by id only in its principal's scope; otherwise the answer is notFound,
+// as for a missing object.
+func authorizeObject(ctx context.Context, project, env string, notFound error) error {
+	if err := authorize(ctx, project, env); err != nil {
+		return hidden(err, notFound)
 	}
 	return nil
 }

@@ -74,11 +74,7 @@ func (s *Server) swerexFor(id string) *swerexRuntime {
 // and SWE-ReX's error shape.
 func (s *Server) swerex(h func(r *http.Request, ws workspaces.Workspace, rt *swerexRuntime) (any, error)) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		st, err := s.workspaceStore()
-		if err != nil {
-			return err
-		}
-		ws, err := visibleWorkspace(r, st)
+		_, ws, err := s.requestWorkspace(r)
 		if err != nil {
 			return err
 		}

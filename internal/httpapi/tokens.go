@@ -113,8 +113,8 @@ func (s *Server) visibleWaitpoint(r *http.Request, ws *waitpoints.Service) (wait
 	if err != nil {
 		return waitpoints.Waitpoint{}, err
 	}
-	if err := authorize(r.Context(), wp.Project, wp.Env); err != nil {
-		return waitpoints.Waitpoint{}, hidden(err, fmt.Errorf("get waitpoint %s: %w", wp.ID, waitpoints.ErrNotFound))
+	if err := authorizeObject(r.Context(), wp.Project, wp.Env, fmt.Errorf("get waitpoint %s: %w", wp.ID, waitpoints.ErrNotFound)); err != nil {
+		return waitpoints.Waitpoint{}, err
 	}
 	return wp, nil
 }
