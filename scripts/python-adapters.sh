@@ -17,6 +17,8 @@ if [ ! -f "$venv/.installed" ] || [ "$(cat "$venv/.installed")" != "$want" ]; th
   echo "$want" >"$venv/.installed"
 fi
 
+# This script installs everything the tests need, so none may skip.
+export HELMR_REQUIRE_ALL=1
 export MSWEA_SILENT_STARTUP=1 MSWEA_GLOBAL_CONFIG_DIR="$(mktemp -d)"
 trap 'rm -rf "$MSWEA_GLOBAL_CONFIG_DIR"' EXIT
 cd adapters/python/tests
