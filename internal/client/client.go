@@ -193,14 +193,9 @@ func (c *Client) GetDeployment(ctx context.Context, id string) (deployments.Depl
 // TriggerRun starts a run; created is false when the idempotency key
 // matched an existing run.
 func (c *Client) TriggerRun(ctx context.Context, project, env, task string, payload json.RawMessage, key string) (runs.Run, bool, error) {
-	return c.TriggerRunWith(ctx, project, env, task, payload, key, nil)
+	return c.Trigger(ctx, project, env, task, TriggerOptions{Payload: payload, IdempotencyKey: key})
 }
 
-// TriggerRunWith is TriggerRun binding the task's secrets (name →
-// "vault:NAME").
-func (c *Client) TriggerRunWith(ctx context.Context, project, env, task string, payload json.RawMessage, key string, secrets map[string]string) (runs.Run, bool, error) {
-	return c.Trigger(ctx, project, env, task, TriggerOptions{Payload: payload, IdempotencyKey: key, Secrets: secrets})
-}
 
 // TriggerOptions are a new run's payload, idempotency key, secret
 // bindings (name → "vault:NAME") and workspace (empty: a new one).
