@@ -83,6 +83,9 @@ func forbidden(msg string) *Error {
 // authenticate reads the request's bearer credential.
 func (s *Server) authenticate(r *http.Request) (apikeys.Principal, error) {
 	h := r.Header.Get("Authorization")
+	if k := r.Header.Get("X-API-Key"); h == "" && k != "" {
+		h = "Bearer " + k // the header SWE-ReX's client (and many others) send
+	}
 	if h == "" && s.cfg.Sessions != nil {
 		if c, err := r.Cookie(SessionCookie); err == nil {
 			return s.sessionPrincipal(r, c)

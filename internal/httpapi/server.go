@@ -231,10 +231,6 @@ func (s *Server) Routes() []Route {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	if k := r.Header.Get("X-API-Key"); k != "" && r.Header.Get("Authorization") == "" && strings.HasPrefix(r.URL.Path, "/v1/swerex/") {
-		// SWE-ReX's client sends its token as X-API-Key.
-		r.Header.Set("Authorization", "Bearer "+k)
-	}
 	s.mux.ServeHTTP(w, r)
 }
 

@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/workspaces"
 )
@@ -122,12 +121,8 @@ func (s *Server) deleteWorkspace(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	page, err := s.cfg.Runs.List(r.Context(), runs.Filter{Project: ws.Project, Env: ws.Env, WorkspaceID: ws.ID, Limit: 1})
-	if err != nil {
+	if err := s.cfg.Runs.WorkspaceFree(r.Context(), ws); err != nil {
 		return err
-	}
-	if len(page.Runs) > 0 && !page.Runs[0].Status.Terminal() {
-		return &Error{Status: http.StatusConflict, Code: "conflict", Message: "workspace " + ws.ID + " is in use by run " + page.Runs[0].ID + ": cancel it or wait for it to finish"}
 	}
 	if err := st.DeleteWorkspace(r.Context(), ws.ID, time.Now()); err != nil {
 		return err
@@ -213,12 +208,8 @@ func (s *Server) execIn(ctx context.Context, st workspaces.Store, ws workspaces.
 	if ws.DeletedAt != nil {
 		return workspaces.ExecResult{}, &Error{Status: http.StatusConflict, Code: "conflict", Message: "workspace " + ws.ID + " was deleted"}
 	}
-	page, err := s.cfg.Runs.List(ctx, runs.Filter{Project: ws.Project, Env: ws.Env, WorkspaceID: ws.ID, Limit: 1})
-	if err != nil {
+	if err := s.cfg.Runs.WorkspaceFree(ctx, ws); err != nil {
 		return workspaces.ExecResult{}, err
-	}
-	if len(page.Runs) > 0 && !page.Runs[0].Status.Terminal() {
-		return workspaces.ExecResult{}, &Error{Status: http.StatusConflict, Code: "conflict", Message: "workspace " + ws.ID + " is in use by run " + page.Runs[0].ID}
 	}
 	task, err := s.cfg.Deployments.GetTask(ctx, ws.Project, ws.Env, ws.TaskID)
 	if err != nil {

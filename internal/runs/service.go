@@ -346,15 +346,21 @@ func (s *Service) workspaceFor(ctx context.Context, req TriggerRequest) (ws work
 	if ws.DeletedAt != nil {
 		return ws, false, fmt.Errorf("workspace %s was deleted: %w", ws.ID, ErrConflict)
 	}
-	page, err := s.store.ListRuns(ctx, Filter{Project: req.Project, Env: req.Env, WorkspaceID: ws.ID, Limit: 1})
+	return ws, false, s.WorkspaceFree(ctx, ws)
+}
+
+// WorkspaceFree reports (ErrConflict) whether an unfinished run holds
+// ws: a workspace serves one run, or direct operations, at a time.
+func (s *Service) WorkspaceFree(ctx context.Context, ws workspaces.Workspace) error {
+	page, err := s.store.ListRuns(ctx, Filter{Project: ws.Project, Env: ws.Env, WorkspaceID: ws.ID, Limit: 1})
 	if err != nil {
-		return ws, false, err
+		return err
 	}
 	if len(page.Runs) > 0 && !page.Runs[0].Status.Terminal() {
-		return ws, false, fmt.Errorf("workspace %s is in use by run %s (%s): a workspace serves one run at a time: %w",
+		return fmt.Errorf("workspace %s is in use by run %s (%s): a workspace serves one run at a time: %w",
 			ws.ID, page.Runs[0].ID, page.Runs[0].Status, ErrConflict)
 	}
-	return ws, false, nil
+	return nil
 }
 
 // Started moves a leased run to RUNNING on the given tier and records the
