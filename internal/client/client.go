@@ -196,7 +196,6 @@ func (c *Client) TriggerRun(ctx context.Context, project, env, task string, payl
 	return c.Trigger(ctx, project, env, task, TriggerOptions{Payload: payload, IdempotencyKey: key})
 }
 
-
 // TriggerOptions are a new run's payload, idempotency key, secret
 // bindings (name → "vault:NAME") and workspace (empty: a new one).
 type TriggerOptions struct {
