@@ -46,7 +46,7 @@ func commands() []command {
 		{"token", "`token list [--status S] [--run RUN] [--tag T]`, `token get ID`, `token complete ID --data-json JSON`, `token cancel ID [--reason R]`", runToken},
 		{"image", "`image build PATH TASK` (--no-cache, --oci DIR, --ext4 FILE) builds a task's image here; `image export PATH TASK DIR` (--no-cache, --ext4 FILE) also writes it as an OCI image layout", runImage},
 		{"exec", "`exec WORKSPACE -- CMD...`: run one command in a workspace (--cwd, -e K=V, --timeout, --stdin, --shell)", runExec},
-		{"workspace", "`workspace create TASK`, `workspace list`, `workspace show ID`, `workspace delete ID`, `workspace cp SRC DST`: workspaces keep files between the runs attached to them (`run --workspace ID`)", runWorkspace},
+		{"workspace", "`workspace create TASK`, `workspace create --sandbox NAME`, `workspace list`, `workspace show ID`, `workspace delete ID`, `workspace cp SRC DST`: workspaces keep files between the runs attached to them (`run --workspace ID`)", runWorkspace},
 		{"secret", "`secret set NAME` (value on stdin), `secret list`, `secret delete NAME`, `secret rotate-key --new-key-file F`", runSecret},
 		{"apikey", "`apikey create --env ENV --grant G1,G2 [--expires 30d] [--name N]` (prints the key once), `apikey create --worker` (a worker credential), `apikey list`, `apikey revoke ID` (owner credential only)", runAPIKey},
 		{"doctor", "show which isolation tiers work on this host, and which one runs sandboxes", runDoctor},

@@ -16,11 +16,15 @@ import (
 
 // runWorkspace is `helmr workspace list|show|delete`.
 func runWorkspace(ctx context.Context, a *App, args []string) error {
-	const usage = "usage: helmr workspace create TASK | list | show ID | delete ID | cp SRC DST (one side WS:PATH, the other a local file or -)"
+	const usage = "usage: helmr workspace create TASK | create --sandbox NAME | list | show ID | delete ID | cp SRC DST (one side WS:PATH, the other a local file or -)"
 	if len(args) == 0 {
 		return errors.New(usage)
 	}
 	fs := a.flags("workspace " + args[0])
+	var sandbox string
+	if args[0] == "create" {
+		fs.StringVar(&sandbox, "sandbox", "", "make the workspace for the deployed sandbox with this name (sandbox(\"NAME\") in the task code) instead of a task's")
+	}
 	pos, err := parse(fs, args[1:])
 	if err != nil {
 		return err
@@ -42,13 +46,13 @@ func runWorkspace(ctx context.Context, a *App, args []string) error {
 			return a.printJSON(list)
 		}
 		tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tTASK\tHOST\tLAST RUN\tUSED")
+		fmt.Fprintln(tw, "ID\tSANDBOX\tTASK\tHOST\tLAST RUN\tUSED")
 		for _, w := range list {
 			used := "never"
 			if w.UsedAt != nil {
 				used = w.UsedAt.Local().Format(time.DateTime)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", w.ID, w.TaskID, orDash(w.Host), orDash(w.LastRunID), used)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, orDash(w.Sandbox), w.TaskID, orDash(w.Host), orDash(w.LastRunID), used)
 		}
 		return tw.Flush()
 	case args[0] == "show" && len(pos) == 1:
@@ -57,18 +61,22 @@ func runWorkspace(ctx context.Context, a *App, args []string) error {
 			return err
 		}
 		return a.printJSON(w)
-	case args[0] == "create" && len(pos) == 1:
+	case args[0] == "create" && len(pos) == 1 != (sandbox != ""):
 		if err := a.requireProject(); err != nil {
 			return err
 		}
-		ws, err := c.CreateWorkspace(ctx, a.cfg.Project, a.cfg.Env, pos[0])
+		task := ""
+		if len(pos) == 1 {
+			task = pos[0]
+		}
+		ws, err := c.CreateWorkspace(ctx, a.cfg.Project, a.cfg.Env, task, sandbox)
 		if err != nil {
 			return err
 		}
 		if a.json {
 			return a.printJSON(ws)
 		}
-		fmt.Fprintf(a.Stdout, "created workspace %s for task %s in %s/%s\n", ws.ID, ws.TaskID, ws.Project, ws.Env)
+		fmt.Fprintf(a.Stdout, "created workspace %s for sandbox %s (task %s) in %s/%s\n", ws.ID, orDash(ws.Sandbox), ws.TaskID, ws.Project, ws.Env)
 		return nil
 	case args[0] == "cp" && len(pos) == 2:
 		return a.workspaceCopy(ctx, c, pos[0], pos[1])

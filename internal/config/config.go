@@ -47,6 +47,7 @@ type Config struct {
 	Node           string        // host node used by deploy
 	OTLPEndpoint   string        // OTLP/HTTP collector for workspace operation spans (http://host:4318); empty: none
 	ParkAfter      time.Duration // a run WAITING this long is parked (checkpointed, its slot freed); 0: never
+	WorkspaceIdle  time.Duration // a workspace's sandbox for direct operations stays up this long after its last one
 	CheckpointKey  string        // seals checkpoints: base64 of 32 bytes ($HELMR_CHECKPOINT_ENCRYPTION_KEY)
 
 	// CLI.
@@ -74,6 +75,7 @@ func Default() Config {
 		WorkerTTL:      time.Minute,
 		Heartbeat:      10 * time.Second,
 		ParkAfter:      30 * time.Second,
+		WorkspaceIdle:  5 * time.Minute,
 		Node:           "node",
 		URL:            "http://127.0.0.1:8480",
 		Env:            "dev",
@@ -95,7 +97,7 @@ func (c Config) FromEnv(getenv func(string) string) (Config, error) {
 			*p = v
 		}
 	}
-	for name, p := range map[string]*time.Duration{"HELMR_WORKER_TTL": &c.WorkerTTL, "HELMR_HEARTBEAT": &c.Heartbeat, "HELMR_PARK_AFTER": &c.ParkAfter} {
+	for name, p := range map[string]*time.Duration{"HELMR_WORKER_TTL": &c.WorkerTTL, "HELMR_HEARTBEAT": &c.Heartbeat, "HELMR_PARK_AFTER": &c.ParkAfter, "HELMR_WORKSPACE_IDLE": &c.WorkspaceIdle} {
 		if v := getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil {
@@ -191,6 +193,9 @@ func (c Config) Validate() error {
 	}
 	if c.ParkAfter < 0 {
 		errs = append(errs, fmt.Errorf("HELMR_PARK_AFTER must not be negative, got %s", c.ParkAfter))
+	}
+	if c.WorkspaceIdle < time.Second || c.WorkspaceIdle > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("HELMR_WORKSPACE_IDLE must be between 1s and 24h, got %s", c.WorkspaceIdle))
 	}
 	if c.Warm < 0 || c.Warm > 64 {
 		errs = append(errs, fmt.Errorf("warm sandboxes must be 0..64, got %d", c.Warm))

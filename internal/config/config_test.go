@@ -18,12 +18,12 @@ func TestDefaults(t *testing.T) {
 }
 
 func TestFromEnvAndValidate(t *testing.T) {
-	env := map[string]string{"HELMR_DATA_DIR": "/d", "HELMR_SLOTS": "3", "HELMR_WARM": "0", "HELMR_URL": "http://h:1"}
+	env := map[string]string{"HELMR_DATA_DIR": "/d", "HELMR_SLOTS": "3", "HELMR_WARM": "0", "HELMR_URL": "http://h:1", "HELMR_WORKSPACE_IDLE": "90s"}
 	c, err := Default().FromEnv(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DataDir != "/d" || c.Slots != 3 || c.Warm != 0 || c.URL != "http://h:1" || c.Env != "dev" {
+	if c.DataDir != "/d" || c.Slots != 3 || c.Warm != 0 || c.URL != "http://h:1" || c.Env != "dev" || c.WorkspaceIdle.Seconds() != 90 {
 		t.Errorf("FromEnv() = %+v", c)
 	}
 	if err := c.Validate(); err != nil {
@@ -33,9 +33,9 @@ func TestFromEnvAndValidate(t *testing.T) {
 		t.Error("HELMR_SLOTS=many accepted")
 	}
 	bad := Default()
-	bad.Slots, bad.Runtime, bad.URL, bad.Warm = 0, "firecracker", "ftp://x", -1
+	bad.Slots, bad.Runtime, bad.URL, bad.Warm, bad.WorkspaceIdle = 0, "firecracker", "ftp://x", -1, 0
 	err = bad.Validate()
-	for _, want := range []string{"slots", "firecracker", "ftp://x", "warm"} {
+	for _, want := range []string{"slots", "firecracker", "ftp://x", "warm", "HELMR_WORKSPACE_IDLE"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want a problem naming %q", err, want)
 		}

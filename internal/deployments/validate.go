@@ -1,6 +1,7 @@
 package deployments
 
 import (
+	"encoding/json"
 	"fmt"
 	"path"
 	"regexp"
@@ -63,6 +64,7 @@ func (m Manifest) Validate(files map[string][]byte) error {
 		add("", "tasks", "the project defines no tasks (export task(...) from a module under the config's dirs)")
 	}
 	seen := map[string]string{}
+	sandboxes := map[string]TaskManifest{} // by name: the first task declaring it
 	for _, t := range m.Tasks {
 		if !idPattern.MatchString(t.ID) {
 			add(t.ID, "id", "must be 1-128 letters, digits, '.', '_' or '-'")
@@ -85,6 +87,13 @@ func (m Manifest) Validate(files map[string][]byte) error {
 		}
 		validateSecrets(t, add)
 		validateSandbox(t, files, add)
+		if sb := t.Sandbox; sb != nil {
+			if first, ok := sandboxes[sb.Name]; !ok {
+				sandboxes[sb.Name] = t
+			} else if !sameSandbox(first.Sandbox, sb) {
+				add(t.ID, "sandbox.name", "sandbox %q is declared again with other settings than task %s's (a sandbox's name names one sandbox: rename one of them)", sb.Name, first.ID)
+			}
+		}
 	}
 	if len(ps) > 0 {
 		return &ValidationError{Problems: ps}
@@ -174,6 +183,9 @@ func validateSandbox(t TaskManifest, files map[string][]byte, add addFunc) {
 		add(t.ID, "sandbox", "missing: every task references a sandbox")
 		return
 	}
+	if !idPattern.MatchString(sb.Name) {
+		add(t.ID, "sandbox.name", "must be 1-128 letters, digits, '.', '_' or '-', got %q", sb.Name)
+	}
 	ws := sb.Workspace
 	switch {
 	case ws == "":
@@ -197,6 +209,14 @@ func validateSandbox(t TaskManifest, files map[string][]byte, add addFunc) {
 		return
 	}
 	validateImage(t.ID, "sandbox.image", sb.Image, files, add)
+}
+
+// sameSandbox reports whether two declarations of a sandbox name declare
+// the same sandbox.
+func sameSandbox(a, b *SandboxManifest) bool {
+	ja, erra := json.Marshal(a)
+	jb, errb := json.Marshal(b)
+	return erra == nil && errb == nil && string(ja) == string(jb)
 }
 
 func validateImage(task, field string, img *ImageManifest, files map[string][]byte, add addFunc) {

@@ -109,3 +109,37 @@ func TestValidateSecretDeclarations(t *testing.T) {
 		})
 	}
 }
+
+func TestValidateSandboxNames(t *testing.T) {
+	img := &ImageManifest{Name: "i", Steps: []Step{{Kind: StepFrom, Ref: "helmr/bookworm-node22"}}}
+	task := func(id string, sb SandboxManifest) TaskManifest {
+		sb.Image = img
+		return TaskManifest{ID: id, Module: "bundles/t.js", Export: id, HasRun: true, Sandbox: &sb}
+	}
+	for _, tc := range []struct {
+		name  string
+		tasks []TaskManifest
+		want  string // "" = valid
+	}{
+		{"one sandbox, two tasks", []TaskManifest{task("a", SandboxManifest{Name: "agent"}), task("b", SandboxManifest{Name: "agent"})}, ""},
+		{"two sandboxes", []TaskManifest{task("a", SandboxManifest{Name: "agent"}), task("b", SandboxManifest{Name: "agent", Workspace: "/src"})},
+			`task "b": sandbox.name: sandbox "agent" is declared again with other settings than task a's`},
+		{"other resources", []TaskManifest{task("a", SandboxManifest{Name: "agent"}), task("b", SandboxManifest{Name: "agent", Resources: Resources{CPU: 2}})},
+			`sandbox "agent" is declared again`},
+		{"no name", []TaskManifest{task("a", SandboxManifest{})}, `task "a": sandbox.name: must be 1-128 letters`},
+		{"a path as a name", []TaskManifest{task("a", SandboxManifest{Name: "../x"})}, `task "a": sandbox.name: must be 1-128 letters`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Manifest{Project: "p", Tasks: tc.tasks}.Validate(nil)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate = %v, want an ErrInvalid containing %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -318,3 +318,63 @@ func TestSecretBadInput(t *testing.T) {
 		t.Errorf("%d secrets stored after refused requests, want 0", n)
 	}
 }
+
+// TestCreateWorkspaceBySandbox makes workspaces by task and by sandbox
+// name, and refuses bad requests without storing anything.
+func TestCreateWorkspaceBySandbox(t *testing.T) {
+	e := newAPI(t)
+	other := goodTask("b")
+	other.Sandbox = &deployments.SandboxManifest{Name: "agent", Workspace: "/src", Image: other.Sandbox.Image}
+	third := goodTask("c")
+	third.Sandbox = other.Sandbox
+	if st, body := e.call("POST", "/v1/deployments", deployment(goodTask("a"), third, other)); st != http.StatusCreated {
+		t.Fatalf("deploy = %d %v", st, body)
+	}
+	st, ws := e.call("POST", "/v1/workspaces?project=p", `{"sandbox": "agent"}`)
+	if st != http.StatusCreated || ws["sandbox"] != "agent" || ws["taskId"] != "b" {
+		t.Errorf("create by sandbox = %d %v, want sandbox agent through task b (the first by id)", st, ws)
+	}
+	st, ws = e.call("POST", "/v1/workspaces?project=p", `{"task": "a"}`)
+	if st != http.StatusCreated || ws["sandbox"] != "s" || ws["taskId"] != "a" {
+		t.Errorf("create by task = %d %v, want task a's sandbox s", st, ws)
+	}
+	before := e.rows()
+	for _, c := range []struct {
+		body string
+		want int
+		msg  string
+	}{
+		{`{}`, 400, "give one of task"},
+		{`{"task": "a", "sandbox": "s"}`, 400, "give one of task"},
+		{`{"sandbox": "../s"}`, 400, `sandbox "../s"`},
+		{`{"sandbox": "nosuch"}`, 404, `no task deployed in p/dev references a sandbox named "nosuch"`},
+		{`{"task": "nosuch"}`, 404, "nosuch"},
+		{`{"sandbox": 3}`, 400, ""},
+	} {
+		st, body := e.call("POST", "/v1/workspaces?project=p", c.body)
+		if msg := errMessage(body); st != c.want || !strings.Contains(msg, c.msg) {
+			t.Errorf("POST /v1/workspaces %s = %d %v, want %d naming %q", c.body, st, body, c.want, c.msg)
+		}
+	}
+	if after := e.rows(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("rows changed by rejected requests: %v -> %v", before, after)
+	}
+
+	// A deploy that drops the sandbox leaves the workspace without one:
+	// its operations say so.
+	_, made := e.call("POST", "/v1/workspaces?project=p", `{"sandbox": "agent"}`)
+	if st, body := e.call("POST", "/v1/deployments", deployment(goodTask("a"))); st != http.StatusCreated {
+		t.Fatalf("redeploy = %d %v", st, body)
+	}
+	st, body := e.call("POST", "/v1/workspaces/"+made["id"].(string)+"/exec", `{"argv": ["true"]}`)
+	if msg := errMessage(body); st != http.StatusConflict || !strings.Contains(msg, "runs in sandbox agent, which p/dev no longer deploys") {
+		t.Errorf("exec in a workspace whose sandbox is gone = %d %v, want 409 naming the sandbox", st, body)
+	}
+}
+
+// errMessage is the message of an error answer.
+func errMessage(body map[string]any) string {
+	e, _ := body["error"].(map[string]any)
+	msg, _ := e["message"].(string)
+	return msg
+}

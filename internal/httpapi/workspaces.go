@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/workspaces"
 )
@@ -50,10 +51,12 @@ func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]any{"workspaces": list})
 }
 
-// CreateWorkspaceRequest is the body of POST /v1/workspaces: the task
-// whose sandbox (image, workspace path) the workspace uses.
+// CreateWorkspaceRequest is the body of POST /v1/workspaces: the sandbox
+// (image, workspace path, resources) the workspace uses, named by a
+// deployed task that references it or by its own name.
 type CreateWorkspaceRequest struct {
-	Task string `json:"task"`
+	Task    string `json:"task,omitempty"`
+	Sandbox string `json:"sandbox,omitempty"`
 }
 
 // createWorkspace makes an empty workspace for a deployed task's sandbox;
@@ -72,22 +75,70 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, 64<<10, &req); err != nil {
 		return err
 	}
-	if req.Task == "" {
-		return badRequest("task is required: the deployed task whose sandbox the workspace uses")
+	var task deployments.Task
+	switch {
+	case (req.Task == "") == (req.Sandbox == ""):
+		return badRequest("give one of task (a deployed task whose sandbox the workspace uses) or sandbox (the name of a deployed sandbox)")
+	case req.Task != "":
+		if task, err = s.cfg.Deployments.GetTask(r.Context(), project, env, req.Task); err != nil {
+			return err
+		}
+		if task.Spec.Sandbox == nil {
+			return badRequest(fmt.Sprintf("task %s declares no sandbox", req.Task))
+		}
+	default:
+		if !deployments.ValidName(req.Sandbox) {
+			return badRequest(fmt.Sprintf("sandbox %q: names are 1-128 letters, digits, '.', '_' or '-'", req.Sandbox))
+		}
+		if task, err = s.sandboxTask(r.Context(), project, env, req.Sandbox); err != nil {
+			return err
+		}
 	}
-	task, err := s.cfg.Deployments.GetTask(r.Context(), project, env, req.Task)
+	ws, err := st.CreateWorkspace(r.Context(), workspaces.Workspace{Project: project, Env: env, TaskID: task.ID, Sandbox: task.Spec.Sandbox.Name, CreatedAt: time.Now()})
 	if err != nil {
 		return err
 	}
-	if task.Spec.Sandbox == nil {
-		return badRequest(fmt.Sprintf("task %s declares no sandbox", req.Task))
-	}
-	ws, err := st.CreateWorkspace(r.Context(), workspaces.Workspace{Project: project, Env: env, TaskID: req.Task, CreatedAt: time.Now()})
-	if err != nil {
-		return err
-	}
-	s.log.Info("workspace created", "workspace_id", ws.ID, "project", project, "env", env, "task", req.Task)
+	s.log.Info("workspace created", "workspace_id", ws.ID, "project", project, "env", env, "task", ws.TaskID, "sandbox", ws.Sandbox)
 	return writeJSON(w, http.StatusCreated, ws)
+}
+
+// sandboxTask returns the first current task of project/env (by id) that
+// references the sandbox named name; a deployment declares each sandbox
+// name once, so any such task carries the same sandbox.
+func (s *Server) sandboxTask(ctx context.Context, project, env, name string) (deployments.Task, error) {
+	ts, err := s.cfg.Deployments.CurrentTasks(ctx, project, env)
+	if err != nil {
+		return deployments.Task{}, err
+	}
+	for _, t := range ts {
+		if t.Spec.Sandbox != nil && t.Spec.Sandbox.Name == name {
+			return t, nil
+		}
+	}
+	return deployments.Task{}, &Error{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no task deployed in %s/%s references a sandbox named %q", project, env, name)}
+}
+
+// workspaceTask returns the deployed task whose sandbox a workspace's
+// direct operations run in: its named sandbox, as the current deployment
+// declares it (its own task if that still references it, else another
+// that does), or, for a workspace without one, its task's.
+func (s *Server) workspaceTask(ctx context.Context, ws workspaces.Workspace) (deployments.Task, error) {
+	task, err := s.cfg.Deployments.GetTask(ctx, ws.Project, ws.Env, ws.TaskID)
+	if err == nil && (ws.Sandbox == "" || (task.Spec.Sandbox != nil && task.Spec.Sandbox.Name == ws.Sandbox)) {
+		return task, nil
+	}
+	if ws.Sandbox == "" {
+		return deployments.Task{}, &Error{Status: http.StatusConflict, Code: "conflict", Message: fmt.Sprintf("workspace %s runs in the sandbox of task %s, which %s/%s no longer deploys", ws.ID, ws.TaskID, ws.Project, ws.Env)}
+	}
+	task, err = s.sandboxTask(ctx, ws.Project, ws.Env, ws.Sandbox)
+	if err != nil {
+		var he *Error
+		if errors.As(err, &he) && he.Status == http.StatusNotFound {
+			return deployments.Task{}, &Error{Status: http.StatusConflict, Code: "conflict", Message: fmt.Sprintf("workspace %s runs in sandbox %s, which %s/%s no longer deploys", ws.ID, ws.Sandbox, ws.Project, ws.Env)}
+		}
+		return deployments.Task{}, err
+	}
+	return task, nil
 }
 
 func (s *Server) getWorkspace(w http.ResponseWriter, r *http.Request) error {
@@ -211,9 +262,9 @@ func (s *Server) execIn(ctx context.Context, st workspaces.Store, ws workspaces.
 	if err := s.cfg.Runs.WorkspaceFree(ctx, ws); err != nil {
 		return workspaces.ExecResult{}, err
 	}
-	task, err := s.cfg.Deployments.GetTask(ctx, ws.Project, ws.Env, ws.TaskID)
+	task, err := s.workspaceTask(ctx, ws)
 	if err != nil {
-		return workspaces.ExecResult{}, &Error{Status: http.StatusConflict, Code: "conflict", Message: fmt.Sprintf("workspace %s runs in the sandbox of task %s, which %s/%s no longer deploys", ws.ID, ws.TaskID, ws.Project, ws.Env)}
+		return workspaces.ExecResult{}, err
 	}
 	secrets, err := s.vaultRefs(ctx, ws, req)
 	if err != nil {

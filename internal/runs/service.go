@@ -112,7 +112,7 @@ func (s *Service) Trigger(ctx context.Context, req TriggerRequest) (Run, bool, e
 		maxDur = DefaultMaxDuration
 	}
 	needs := needsOf(task)
-	ws, fresh, err := s.workspaceFor(ctx, req)
+	ws, fresh, err := s.workspaceFor(ctx, req, task)
 	if err != nil {
 		return Run{}, false, err
 	}
@@ -325,7 +325,7 @@ func (s *Service) Lease(ctx context.Context, workerID string, caps workers.Capab
 // for, which must be a live workspace of the run's project environment
 // that no unfinished run holds (a workspace serves one run at a time), or
 // a new one (fresh).
-func (s *Service) workspaceFor(ctx context.Context, req TriggerRequest) (ws workspaces.Workspace, fresh bool, err error) {
+func (s *Service) workspaceFor(ctx context.Context, req TriggerRequest, task deployments.Task) (ws workspaces.Workspace, fresh bool, err error) {
 	if s.Workspaces == nil {
 		if req.WorkspaceID != "" {
 			return ws, false, fmt.Errorf("this control plane keeps no workspaces: %w", ErrInvalid)
@@ -333,7 +333,11 @@ func (s *Service) workspaceFor(ctx context.Context, req TriggerRequest) (ws work
 		return ws, false, nil
 	}
 	if req.WorkspaceID == "" {
-		ws, err = s.Workspaces.CreateWorkspace(ctx, workspaces.Workspace{Project: req.Project, Env: req.Env, TaskID: req.TaskID, CreatedAt: s.now()})
+		w := workspaces.Workspace{Project: req.Project, Env: req.Env, TaskID: req.TaskID, CreatedAt: s.now()}
+		if task.Spec.Sandbox != nil {
+			w.Sandbox = task.Spec.Sandbox.Name
+		}
+		ws, err = s.Workspaces.CreateWorkspace(ctx, w)
 		if err != nil {
 			return ws, false, fmt.Errorf("create a workspace for the run: %w", err)
 		}

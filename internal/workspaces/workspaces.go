@@ -24,6 +24,11 @@ type Workspace struct {
 	// TaskID is the task whose sandbox made the workspace (its image seeds
 	// a fresh workspace, its workspace path is where runs see it).
 	TaskID string `json:"taskId"`
+	// Sandbox is the name of the sandbox the workspace uses
+	// (sandbox("NAME") in the task code): its direct operations run in
+	// that sandbox as the current deployment declares it, whichever task
+	// references it. Empty: the sandbox of TaskID.
+	Sandbox string `json:"sandbox,omitempty"`
 	// Host is where the workspace's files are: the host identity of the
 	// worker (its machine and data dir, stable across its restarts) that
 	// leased its latest run; empty until then.

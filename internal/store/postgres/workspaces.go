@@ -13,11 +13,11 @@ import (
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
-const workspaceColumns = `id, project, env, task_id, host, last_run_id, created_at, used_at, deleted_at`
+const workspaceColumns = `id, project, env, task_id, sandbox, host, last_run_id, created_at, used_at, deleted_at`
 
 func scanWorkspace(row scanner) (workspaces.Workspace, error) {
 	var w workspaces.Workspace
-	if err := row.Scan(&w.ID, &w.Project, &w.Env, &w.TaskID, &w.Host, &w.LastRunID, &w.CreatedAt, &w.UsedAt, &w.DeletedAt); err != nil {
+	if err := row.Scan(&w.ID, &w.Project, &w.Env, &w.TaskID, &w.Sandbox, &w.Host, &w.LastRunID, &w.CreatedAt, &w.UsedAt, &w.DeletedAt); err != nil {
 		return workspaces.Workspace{}, err
 	}
 	w.CreatedAt = w.CreatedAt.UTC()
@@ -31,8 +31,8 @@ func (s *Store) CreateWorkspace(ctx context.Context, w workspaces.Workspace) (wo
 	if err != nil {
 		return workspaces.Workspace{}, err
 	}
-	if _, err := s.pool.Exec(ctx, `INSERT INTO workspaces (id, project, env, task_id, created_at) VALUES ($1, $2, $3, $4, $5)`,
-		w.ID, w.Project, w.Env, w.TaskID, w.CreatedAt); err != nil {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO workspaces (id, project, env, task_id, sandbox, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
+		w.ID, w.Project, w.Env, w.TaskID, w.Sandbox, w.CreatedAt); err != nil {
 		return workspaces.Workspace{}, fmt.Errorf("create workspace: %w", err)
 	}
 	return w, nil

@@ -13,7 +13,7 @@ import (
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
-const workspaceColumns = `id, project, env, task_id, host, last_run_id, created_at, used_at, deleted_at`
+const workspaceColumns = `id, project, env, task_id, sandbox, host, last_run_id, created_at, used_at, deleted_at`
 
 func scanWorkspace(row scanner) (workspaces.Workspace, error) {
 	var (
@@ -22,7 +22,7 @@ func scanWorkspace(row scanner) (workspaces.Workspace, error) {
 		used, deleted sql.NullString
 		errs          [3]error
 	)
-	if err := row.Scan(&w.ID, &w.Project, &w.Env, &w.TaskID, &w.Host, &w.LastRunID, &created, &used, &deleted); err != nil {
+	if err := row.Scan(&w.ID, &w.Project, &w.Env, &w.TaskID, &w.Sandbox, &w.Host, &w.LastRunID, &created, &used, &deleted); err != nil {
 		return workspaces.Workspace{}, err
 	}
 	w.CreatedAt, errs[0] = parseTime(created)
@@ -38,8 +38,8 @@ func (s *Store) CreateWorkspace(ctx context.Context, w workspaces.Workspace) (wo
 		return workspaces.Workspace{}, err
 	}
 	err = s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO workspaces (id, project, env, task_id, created_at) VALUES (?, ?, ?, ?, ?)`,
-			w.ID, w.Project, w.Env, w.TaskID, fmtTime(w.CreatedAt))
+		_, err := tx.ExecContext(ctx, `INSERT INTO workspaces (id, project, env, task_id, sandbox, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+			w.ID, w.Project, w.Env, w.TaskID, w.Sandbox, fmtTime(w.CreatedAt))
 		return err
 	})
 	if err != nil {

@@ -21,8 +21,8 @@ func testWorkspaces(t *testing.T, s Store) {
 	ctx := t.Context()
 	var made []workspaces.Workspace
 	for i, scope := range [][2]string{{"p", "dev"}, {"p", "dev"}, {"p", "prod"}} {
-		w, err := s.CreateWorkspace(ctx, workspaces.Workspace{Project: scope[0], Env: scope[1], TaskID: "agent", CreatedAt: at(i), Host: "ignored"})
-		if err != nil || len(w.ID) != len("ws_")+26 || w.Host != "" || !w.CreatedAt.Equal(at(i)) {
+		w, err := s.CreateWorkspace(ctx, workspaces.Workspace{Project: scope[0], Env: scope[1], TaskID: "agent", Sandbox: fmt.Sprintf("sb%d", i), CreatedAt: at(i), Host: "ignored"})
+		if err != nil || len(w.ID) != len("ws_")+26 || w.Host != "" || !w.CreatedAt.Equal(at(i)) || w.Sandbox != fmt.Sprintf("sb%d", i) {
 			t.Fatalf("CreateWorkspace = %+v, %v; want ws_… without a worker", w, err)
 		}
 		got, err := s.GetWorkspace(ctx, w.ID)
