@@ -125,13 +125,33 @@ func testWorkspaceExec(t *testing.T, tier string) {
 	if _, err := os.Stat("/etc/passwd"); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.api.WriteFile(ctx, ws, "big.bin", make([]byte, 800<<10)); err == nil || !strings.Contains(err.Error(), "at most") {
-		t.Errorf("WriteFile(800 KiB) = %v, want refused as too large", err)
+	// Larger than one operation carries: written and read in parts,
+	// nothing left staged, one trajectory record each.
+	big := make([]byte, 5<<20+7)
+	for i := range big {
+		big[i] = byte(i*7 + i/4096)
 	}
-	d.mustHelmr("exec", ws, "--shell", "--", "head -c 900000 /dev/zero > big.bin")
-	if _, err := d.api.ReadFile(ctx, ws, "big.bin"); err == nil || !strings.Contains(err.Error(), "larger than") {
-		t.Errorf("ReadFile(900 KB) = %v, want refused as too large", err)
+	before := len(trajectory(t, d, ws))
+	if err := d.api.WriteFile(ctx, ws, "big.bin", big); err != nil {
+		t.Fatalf("WriteFile(5 MiB) = %v", err)
 	}
+	if got, err := d.api.ReadFile(ctx, ws, "big.bin"); err != nil || !bytes.Equal(got, big) {
+		t.Errorf("ReadFile(5 MiB) = %d bytes, %v; want what was written", len(got), err)
+	}
+	if recs := trajectory(t, d, ws)[before:]; len(recs) != 2 || recs[0].Kind != "file.write" || recs[1].Kind != "file.read" {
+		t.Errorf("trajectory of a 5 MiB write and read = %+v, want one record each", recs)
+	}
+	if out := d.mustHelmr("exec", ws, "--shell", "--", "ls -A; ls -A /tmp"); strings.Contains(out, "helmr-upload") || strings.Contains(out, "tmp.") {
+		t.Errorf("staging left behind: %q", out)
+	}
+	if err := d.api.WriteFile(ctx, ws, "huge.bin", make([]byte, 64<<20+1)); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("WriteFile(64 MiB + 1) = %v, want refused as too large", err)
+	}
+	d.mustHelmr("exec", ws, "--shell", "--", "head -c 67108865 /dev/zero > huge.bin")
+	if _, err := d.api.ReadFile(ctx, ws, "huge.bin"); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("ReadFile(64 MiB + 1) = %v, want refused as too large", err)
+	}
+	d.mustHelmr("exec", ws, "rm", "huge.bin", "big.bin")
 
 	// Tar up and down; a tar with a member leading out is refused whole.
 	var tb bytes.Buffer
@@ -230,4 +250,17 @@ func testWorkspaceExec(t *testing.T, tier string) {
 			t.Errorf("helmr %s = exit %d %q, want an error containing %q", strings.Join(c.args, " "), code, errOut, c.want)
 		}
 	}
+}
+
+// trajectory returns a workspace's recorded operations (up to 1000).
+func trajectory(t *testing.T, d *dev, ws string) []workspaces.OpRecord {
+	t.Helper()
+	status, body := d.get("/v1/workspaces/" + ws + "/trajectory")
+	var tr struct {
+		Operations []workspaces.OpRecord `json:"operations"`
+	}
+	if status != 200 || json.Unmarshal(body, &tr) != nil {
+		t.Fatalf("trajectory = %d %s", status, body)
+	}
+	return tr.Operations
 }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"archive/tar"
 	"archive/zip"
 	"bytes"
 	"crypto/rand"
@@ -10,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"path"
 	"sort"
@@ -36,10 +38,6 @@ import (
 // swerexMaxReplies is how many responses per workspace are kept for
 // X-Request-ID replay (SWE-ReX's server keeps the last one).
 const swerexMaxReplies = 64
-
-// swerexUploadMax bounds one uploaded file (it travels to the sandbox as
-// base64 on the command's standard input).
-const swerexUploadMax = workspaces.MaxStdinBytes * 3 / 4
 
 type swerexRuntime struct {
 	mu       sync.Mutex
@@ -129,9 +127,13 @@ func (s *Server) swerex(h func(r *http.Request, ws workspaces.Workspace, rt *swe
 // decodeSwerex reads a SWE-ReX request model, with its defaults already
 // in v.
 func decodeSwerex(r *http.Request, v any) error {
-	data, err := io.ReadAll(io.LimitReader(r.Body, 2*workspaces.MaxStdinBytes))
+	const max = 2 * MaxFileBytes // a write_file's content, JSON-escaped
+	data, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 	if err != nil {
 		return badRequest("read the request body: " + err.Error())
+	}
+	if len(data) > max {
+		return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("a request body is at most %d bytes", max)}
 	}
 	if len(bytes.TrimSpace(data)) == 0 || string(bytes.TrimSpace(data)) == "null" {
 		return nil
@@ -395,18 +397,23 @@ func (s *Server) swerexReadFile(r *http.Request, ws workspaces.Workspace, _ *swe
 	if req.Path == "" {
 		return nil, &Error{Status: http.StatusUnprocessableEntity, Code: "invalid_request", Message: "path is required"}
 	}
-	res, err := s.execIn(r.Context(), s.cfg.Workspaces, ws, workspaces.ExecRequest{Argv: []string{"cat", "--", req.Path}},
-		opTrace{kind: "swerex.read_file", request: map[string]any{"path": req.Path}})
+	res, err := s.execOutput(r.Context(), s.cfg.Workspaces, ws, workspaces.ExecRequest{Argv: []string{"base64", "-w0", "--", req.Path}},
+		opTrace{kind: "swerex.read_file", request: map[string]any{"path": req.Path}}, maxFileBase64, fmt.Sprintf("%s is larger than %d bytes: read it in parts with execute", req.Path, MaxFileBytes))
+	var he *Error
+	if errors.As(err, &he) && he.Status == http.StatusRequestEntityTooLarge {
+		return nil, &swerexError{"swerex.exceptions.SwerexException", he.Message}
+	}
 	if err != nil {
 		return nil, err
 	}
 	if res.ExitCode != 0 {
 		return nil, &swerexError{"builtins.FileNotFoundError", strings.TrimSpace(res.Stderr)}
 	}
-	if res.StdoutTruncated {
-		return nil, &swerexError{"swerex.exceptions.SwerexException", fmt.Sprintf("%s is larger than %d bytes: read it in parts with execute", req.Path, workspaces.MaxOutputBytes)}
+	data, err := base64.StdEncoding.DecodeString(strings.TrimSpace(res.Stdout))
+	if err != nil {
+		return nil, &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: req.Path + " came back garbled: " + err.Error()}
 	}
-	return map[string]any{"content": res.Stdout}, nil
+	return map[string]any{"content": string(data)}, nil
 }
 
 func (s *Server) swerexWriteFile(r *http.Request, ws workspaces.Workspace, _ *swerexRuntime) (any, error) {
@@ -429,10 +436,10 @@ func (s *Server) swerexWriteFile(r *http.Request, ws workspaces.Workspace, _ *sw
 // swerexPut writes data to p in the workspace's sandbox, making its
 // directory.
 func (s *Server) swerexPut(r *http.Request, ws workspaces.Workspace, p string, data []byte) error {
-	if len(data) > swerexUploadMax {
-		return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("%s: %d bytes, more than the %d one write takes", p, len(data), swerexUploadMax)}
+	if len(data) > MaxFileBytes {
+		return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("%s: %d bytes, more than the %d one write takes", p, len(data), MaxFileBytes)}
 	}
-	res, err := s.execIn(r.Context(), s.cfg.Workspaces, ws, workspaces.ExecRequest{
+	res, err := s.execStdin(r.Context(), s.cfg.Workspaces, ws, workspaces.ExecRequest{
 		Argv:  []string{"sh", "-c", `mkdir -p "$(dirname "$1")" && base64 -d > "$1"`, "sh", p},
 		Stdin: base64.StdEncoding.EncodeToString(data),
 	}, opTrace{kind: "swerex.write_file", request: map[string]any{"path": p, "bytes": len(data)}})
@@ -457,39 +464,88 @@ func (s *Server) swerexUpload(r *http.Request, ws workspaces.Workspace, _ *swere
 		return nil, &Error{Status: http.StatusUnprocessableEntity, Code: "invalid_request", Message: "file and target_path are required"}
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, 64<<20))
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	if err != nil {
 		return nil, err
+	}
+	if len(data) > MaxFileBytes {
+		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("an upload is at most %d bytes", MaxFileBytes)}
 	}
 	if r.FormValue("unzip") != "true" && r.FormValue("unzip") != "True" {
 		return map[string]any{}, s.swerexPut(r, ws, target, data)
 	}
+	tarData, err := zipToTar(data)
+	if err != nil {
+		return nil, err
+	}
+	// One operation unpacks the whole directory (as a tar: the sandbox's
+	// image need not have unzip).
+	res, err := s.execStdin(r.Context(), s.cfg.Workspaces, ws, workspaces.ExecRequest{
+		Argv:  []string{"sh", "-c", `mkdir -p -- "$1" && base64 -d | tar -C "$1" -xf - --no-same-owner --no-same-permissions`, "sh", target},
+		Stdin: base64.StdEncoding.EncodeToString(tarData),
+	}, opTrace{kind: "swerex.upload", request: map[string]any{"target_path": target, "unzip": true, "bytes": len(data)}})
+	if err != nil {
+		return nil, err
+	}
+	if res.ExitCode != 0 {
+		return nil, &swerexError{"builtins.OSError", strings.TrimSpace(res.Stderr)}
+	}
+	return map[string]any{}, nil
+}
+
+// zipToTar turns an uploaded zip into a tar of its directories and files
+// (a symlink member becomes a file holding its target, as Python's
+// zipfile extracts it), names kept inside the target directory, at most
+// MaxFileBytes unpacked.
+func zipToTar(data []byte) ([]byte, error) {
 	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
 		return nil, &swerexError{"zipfile.BadZipFile", err.Error()}
 	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	total := int64(0)
 	for _, zf := range zr.File {
-		name := path.Clean(zf.Name)
-		if zf.FileInfo().IsDir() {
+		name := path.Clean(strings.TrimPrefix(zf.Name, "./"))
+		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") || strings.ContainsRune(name, 0) {
+			return nil, &swerexError{"zipfile.BadZipFile", fmt.Sprintf("%s leaves the target directory", zf.Name)}
+		}
+		if name == "." {
 			continue
 		}
-		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
-			return nil, &swerexError{"zipfile.BadZipFile", fmt.Sprintf("%s leaves the target directory", zf.Name)}
+		if zf.FileInfo().IsDir() {
+			if err := tw.WriteHeader(&tar.Header{Name: name + "/", Mode: 0o755, Typeflag: tar.TypeDir, ModTime: zf.Modified}); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		rc, err := zf.Open()
 		if err != nil {
 			return nil, &swerexError{"zipfile.BadZipFile", err.Error()}
 		}
-		content, err := io.ReadAll(io.LimitReader(rc, int64(swerexUploadMax)+1))
+		content, err := io.ReadAll(io.LimitReader(rc, MaxFileBytes-total+1))
 		rc.Close()
 		if err != nil {
-			return nil, &swerexError{"zipfile.BadZipFile", err.Error()}
+			return nil, &swerexError{"zipfile.BadZipFile", fmt.Sprintf("%s: %v", zf.Name, err)}
 		}
-		if err := s.swerexPut(r, ws, path.Join(target, name), content); err != nil {
+		if total += int64(len(content)); total > MaxFileBytes {
+			return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("the zip unpacks to more than %d bytes", MaxFileBytes)}
+		}
+		mode := int64(zf.Mode().Perm())
+		if zf.Mode()&fs.ModeSymlink != 0 || mode == 0 {
+			mode = 0o644
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: int64(len(content)), Typeflag: tar.TypeReg, ModTime: zf.Modified}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(content); err != nil {
 			return nil, err
 		}
 	}
-	return map[string]any{}, nil
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 func (s *Server) swerexClose(_ *http.Request, _ workspaces.Workspace, rt *swerexRuntime) (any, error) {

@@ -305,6 +305,9 @@ func (s *Server) execIn(ctx context.Context, st workspaces.Store, ws workspaces.
 type opTrace struct {
 	kind    string
 	request any
+	// quiet leaves the operation out of the trajectory: a part of a
+	// larger one, recorded as a whole.
+	quiet bool
 	// output, if set, streams the operation: it gets the output, line by
 	// line and redacted, as the worker sends it.
 	output func(stream string, data []byte)
@@ -317,15 +320,12 @@ const trajectoryOutput = 64 << 10
 // its span. Requests hold credential placeholders, never values; results
 // are redacted already.
 func (s *Server) recordOp(ctx context.Context, ws workspaces.Workspace, req workspaces.ExecRequest, tr opTrace, began time.Time, res workspaces.ExecResult, err error) {
-	if s.cfg.Trajectories == nil {
+	if s.cfg.Trajectories == nil || tr.quiet {
 		return
 	}
 	rec := workspaces.OpRecord{WorkspaceID: ws.ID, Kind: tr.kind, StartedAt: began, DurationMs: float64(time.Since(began).Microseconds()) / 1000}
 	if tr.request == nil {
-		if len(req.Stdin) > 4<<10 {
-			req.Stdin = req.Stdin[:4<<10] + "[helmr: stdin cut in the trajectory]"
-		}
-		tr.request = req
+		tr.request = traceRequest(req)
 	}
 	rec.Request, _ = json.Marshal(tr.request)
 	if err != nil {
@@ -344,6 +344,15 @@ func (s *Server) recordOp(ctx context.Context, ws workspaces.Workspace, req work
 		return
 	}
 	s.cfg.Spans.Export(rec)
+}
+
+// traceRequest is an exec request as a trajectory keeps it: its stdin
+// cut at 4 KiB.
+func traceRequest(req workspaces.ExecRequest) workspaces.ExecRequest {
+	if len(req.Stdin) > 4<<10 {
+		req.Stdin = req.Stdin[:4<<10] + "[helmr: stdin cut in the trajectory]"
+	}
+	return req
 }
 
 // trajectory answers a workspace's operations, oldest first, from a
@@ -429,11 +438,14 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // in the sandbox resolves the path (symlinks included) against the
 // workspace (the directory operations start in) and refuses one that
 // leaves it. Contents travel base64-encoded through the command's
-// streams, so one file or tar is at most MaxFileBytes: base64 of more
-// overflows the output limit, which is how a read knows it was too large.
+// streams, in parts when larger than one operation carries (see
+// execStdin and execOutput).
 
 // MaxFileBytes bounds a file or tar read or written through the API.
-const MaxFileBytes = workspaces.MaxOutputBytes * 3 / 4
+const MaxFileBytes = 64 << 20
+
+// maxFileBase64 is the length of MaxFileBytes in base64.
+const maxFileBase64 = (MaxFileBytes + 2) / 3 * 4
 
 // fileScript resolves $1 against the workspace and runs the rest of the
 // script with the result in $p; exit 77 when the path leaves the
@@ -459,8 +471,10 @@ func checkRelPath(p string) error {
 }
 
 // fileOp runs script (after fileScript) on the workspace's path rel,
-// with data (if any) base64-encoded on its standard input.
-func (s *Server) fileOp(r *http.Request, kind, rel, script string, data []byte) (workspaces.ExecResult, error) {
+// with data (if any) base64-encoded on its standard input. tooLarge, if
+// set, says the script prints up to MaxFileBytes base64-encoded (more is
+// a 413 saying tooLarge).
+func (s *Server) fileOp(r *http.Request, kind, rel, script string, data []byte, tooLarge string) (res workspaces.ExecResult, err error) {
 	st, ws, err := s.requestWorkspace(r)
 	if err != nil {
 		return workspaces.ExecResult{}, err
@@ -468,8 +482,13 @@ func (s *Server) fileOp(r *http.Request, kind, rel, script string, data []byte) 
 	if err := checkRelPath(rel); err != nil {
 		return workspaces.ExecResult{}, badRequest(err.Error())
 	}
-	res, err := s.execIn(r.Context(), st, ws, workspaces.ExecRequest{Argv: []string{"sh", "-c", fileScript + script, "sh", rel}, Stdin: base64.StdEncoding.EncodeToString(data)},
-		opTrace{kind: kind, request: map[string]any{"path": rel, "bytes": len(data)}})
+	req := workspaces.ExecRequest{Argv: []string{"sh", "-c", fileScript + script, "sh", rel}, Stdin: base64.StdEncoding.EncodeToString(data)}
+	tr := opTrace{kind: kind, request: map[string]any{"path": rel, "bytes": len(data)}}
+	if tooLarge != "" {
+		res, err = s.execOutput(r.Context(), st, ws, req, tr, maxFileBase64, fmt.Sprintf("%s is larger than %d bytes: %s", rel, MaxFileBytes, tooLarge))
+	} else {
+		res, err = s.execStdin(r.Context(), st, ws, req, tr)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -480,6 +499,8 @@ func (s *Server) fileOp(r *http.Request, kind, rel, script string, data []byte) 
 		return res, badRequest(fmt.Sprintf("path %q leaves the workspace (through a symlink)", rel))
 	case 78:
 		return res, &Error{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("%s: %s", rel, strings.TrimSpace(res.Stderr))}
+	case 79:
+		return res, &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("%s is larger than %d bytes: %s", rel, MaxFileBytes, tooLarge)}
 	}
 	return res, &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: fmt.Sprintf("%s: exit %d: %s", rel, res.ExitCode, strings.TrimSpace(res.Stderr))}
 }
@@ -487,7 +508,7 @@ func (s *Server) fileOp(r *http.Request, kind, rel, script string, data []byte) 
 // fetch runs a file script that prints bytes base64-encoded and answers
 // them as ctype; too many bytes are a 413 saying tooLarge.
 func (s *Server) fetch(w http.ResponseWriter, r *http.Request, kind, rel, script, ctype, tooLarge string) error {
-	res, err := s.fileOp(r, kind, rel, script, nil)
+	res, err := s.fileOp(r, kind, rel, script, nil, tooLarge)
 	if err != nil {
 		return err
 	}
@@ -522,7 +543,7 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request, kind, rel, script s
 			return badRequest(err.Error())
 		}
 	}
-	if _, err := s.fileOp(r, kind, rel, script, data); err != nil {
+	if _, err := s.fileOp(r, kind, rel, script, data, ""); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -532,6 +553,7 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request, kind, rel, script s
 // readWorkspaceFile answers a file's bytes.
 func (s *Server) readWorkspaceFile(w http.ResponseWriter, r *http.Request) error {
 	return s.fetch(w, r, "file.read", r.URL.Query().Get("path"), `[ -f "$p" ] || { echo "no such file" >&2; exit 78; }
+[ "$(stat -c %s -- "$p")" -le `+fmt.Sprint(MaxFileBytes)+` ] || exit 79
 base64 -w0 -- "$p"`, "application/octet-stream", "read it in parts with exec")
 }
 
@@ -553,7 +575,7 @@ type DirEntry struct {
 func (s *Server) listWorkspaceDir(w http.ResponseWriter, r *http.Request) error {
 	rel := orDot(r.URL.Query().Get("path"))
 	res, err := s.fileOp(r, "file.list", rel, `[ -d "$p" ] || { echo "no such directory" >&2; exit 78; }
-find "$p" -mindepth 1 -maxdepth 1 -printf '%y\t%s\t%m\t%f\0' | head -c `+fmt.Sprint(workspaces.MaxOutputBytes-1024), nil)
+find "$p" -mindepth 1 -maxdepth 1 -printf '%y\t%s\t%m\t%f\0' | head -c `+fmt.Sprint(workspaces.MaxOutputBytes-1024), nil, "")
 	if err != nil {
 		return err
 	}

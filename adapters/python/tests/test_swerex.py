@@ -4,6 +4,7 @@ client (RemoteRuntime) against a real helmr dev and sandbox."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import sys
@@ -101,6 +102,23 @@ class SwerexProtocolTest(unittest.TestCase):
                 await rt.upload(UploadRequest(source_path=str(Path(tmp, "one.txt")), target_path="/workspace/one.txt"))
             r = await rt.execute(Command(command="cat up/sub/a.txt one.txt; echo; wc -c < up/b.bin; od -An -tx1 -j255 up/b.bin", shell=True, cwd="/workspace"))
             self.assertEqual(r.stdout.split(), ["Aone", "256", "ff"])
+
+            # Larger than one operation carries: a repository-sized upload
+            # (many files, one of several MiB) and a file of a few MiB
+            # written and read back; nothing is left staged.
+            with tempfile.TemporaryDirectory() as tmp:
+                src = Path(tmp, "repo")
+                (src / "many").mkdir(parents=True)
+                big = os.urandom(3 << 20)
+                (src / "big.bin").write_bytes(big)
+                for i in range(300):
+                    (src / "many" / f"{i}.txt").write_text(str(i))
+                await rt.upload(UploadRequest(source_path=str(src), target_path="/workspace/repo"))
+            r = await rt.execute(Command(command="sha256sum < repo/big.bin; ls repo/many | wc -l; cat repo/many/299.txt; echo; ls -A | grep -c helmr-upload", shell=True, cwd="/workspace"))
+            self.assertEqual(r.stdout.split(), [hashlib.sha256(big).hexdigest(), "-", "300", "299", "0"])
+            text = "é" * (1 << 20) + "end\n"
+            await rt.write_file(WriteFileRequest(path="/workspace/big.txt", content=text))
+            self.assertEqual((await rt.read_file(ReadFileRequest(path="/workspace/big.txt"))).content, text)
 
             await rt.close_session(CloseBashSessionRequest())
             with self.assertRaises(SessionDoesNotExistError):

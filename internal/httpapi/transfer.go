@@ -1,0 +1,179 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/helmr/helmr/internal/workspaces"
+)
+
+// One direct operation carries at most workspaces.MaxStdinBytes in and
+// workspaces.MaxOutputBytes out of a sandbox. Files and tars larger than
+// that travel in parts: a staging file in the sandbox is filled (or
+// drained) by one operation per part, and the command runs once on the
+// whole. Parts are base64 text, so any byte offset is a safe cut.
+
+// transferPart is the most bytes of stdin or output one part carries.
+const transferPart = 512 << 10
+
+// execStdin is execIn for a stdin of any size: a stdin larger than one
+// operation takes is first written, in parts, to a staging file in the
+// workspace (a hidden .helmr-upload-… name; it counts against the quota
+// like the data it becomes), and the command then runs with that file as
+// its standard input, unlinked before the command starts. The trajectory
+// records the command once, as tr says; the parts are not recorded.
+func (s *Server) execStdin(ctx context.Context, st workspaces.Store, ws workspaces.Workspace, req workspaces.ExecRequest, tr opTrace) (workspaces.ExecResult, error) {
+	if len(req.Stdin) <= workspaces.MaxStdinBytes {
+		return s.execIn(ctx, st, ws, req, tr)
+	}
+	began := time.Now()
+	stage := ".helmr-upload-" + randomHex(8)
+	cleanup := func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_, _ = s.execIn(cctx, st, ws, workspaces.ExecRequest{Argv: []string{"rm", "-f", "--", stage}}, opTrace{quiet: true})
+	}
+	dir := "" // the workspace's directory in the sandbox
+	for rest := req.Stdin; rest != ""; {
+		part := cutPart(rest, transferPart)
+		rest = rest[len(part):]
+		res, err := s.execIn(ctx, st, ws, workspaces.ExecRequest{Argv: []string{"sh", "-c", `cat >> "$1" && pwd -P`, "sh", stage}, Stdin: part}, opTrace{quiet: true})
+		if err == nil && res.ExitCode != 0 {
+			err = &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: "stage the input in the workspace: " + strings.TrimSpace(res.Stderr)}
+		}
+		if dir == "" && err == nil {
+			if dir = strings.TrimSpace(res.Stdout); !stagedPath.MatchString(dir) {
+				err = &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: fmt.Sprintf("stage the input in the workspace: it is at %q", res.Stdout)}
+			}
+		}
+		if err != nil {
+			cleanup()
+			s.recordOp(ctx, ws, req, tr, began, res, err)
+			return workspaces.ExecResult{}, err
+		}
+		if ws, err = s.pinHost(ctx, st, ws); err != nil {
+			cleanup()
+			return workspaces.ExecResult{}, err
+		}
+	}
+	run := req
+	run.Stdin = ""
+	argv := req.Argv
+	if len(argv) == 0 {
+		argv = []string{"/bin/sh", "-c", req.Command}
+		run.Command = ""
+	}
+	run.Argv = append([]string{"sh", "-c", `exec <"$0" || exit 74; rm -f -- "$0"; exec "$@"`, dir + "/" + stage}, argv...)
+	if tr.request == nil {
+		tr.request = traceRequest(req) // the caller's, not the staging
+	}
+	res, err := s.execIn(ctx, st, ws, run, tr)
+	if err != nil {
+		cleanup()
+	}
+	return res, err
+}
+
+// pinHost returns ws with its host, once a first operation gave it one,
+// so that the next parts go to the same worker.
+func (s *Server) pinHost(ctx context.Context, st workspaces.Store, ws workspaces.Workspace) (workspaces.Workspace, error) {
+	if ws.Host != "" {
+		return ws, nil
+	}
+	return st.GetWorkspace(ctx, ws.ID)
+}
+
+// cutPart returns the first at most n bytes of s, not splitting a UTF-8
+// sequence (base64 text never has one; a caller's stdin may).
+func cutPart(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// stagedPath matches what mktemp prints in a sandbox.
+var stagedPath = regexp.MustCompile(`^/[A-Za-z0-9._/-]+$`)
+
+// execOutput is execIn for a command printing up to max bytes of ASCII
+// (base64) on its standard output: output larger than one operation
+// carries is read again in parts: the command runs once more with its
+// output into a temporary file in the sandbox (mktemp), which is then
+// read back in parts and removed. The command must be safe to run twice.
+// Output beyond max is a 413 saying tooLarge. The trajectory records the
+// command once, as tr says.
+func (s *Server) execOutput(ctx context.Context, st workspaces.Store, ws workspaces.Workspace, req workspaces.ExecRequest, tr opTrace, max int, tooLarge string) (res workspaces.ExecResult, err error) {
+	began := time.Now()
+	quiet := tr
+	quiet.quiet = true
+	defer func() { s.recordOp(ctx, ws, req, tr, began, res, err) }()
+	if res, err = s.execIn(ctx, st, ws, req, quiet); err != nil || !res.StdoutTruncated || res.ExitCode != 0 {
+		return res, err
+	}
+	if ws, err = s.pinHost(ctx, st, ws); err != nil {
+		return res, err
+	}
+	staged := req
+	argv := req.Argv
+	if len(argv) == 0 {
+		argv = []string{"/bin/sh", "-c", req.Command}
+		staged.Command = ""
+	}
+	staged.Argv = append([]string{"sh", "-c", `t=$(mktemp) || exit 75
+"$@" >"$t"; rc=$?
+[ $rc -eq 0 ] || { rm -f -- "$t"; exit $rc; }
+echo "$(wc -c <"$t") $t"`, "sh"}, argv...)
+	first, err := s.execIn(ctx, st, ws, staged, quiet)
+	if err != nil || first.ExitCode != 0 {
+		return first, err
+	}
+	sizeStr, tmp, _ := strings.Cut(strings.TrimSpace(first.Stdout), " ")
+	size, perr := strconv.Atoi(sizeStr)
+	if perr != nil || !stagedPath.MatchString(tmp) || strings.Contains(tmp, "..") {
+		return res, &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: fmt.Sprintf("staging the output gave %q", first.Stdout)}
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_, _ = s.execIn(cctx, st, ws, workspaces.ExecRequest{Argv: []string{"rm", "-f", "--", tmp}}, opTrace{quiet: true})
+	}()
+	if size > max {
+		return res, &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: tooLarge}
+	}
+	var out strings.Builder
+	out.Grow(size)
+	for off := 0; off < size; off += transferPart {
+		part, err := s.execIn(ctx, st, ws, workspaces.ExecRequest{Argv: []string{"sh", "-c", `tail -c +$(($2 + 1)) -- "$1" | head -c "$3"`, "sh", tmp, strconv.Itoa(off), strconv.Itoa(transferPart)}}, opTrace{quiet: true})
+		if err == nil && (part.ExitCode != 0 || part.StdoutTruncated) {
+			err = &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: fmt.Sprintf("read back the output at %d: exit %d: %s", off, part.ExitCode, strings.TrimSpace(part.Stderr))}
+		}
+		if err != nil {
+			return res, err
+		}
+		out.WriteString(part.Stdout)
+	}
+	if out.Len() != size {
+		return res, &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: fmt.Sprintf("read back %d of %d bytes of output", out.Len(), size)}
+	}
+	res.Stdout, res.StdoutTruncated = out.String(), false
+	res.Stderr = first.Stderr
+	return res, nil
+}
+
+// randomHex returns n random bytes as hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
