@@ -88,14 +88,14 @@ func (w *Worker) doOp(ctx context.Context, op workspaces.Op) workspaces.OpResult
 	var lines *opLines
 	var chunk func(string, []byte)
 	if op.Stream {
-		lines = &opLines{send: func(stream, data string) {
+		lines = &opLines{secrets: op.Secrets, send: func(stream, data string) {
 			if err := w.cfg.Control.OpOutput(ctx, op.ID, workspaces.OpOutput{Stream: stream, Data: workspaces.Redact(data, op.Secrets)}); err != nil {
 				w.log.Warn("stream a workspace operation's output", "op_id", op.ID, "err", err)
 			}
 		}}
 		chunk = lines.write
 	}
-	res, err := ob.exec(ctx, op.Exec.WithSecrets(op.Secrets), chunk)
+	res, err := ob.exec(ctx, op.Exec.WithSecrets(op.Secrets), op.Secrets, chunk)
 	lines.flush()
 	if err != nil {
 		return workspaces.OpResult{Error: workspaces.Redact(err.Error(), op.Secrets)}
@@ -253,8 +253,9 @@ func (ob *opBox) close(ctx context.Context) {
 }
 
 // exec runs one command under its timeout, keeping at most
-// MaxOutputBytes of each stream.
-func (ob *opBox) exec(ctx context.Context, req workspaces.ExecRequest, chunk func(stream string, data []byte)) (workspaces.ExecResult, error) {
+// MaxOutputBytes of each stream, never cutting through a value of
+// secrets.
+func (ob *opBox) exec(ctx context.Context, req workspaces.ExecRequest, secrets map[string]string, chunk func(stream string, data []byte)) (workspaces.ExecResult, error) {
 	argv := req.Argv
 	if req.Command != "" {
 		argv = []string{"/bin/sh", "-c", req.Command}
@@ -281,7 +282,8 @@ func (ob *opBox) exec(ctx context.Context, req workspaces.ExecRequest, chunk fun
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var out [2]capped
+	hold := workspaces.Lookahead(secrets)
+	out := [2]capped{{hold: hold}, {hold: hold}}
 	start := time.Now()
 	st, err := ob.box.Exec(ctx, sandbox.ExecRequest{
 		Argv: argv, Env: dedupeEnv(env), Cwd: cwd, Stdin: strings.NewReader(req.Stdin),
@@ -298,7 +300,7 @@ func (ob *opBox) exec(ctx context.Context, req workspaces.ExecRequest, chunk fun
 	})
 	res := workspaces.ExecResult{
 		ExitCode: st.Code, Signal: st.Signal, DurationMs: float64(time.Since(start).Microseconds()) / 1000,
-		Stdout: out[0].String(), Stderr: out[1].String(), StdoutTruncated: out[0].cut > 0, StderrTruncated: out[1].cut > 0,
+		Stdout: out[0].String(secrets), Stderr: out[1].String(secrets), StdoutTruncated: out[0].truncated(), StderrTruncated: out[1].truncated(),
 	}
 	if ctx.Err() != nil {
 		res.TimedOut = true
@@ -313,14 +315,17 @@ func (ob *opBox) exec(ctx context.Context, req workspaces.ExecRequest, chunk fun
 	return res, nil
 }
 
-// capped keeps the first MaxOutputBytes of a stream and counts the rest.
+// capped keeps the first MaxOutputBytes of a stream (and hold bytes
+// more, to see whether a secret's value straddles the limit) and counts
+// the rest.
 type capped struct {
-	buf []byte
-	cut int
+	buf  []byte
+	cut  int
+	hold int
 }
 
 func (c *capped) write(p []byte) {
-	room := workspaces.MaxOutputBytes - len(c.buf)
+	room := workspaces.MaxOutputBytes + c.hold - len(c.buf)
 	if room >= len(p) {
 		c.buf = append(c.buf, p...)
 		return
@@ -331,21 +336,27 @@ func (c *capped) write(p []byte) {
 	c.cut += len(p) - max(room, 0)
 }
 
-func (c *capped) String() string {
-	if c.cut == 0 {
+func (c *capped) truncated() bool { return c.cut > 0 || len(c.buf) > workspaces.MaxOutputBytes }
+
+// String is what was kept, cut at the limit, or before a value of
+// secrets that straddles it, with a marker saying how much more came.
+func (c *capped) String(secrets map[string]string) string {
+	if !c.truncated() {
 		return string(c.buf)
 	}
-	return fmt.Sprintf("%s\n[helmr: output truncated: %d more bytes]\n", c.buf, c.cut)
+	n := workspaces.SafeCut(string(c.buf), workspaces.MaxOutputBytes, secrets)
+	return fmt.Sprintf("%s\n[helmr: output truncated: %d more bytes]\n", c.buf[:n], c.cut+len(c.buf)-n)
 }
 
 // opLines turns a streamed operation's output into whole lines per stream
-// (a line longer than 16 KiB goes in pieces), so each piece can be
-// redacted before it leaves: a secret value is cut in two only inside a
-// line that long. At most MaxOutputBytes of each stream are streamed.
+// (a line longer than 16 KiB goes in pieces, cut where no secret's value
+// straddles), so each piece can be redacted before it leaves. At most
+// MaxOutputBytes of each stream are streamed.
 type opLines struct {
-	send func(stream, data string)
-	buf  [2][]byte
-	sent [2]int
+	send    func(stream, data string)
+	secrets map[string]string // never cut through one of these values
+	buf     [2][]byte
+	sent    [2]int
 }
 
 func (l *opLines) write(stream string, data []byte) {
@@ -354,10 +365,12 @@ func (l *opLines) write(stream string, data []byte) {
 		i = 1
 	}
 	l.buf[i] = append(l.buf[i], data...)
+	hold := workspaces.Lookahead(l.secrets)
 	for {
 		n := bytes.LastIndexByte(l.buf[i], '\n') + 1
-		if n == 0 && len(l.buf[i]) >= 16<<10 {
-			n = len(l.buf[i])
+		if n == 0 && len(l.buf[i]) >= 16<<10+hold {
+			// A piece of a long line, ending where no value straddles.
+			n = workspaces.SafeCut(string(l.buf[i]), len(l.buf[i])-hold, l.secrets)
 		}
 		if n == 0 {
 			return
@@ -372,10 +385,11 @@ func (l *opLines) emit(i int, stream string, data []byte) {
 	if room <= 0 {
 		return
 	}
-	if len(data) > room {
-		data = data[:room]
-	}
 	l.sent[i] += len(data)
+	if len(data) > room {
+		data = data[:workspaces.SafeCut(string(data), room, l.secrets)]
+		l.sent[i] = workspaces.MaxOutputBytes // nothing more of this stream
+	}
 	l.send(stream, string(data))
 }
 

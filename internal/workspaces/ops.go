@@ -296,6 +296,40 @@ func Redact(s string, values map[string]string) string {
 	return s
 }
 
+// SafeCut returns where to cut s, at most at limit, so that no occurrence
+// of a value in values is split (which would leave a prefix of it that
+// Redact cannot recognise): limit, or the start of an occurrence that
+// straddles it.
+func SafeCut(s string, limit int, values map[string]string) int {
+	if limit >= len(s) {
+		return len(s)
+	}
+	for moved := true; moved; {
+		moved = false
+		for _, v := range values {
+			if len(v) < 2 {
+				continue
+			}
+			// Every occurrence straddling limit lies in this window.
+			lo, hi := max(0, limit-len(v)+1), min(len(s), limit+len(v)-1)
+			if i := strings.Index(s[lo:hi], v); i >= 0 {
+				limit, moved = lo+i, true
+			}
+		}
+	}
+	return limit
+}
+
+// Lookahead is how many bytes past a cut SafeCut needs to see to know
+// that no value straddles it: the longest value's length less one.
+func Lookahead(values map[string]string) int {
+	n := 0
+	for _, v := range values {
+		n = max(n, len(v)-1)
+	}
+	return n
+}
+
 // Redact returns the result with every secret value replaced.
 func (r ExecResult) Redact(values map[string]string) ExecResult {
 	r.Stdout, r.Stderr = Redact(r.Stdout, values), Redact(r.Stderr, values)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -94,5 +95,32 @@ func TestVaultRefs(t *testing.T) {
 	res := ExecResult{Stdout: "token s3cr3t and s3cr3ts3cr3t", Stderr: "bee"}.Redact(vals)
 	if res.Stdout != "token [redacted:API_TOKEN] and [redacted:API_TOKEN][redacted:API_TOKEN]" || res.Stderr != "[redacted:B]" {
 		t.Errorf("Redact = %+v", res)
+	}
+}
+
+func TestSafeCut(t *testing.T) {
+	values := map[string]string{"A": "secret-value", "B": "xy", "C": "s"}
+	s := "0123456789secret-value0123"
+	for limit := 0; limit <= len(s)+1; limit++ {
+		n := SafeCut(s, limit, values)
+		switch {
+		case n > limit || n > len(s):
+			t.Errorf("SafeCut(%d) = %d, past the limit", limit, n)
+		case limit > 10 && limit < 22 && n != 10:
+			t.Errorf("SafeCut(%d) = %d, want 10 (before the value straddling it)", limit, n)
+		case (limit <= 10 || limit >= 22) && n != min(limit, len(s)):
+			t.Errorf("SafeCut(%d) = %d, want the limit", limit, n)
+		}
+		if red := Redact(s[:n], values); strings.Contains(red, "secret-") {
+			t.Errorf("cut at %d leaves %q", n, red)
+		}
+	}
+	// Overlapping values: moving before one may land inside another.
+	values = map[string]string{"A": "abcd", "B": "cdef"}
+	if n := SafeCut("..abcdef..", 5, values); n != 2 {
+		t.Errorf("SafeCut(overlapping) = %d, want 2", n)
+	}
+	if Lookahead(values) != 3 || Lookahead(nil) != 0 {
+		t.Errorf("Lookahead = %d, %d", Lookahead(values), Lookahead(nil))
 	}
 }
