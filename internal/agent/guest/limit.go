@@ -19,13 +19,34 @@ const ChildNprocEnv = "HELMR_AGENT_CHILD_NPROC"
 
 // LimitExecMode is the helmr-agent mode that applies the cap and then execs
 // the real program: the cap is in place before the program's first
-// instruction, with no window for a fork to escape it.
+// instruction, with no window for a fork to escape it. An agent that can
+// stay uncapped under its own limit (see SetChildNproc) does without it;
+// the mode stays for agents without CAP_SYS_RESOURCE, and for those
+// restored from checkpoints taken while they used it.
 const LimitExecMode = "limit-exec"
 
-// SetChildNproc makes s start every process through LimitExecMode with
-// RLIMIT_NPROC = n (0: no cap).
+// SetChildNproc makes s start every process with RLIMIT_NPROC = n (0: no
+// cap). An agent holding CAP_SYS_RESOURCE (the gVisor tier grants it) sets
+// the limit on itself: its children inherit it, and the guest kernel
+// (gVisor's Sentry, like Linux) refuses no clone of a task with
+// CAP_SYS_RESOURCE, so the agent's own threads and children are never
+// refused, while its children, which end their exec without capabilities,
+// are capped from their first instruction. An agent without it starts
+// every process through LimitExecMode instead: one more exec per process,
+// which costs milliseconds in gVisor.
 func (s *Server) SetChildNproc(n uint64) error {
 	if n == 0 {
+		s.childNproc = 0
+		return nil
+	}
+	exempt, err := hasEffectiveCap(unix.CAP_SYS_RESOURCE)
+	if err != nil {
+		return err
+	}
+	if exempt {
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: n, Max: n}); err != nil {
+			return fmt.Errorf("set RLIMIT_NPROC for what the agent starts: %w", err)
+		}
 		s.childNproc = 0
 		return nil
 	}
@@ -35,6 +56,17 @@ func (s *Server) SetChildNproc(n uint64) error {
 	}
 	s.self, s.childNproc = self, n
 	return nil
+}
+
+// hasEffectiveCap reports whether the calling thread holds capability c in
+// its effective set (the agent's threads all hold the same).
+func hasEffectiveCap(c uintptr) (bool, error) {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false, fmt.Errorf("capget: %w", err)
+	}
+	return data[c/32].Effective&(1<<(c%32)) != 0, nil
 }
 
 // wrap returns the path and argv that start path/argv under the cap.

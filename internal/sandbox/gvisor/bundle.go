@@ -100,15 +100,18 @@ const (
 // it needs to start processes as uid:gid and to signal them, plus
 // CAP_SETPCAP, with which `helmr-agent serve` empties the bounding set
 // before it serves (guest.LimitExec), so that every process it starts, uid
-// 0 included, ends its exec with no capability.
+// 0 included, ends its exec with no capability, and CAP_SYS_RESOURCE, with
+// which the Sentry never applies RLIMIT_NPROC to the agent: the agent sets
+// the sandbox's process cap as its own limit, which what it starts
+// inherits (guest.Server.SetChildNproc).
 func agentCaps(uid uint32) []string {
 	// CHOWN, DAC_OVERRIDE and FOWNER place a run's secret files with
 	// their declared owner and mode (agent.WriteFile).
-	files := []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER"}
+	rest := []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_SYS_RESOURCE"}
 	if uid == 0 {
-		return append([]string{"CAP_SETGID", "CAP_SETPCAP"}, files...)
+		return append([]string{"CAP_SETGID", "CAP_SETPCAP"}, rest...)
 	}
-	return append([]string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}, files...)
+	return append([]string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SETPCAP"}, rest...)
 }
 
 // buildCaps are the capabilities a build step's root holds inside the
@@ -317,7 +320,8 @@ func ociSpecFor(cfg *Config, spec sandbox.Spec, b *bundle) *ociSpec {
 			Args: []string{AgentMount, "serve", "--fd", "0"},
 			// The agent caps what it starts at spec.PidsLimit processes per
 			// uid (RLIMIT_NPROC, which the Sentry enforces on clone) and
-			// stays uncapped itself: see guest.ChildNprocEnv.
+			// stays uncapped itself (CAP_SYS_RESOURCE): see
+			// guest.ChildNprocEnv.
 			Env: env,
 			Cwd: "/",
 			Capabilities: ociCaps{

@@ -24,8 +24,11 @@
 //     gofer as well as task code. The sandbox's own process limit is
 //     RLIMIT_NPROC (spec.PidsLimit), which the Sentry enforces on clone,
 //     counting the tasks of each uid (the agent's own threads count towards
-//     uid 0's); the host cgroup's pids limit is a backstop for gVisor's own
-//     host threads and stub processes, at least MinHostPids.
+//     uid 0's): the agent sets it as its own limit, which what it starts
+//     inherits, and holds CAP_SYS_RESOURCE, with which the Sentry never
+//     refuses the agent's own clones; the host cgroup's pids limit is a
+//     backstop for gVisor's own host threads and stub processes, at least
+//     MinHostPids.
 //   - the agent runs as uid 0 with the few capabilities it needs (see
 //     agentCaps); processes it starts as uid 0 keep CAP_SETGID until
 //     `helmr-agent serve` empties the bounding set itself.

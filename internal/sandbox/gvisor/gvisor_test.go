@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/helmr/helmr/internal/sandbox"
 	"github.com/helmr/helmr/internal/sandbox/sandboxtest"
@@ -304,5 +306,59 @@ echo "10.9.9.9 evil" >> /etc/hosts 2>/dev/null || true`},
 	})
 	if err != nil || st.Code != 0 || out.String() != "built\nv1\n0\n" {
 		t.Errorf("next sandbox saw %q (%+v, %v), want the step's files, the deletion, and its own /etc/hosts", out.String(), st, err)
+	}
+}
+
+// TestRootForkBomb: a sandbox running as uid 0, whose tasks share uid 0's
+// process count with the agent. The agent holds the cap as its own limit
+// (no limit-exec wrapper: /proc/1/limits shows it) and what it starts
+// inherits it; a fork bomb meets it; while the bomb's processes hold the
+// whole count, the agent, which the Sentry exempts (CAP_SYS_RESOURCE),
+// still starts processes, several at once, and those are capped too.
+func TestRootForkBomb(t *testing.T) {
+	rt := newRuntime(t)
+	rootfs := sandboxtest.BaseRootFS(t)
+	sb, err := rt.Start(context.Background(), sandbox.Spec{ID: "bomb-" + randomID(t), RootLayers: []string{rootfs}, WorkspaceHost: t.TempDir(), PidsLimit: 64})
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	defer sb.Destroy(context.Background())
+	run := func(script string) (string, sandbox.ExitStatus, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var out strings.Builder
+		st, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"},
+			OnOutput: func(_ string, b []byte) { out.Write(b) }})
+		return out.String(), st, err
+	}
+	for _, pid := range []string{"1", "self"} {
+		out, st, err := run("grep 'Max processes' /proc/" + pid + "/limits")
+		if f := strings.Fields(out); err != nil || st.Code != 0 || len(f) < 4 || f[2] != "64" || f[3] != "64" {
+			t.Errorf("/proc/%s/limits: %q (%+v, %v), want max processes 64 64", pid, out, st, err)
+		}
+	}
+	out, st, err := run(`i=0; while [ $i -lt 200 ]; do sleep 60 </dev/null >/dev/null 2>&1 & i=$((i+1)); done; echo all-forked`)
+	if err != nil || st.Code == 0 || strings.Contains(out, "all-forked") {
+		t.Fatalf("fork bomb = %q, %+v, %v; want the shell to fail to fork", out, st, err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]string, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if out, st, err := run("echo started"); err != nil || st.Code != 0 || out != "started\n" {
+				errs[i] = fmt.Sprintf("%q %+v %v", out, st, err)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, e := range errs {
+		if e != "" {
+			t.Errorf("exec %d while the bomb holds the count = %s, want it started", i, e)
+		}
+	}
+	if out, st, err := run(`sleep 1 & echo forked`); err != nil || st.Code == 0 || strings.Contains(out, "forked") {
+		t.Errorf("a fork by a process started during the bomb = %q, %+v, %v; want it refused", out, st, err)
 	}
 }
