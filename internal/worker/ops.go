@@ -38,6 +38,7 @@ type opBox struct {
 	active  int
 	lastUse time.Time
 	closed  bool
+	idle    *time.Timer // stops the sandbox once idle; reset by each release
 }
 
 // serveOps long-polls the control plane for direct operations on the
@@ -189,12 +190,16 @@ func (w *Worker) opBoxFor(ctx context.Context, op workspaces.Op) (*opBox, error)
 // releaseOpBox ends an operation's hold on its sandbox; the sandbox stops
 // once idle for the configured time.
 func (w *Worker) releaseOpBox(ob *opBox) {
+	idle := w.cfg.WorkspaceIdle
 	ob.mu.Lock()
+	defer ob.mu.Unlock()
 	ob.active--
 	ob.lastUse = time.Now()
-	ob.mu.Unlock()
-	idle := w.cfg.WorkspaceIdle
-	time.AfterFunc(idle, func() {
+	if ob.idle != nil {
+		ob.idle.Reset(idle)
+		return
+	}
+	ob.idle = time.AfterFunc(idle, func() {
 		w.opMu.Lock()
 		ob.mu.Lock()
 		stale := ob.active == 0 && time.Since(ob.lastUse) >= idle && !ob.closed
@@ -242,6 +247,9 @@ func (w *Worker) closeOpBoxes() {
 func (ob *opBox) close(ctx context.Context) {
 	ob.mu.Lock()
 	ob.closed = true
+	if ob.idle != nil {
+		ob.idle.Stop()
+	}
 	ob.mu.Unlock()
 	if ob.box != nil {
 		_ = ob.box.Destroy(ctx)
