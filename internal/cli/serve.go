@@ -39,6 +39,7 @@ type store interface {
 	workspaces.TrajectoryStore
 	waitpoints.Store
 	checkpoints.Store
+	workspaces.OpQueue
 	Close() error
 }
 
@@ -119,6 +120,16 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		sessions = apikeys.NewSessions(owner)
 	}
 	ops := workspaces.NewOps()
+	if desc == "postgres" {
+		// Replicas share one database: an operation asked of this one
+		// may run on a worker that long-polls another.
+		ops.Shared = st
+		if v != nil {
+			ops.Resolve = func(ctx context.Context, op workspaces.Op) (map[string]string, error) {
+				return workspaces.SecretsFor(ctx, v, op.Workspace, *op.Exec)
+			}
+		}
+	}
 	var spans *otlp.Exporter
 	if cfg.OTLPEndpoint != "" {
 		if spans, err = otlp.New(cfg.OTLPEndpoint, log); err != nil {

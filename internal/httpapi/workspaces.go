@@ -383,25 +383,18 @@ func (s *Server) trajectory(w http.ResponseWriter, r *http.Request) error {
 // vaultRefs fetches the values of the vault secrets an exec request
 // refers to (${vault:NAME}) from the workspace's project environment.
 func (s *Server) vaultRefs(ctx context.Context, ws workspaces.Workspace, req workspaces.ExecRequest) (map[string]string, error) {
-	names := req.VaultNames()
-	if len(names) == 0 {
+	if len(req.VaultNames()) == 0 {
 		return nil, nil
 	}
 	if s.cfg.Vault == nil {
 		return nil, &Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "the command refers to vault secrets, and this control plane has no vault"}
 	}
-	out := map[string]string{}
-	for _, n := range names {
-		v, err := s.cfg.Vault.Reveal(ctx, ws.Project, ws.Env, n)
-		if errors.Is(err, vault.ErrNotFound) {
-			return nil, badRequest(fmt.Sprintf("${vault:%s}: no secret %s in %s/%s", n, n, ws.Project, ws.Env))
-		}
-		if err != nil {
-			return nil, err
-		}
-		out[n] = string(v)
+	out, err := workspaces.SecretsFor(ctx, s.cfg.Vault, ws, req)
+	var se *workspaces.SecretError
+	if errors.As(err, &se) && errors.Is(err, vault.ErrNotFound) {
+		return nil, badRequest(fmt.Sprintf("${vault:%s}: no secret %s in %s/%s", se.Name, se.Name, ws.Project, ws.Env))
 	}
-	return out, nil
+	return out, err
 }
 
 // checkExec rejects an exec request that cannot run: argv xor command,

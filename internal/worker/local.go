@@ -144,19 +144,19 @@ func (c *Local) NextOp(ctx context.Context, _, host string) (workspaces.Op, erro
 }
 
 // OpOutput implements ControlPlane.
-func (c *Local) OpOutput(_ context.Context, id string, out workspaces.OpOutput) error {
+func (c *Local) OpOutput(ctx context.Context, id string, out workspaces.OpOutput) error {
 	if c.Ops == nil {
 		return fmt.Errorf("workspace operation %s: %w", id, workspaces.ErrNotFound)
 	}
-	return c.Ops.Output(id, out)
+	return c.Ops.Output(ctx, id, out)
 }
 
 // FinishOp implements ControlPlane.
-func (c *Local) FinishOp(_ context.Context, id string, res workspaces.OpResult) error {
+func (c *Local) FinishOp(ctx context.Context, id string, res workspaces.OpResult) error {
 	if c.Ops == nil {
 		return fmt.Errorf("workspace operation %s: %w", id, workspaces.ErrNotFound)
 	}
-	return c.Ops.Finish(id, res)
+	return c.Ops.Finish(ctx, id, res)
 }
 
 // DeletedWorkspaces implements ControlPlane.

@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
 )
@@ -79,21 +81,78 @@ type OpResult struct {
 // ErrNoOp: no operation came for the worker within its wait.
 var ErrNoOp = errors.New("no workspace operation")
 
+// OpQueue is a queue of direct operations in the database that control
+// plane replicas share, so that an operation asked of one replica can run
+// on a worker that long-polls another. Operations are stored without
+// credential values (the replica whose worker takes one fills them in
+// again from the vault); results and output come back through it.
+type OpQueue interface {
+	// QueueOp stores op (JSON) for a worker of host (empty: any worker).
+	QueueOp(ctx context.Context, id, host string, op []byte, at time.Time) error
+	// ClaimQueuedOp takes the queued operation id; false when another
+	// replica's worker took it first (or it was dropped).
+	ClaimQueuedOp(ctx context.Context, id string, at time.Time) (bool, error)
+	// TakeQueuedOp takes the oldest queued operation a worker of host may
+	// run; ErrNoOp when there is none.
+	TakeQueuedOp(ctx context.Context, host string, at time.Time) (id string, op []byte, err error)
+	// FinishQueuedOp stores the result (JSON) of a taken operation;
+	// ErrNotFound once dropped.
+	FinishQueuedOp(ctx context.Context, id string, result []byte) error
+	// AppendQueuedOutput stores a piece of its output (JSON); ErrNotFound
+	// once dropped.
+	AppendQueuedOutput(ctx context.Context, id string, out []byte) error
+	// QueuedResult returns the result, once there is one.
+	QueuedResult(ctx context.Context, id string) ([]byte, bool, error)
+	// QueuedOutputs returns the pieces of output after seq, in order.
+	QueuedOutputs(ctx context.Context, id string, after int64) ([]QueuedOutput, error)
+	// DropQueuedOp removes the operation and its output.
+	DropQueuedOp(ctx context.Context, id string) error
+	// SweepQueuedOps removes operations queued before t (their requests
+	// are long over).
+	SweepQueuedOps(ctx context.Context, before time.Time) error
+}
+
+// QueuedOutput is a piece of output in an OpQueue.
+type QueuedOutput struct {
+	Seq  int64
+	Data []byte
+}
+
+// DefaultOpPoll is how often a replica reads the shared queue while it
+// waits: for a result of an operation it queued there, and for
+// operations its workers may take.
+const DefaultOpPoll = 25 * time.Millisecond
+
 // Ops hands direct operations from API requests to workers and their
-// results back. It lives in one control plane process: workers of a host
-// long-poll it for the operations of their host's workspaces (and of
-// workspaces no run has used yet, which any worker may take).
+// results back. Workers of a host long-poll it for the operations of
+// their host's workspaces (and of workspaces no run has used yet, which
+// any worker may take). An operation is handed straight to a worker of
+// this process that is waiting for one; otherwise it is queued here and,
+// with Shared, in the shared queue too, for the workers of every replica.
 type Ops struct {
-	mu      sync.Mutex
-	queue   []*pending
-	waiting map[*waiter]struct{}
-	taken   map[string]*pending
+	// Shared, if set, is the queue the control plane replicas share.
+	Shared OpQueue
+	// Resolve, with Shared, returns the credential values of an operation
+	// another replica queued (its ${vault:NAME} references).
+	Resolve func(ctx context.Context, op Op) (map[string]string, error)
+	// Poll is how often the shared queue is read (DefaultOpPoll).
+	Poll time.Duration
+
+	mu        sync.Mutex
+	queue     []*pending
+	waiting   map[*waiter]struct{}
+	taken     map[string]*pending
+	lastSweep time.Time
 }
 
 type pending struct {
 	op     Op
 	done   chan OpResult
 	output func(stream string, data []byte) // Stream's receiver
+	// shared: also in the shared queue, where another replica's worker
+	// may take it. remote: taken from the shared queue for another
+	// replica's request: its output and result go back there.
+	shared, remote bool
 }
 
 // OpOutput is a piece of a streamed operation's output: whole lines
@@ -111,6 +170,13 @@ type waiter struct {
 // NewOps returns an empty operation queue.
 func NewOps() *Ops {
 	return &Ops{waiting: map[*waiter]struct{}{}, taken: map[string]*pending{}}
+}
+
+func (o *Ops) poll() time.Duration {
+	if o.Poll > 0 {
+		return o.Poll
+	}
+	return DefaultOpPoll
 }
 
 // Do queues op for a worker of its workspace's host (any worker if the
@@ -140,22 +206,102 @@ func (o *Ops) DoStream(ctx context.Context, op Op, output func(stream string, da
 	}
 	if !handed {
 		o.queue = append(o.queue, p)
+		p.shared = o.Shared != nil
 	}
 	o.mu.Unlock()
-	select {
-	case res := <-p.done:
-		return res, nil
-	case <-ctx.Done():
+	abandon := func() {
 		o.mu.Lock()
 		delete(o.taken, op.ID)
-		for i, q := range o.queue {
-			if q == p {
-				o.queue = append(o.queue[:i], o.queue[i+1:]...)
-				break
-			}
-		}
+		o.unqueue(p)
 		o.mu.Unlock()
-		return OpResult{}, fmt.Errorf("workspace %s: no worker answered: %w", op.Workspace.ID, context.Cause(ctx))
+	}
+	var tick <-chan time.Time
+	if p.shared {
+		o.sweep(ctx)
+		stored := op
+		stored.Secrets = nil // never in the database
+		data, err := json.Marshal(stored)
+		if err == nil {
+			err = o.Shared.QueueOp(ctx, op.ID, op.Workspace.Host, data, time.Now())
+		}
+		if err != nil {
+			abandon()
+			return OpResult{}, fmt.Errorf("workspace %s: queue the operation: %w", op.Workspace.ID, err)
+		}
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			_ = o.Shared.DropQueuedOp(dctx, op.ID)
+		}()
+		t := time.NewTicker(o.poll())
+		defer t.Stop()
+		tick = t.C
+	}
+	var seen int64
+	for {
+		select {
+		case res := <-p.done:
+			return res, nil
+		case <-tick:
+			o.mu.Lock()
+			_, local := o.taken[op.ID]
+			o.mu.Unlock()
+			if local {
+				continue // a worker of this process runs it
+			}
+			// Read the result first: output is stored before it, so what
+			// is read after it is all there is.
+			data, ok, err := o.Shared.QueuedResult(ctx, op.ID)
+			if err != nil {
+				continue
+			}
+			outs, err := o.Shared.QueuedOutputs(ctx, op.ID, seen)
+			if err != nil {
+				continue
+			}
+			for _, q := range outs {
+				seen = q.Seq
+				var out OpOutput
+				if output != nil && json.Unmarshal(q.Data, &out) == nil {
+					output(out.Stream, []byte(out.Data))
+				}
+			}
+			if ok {
+				abandon() // taken by another replica's worker: not ours to hand out
+				var res OpResult
+				if err := json.Unmarshal(data, &res); err != nil {
+					return OpResult{}, fmt.Errorf("workspace %s: the operation's result: %w", op.Workspace.ID, err)
+				}
+				return res, nil
+			}
+		case <-ctx.Done():
+			abandon()
+			return OpResult{}, fmt.Errorf("workspace %s: no worker answered: %w", op.Workspace.ID, context.Cause(ctx))
+		}
+	}
+}
+
+// unqueue removes p from the local queue; o.mu is held.
+func (o *Ops) unqueue(p *pending) {
+	for i, q := range o.queue {
+		if q == p {
+			o.queue = append(o.queue[:i], o.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// sweep removes, at most once a minute, shared operations whose requests
+// are long over (a replica that stopped while waiting leaves them).
+func (o *Ops) sweep(ctx context.Context) {
+	o.mu.Lock()
+	due := time.Since(o.lastSweep) > time.Minute
+	if due {
+		o.lastSweep = time.Now()
+	}
+	o.mu.Unlock()
+	if due {
+		_ = o.Shared.SweepQueuedOps(ctx, time.Now().Add(-(MaxExecTimeout*time.Second + 10*time.Minute)))
 	}
 }
 
@@ -166,42 +312,153 @@ func fits(host string, op Op) bool {
 // Next returns an operation for a worker of host, waiting until one comes
 // or ctx ends (ErrNoOp).
 func (o *Ops) Next(ctx context.Context, host string) (Op, error) {
-	o.mu.Lock()
-	for i, p := range o.queue {
-		if fits(host, p.op) {
-			o.queue = append(o.queue[:i], o.queue[i+1:]...)
+	var tick <-chan time.Time
+	if o.Shared != nil {
+		t := time.NewTicker(o.poll())
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		op, w, err := o.nextLocal(ctx, host)
+		if w == nil || err != nil {
+			return op, err
+		}
+		// Wait for an operation handed to this worker, or, with a shared
+		// queue, read it now and then.
+		stopWaiting := func() (*pending, bool) {
+			o.mu.Lock()
+			delete(o.waiting, w)
+			o.mu.Unlock()
+			select {
+			case p := <-w.got: // handed over just now
+				return p, true
+			default:
+				return nil, false
+			}
+		}
+		select {
+		case p := <-w.got:
+			return p.op, nil
+		case <-ctx.Done():
+			if p, ok := stopWaiting(); ok {
+				return p.op, nil
+			}
+			return Op{}, ErrNoOp
+		case <-tick:
+			if p, ok := stopWaiting(); ok {
+				return p.op, nil
+			}
+			id, data, err := o.Shared.TakeQueuedOp(ctx, host, time.Now())
+			if err != nil {
+				continue // none (or the database is away): wait on
+			}
+			if op, err := o.takeShared(ctx, id, data); err == nil {
+				return op, nil
+			}
+		}
+	}
+}
+
+// nextLocal takes the first operation of the local queue a worker of
+// host may run (claiming it in the shared queue, where another replica's
+// worker may have taken it first), or, if there is none, registers a
+// waiter for the next one and returns it.
+func (o *Ops) nextLocal(ctx context.Context, host string) (Op, *waiter, error) {
+	for {
+		o.mu.Lock()
+		var p *pending
+		for _, q := range o.queue {
+			if fits(host, q.op) {
+				p = q
+				o.unqueue(q)
+				break
+			}
+		}
+		if p == nil {
+			w := &waiter{host: host, got: make(chan *pending, 1)}
+			o.waiting[w] = struct{}{}
+			o.mu.Unlock()
+			return Op{}, w, nil
+		}
+		if !p.shared {
 			o.taken[p.op.ID] = p
 			o.mu.Unlock()
-			return p.op, nil
+			return p.op, nil, nil
+		}
+		o.mu.Unlock()
+		ok, err := o.Shared.ClaimQueuedOp(ctx, p.op.ID, time.Now())
+		if err != nil {
+			o.mu.Lock()
+			o.queue = append(o.queue, p) // still queued, for others
+			o.mu.Unlock()
+			return Op{}, nil, err
+		}
+		if ok {
+			o.mu.Lock()
+			o.taken[p.op.ID] = p
+			o.mu.Unlock()
+			return p.op, nil, nil
+		}
+		// Another replica's worker took it: look further.
+	}
+}
+
+// takeShared makes an operation taken from the shared queue this
+// process's: its own (queued here too), or another replica's, with its
+// credential values filled in again.
+func (o *Ops) takeShared(ctx context.Context, id string, data []byte) (Op, error) {
+	o.mu.Lock()
+	for _, q := range o.queue {
+		if q.op.ID == id {
+			o.unqueue(q)
+			o.taken[id] = q
+			o.mu.Unlock()
+			return q.op, nil
 		}
 	}
-	w := &waiter{host: host, got: make(chan *pending, 1)}
-	o.waiting[w] = struct{}{}
 	o.mu.Unlock()
-	select {
-	case p := <-w.got:
-		return p.op, nil
-	case <-ctx.Done():
-		o.mu.Lock()
-		delete(o.waiting, w)
-		o.mu.Unlock()
-		select {
-		case p := <-w.got: // handed over just now
-			return p.op, nil
-		default:
-		}
+	var op Op
+	if err := json.Unmarshal(data, &op); err != nil {
+		_ = o.Shared.FinishQueuedOp(ctx, id, mustJSON(OpResult{Error: "the queued operation is unreadable: " + err.Error()}))
 		return Op{}, ErrNoOp
 	}
+	if op.Exec != nil && len(op.Exec.VaultNames()) > 0 {
+		var err error
+		if o.Resolve == nil {
+			err = errors.New("this control plane has no vault")
+		} else {
+			op.Secrets, err = o.Resolve(ctx, op)
+		}
+		if err != nil {
+			_ = o.Shared.FinishQueuedOp(ctx, id, mustJSON(OpResult{Error: "fill in the operation's credentials: " + err.Error()}))
+			return Op{}, ErrNoOp
+		}
+	}
+	o.mu.Lock()
+	o.taken[id] = &pending{op: op, remote: true}
+	o.mu.Unlock()
+	return op, nil
+}
+
+func mustJSON(v any) []byte {
+	data, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return data
 }
 
 // Output delivers a piece of a streamed operation's output; an operation
 // nobody waits for any more is ErrNotFound.
-func (o *Ops) Output(id string, out OpOutput) error {
+func (o *Ops) Output(ctx context.Context, id string, out OpOutput) error {
 	o.mu.Lock()
 	p, ok := o.taken[id]
 	o.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("workspace operation %s: %w", id, ErrNotFound)
+	}
+	if p.remote {
+		return o.Shared.AppendQueuedOutput(ctx, id, mustJSON(out))
 	}
 	if p.output != nil {
 		p.output(out.Stream, []byte(out.Data))
@@ -211,13 +468,16 @@ func (o *Ops) Output(id string, out OpOutput) error {
 
 // Finish delivers a worker's result for operation id; an operation nobody
 // waits for any more (its request ended) is ErrNotFound.
-func (o *Ops) Finish(id string, res OpResult) error {
+func (o *Ops) Finish(ctx context.Context, id string, res OpResult) error {
 	o.mu.Lock()
 	p, ok := o.taken[id]
 	delete(o.taken, id)
 	o.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("workspace operation %s: %w", id, ErrNotFound)
+	}
+	if p.remote {
+		return o.Shared.FinishQueuedOp(ctx, id, mustJSON(res))
 	}
 	p.done <- res
 	return nil
@@ -250,6 +510,38 @@ func (req ExecRequest) VaultNames() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Revealer returns the value of a vault secret of a project environment.
+type Revealer interface {
+	Reveal(ctx context.Context, project, env, name string) ([]byte, error)
+}
+
+// SecretError is a vault reference SecretsFor could not fill in.
+type SecretError struct {
+	Name string
+	Err  error
+}
+
+func (e *SecretError) Error() string { return "${vault:" + e.Name + "}: " + e.Err.Error() }
+func (e *SecretError) Unwrap() error { return e.Err }
+
+// SecretsFor returns the values of the vault secrets req refers to, from
+// the workspace's project environment; an error names the reference.
+func SecretsFor(ctx context.Context, v Revealer, ws Workspace, req ExecRequest) (map[string]string, error) {
+	names := req.VaultNames()
+	if len(names) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(names))
+	for _, n := range names {
+		val, err := v.Reveal(ctx, ws.Project, ws.Env, n)
+		if err != nil {
+			return nil, &SecretError{Name: n, Err: err}
+		}
+		out[n] = string(val)
+	}
+	return out, nil
 }
 
 // WithSecrets returns req with every ${vault:NAME} replaced by its value.

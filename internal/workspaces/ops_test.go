@@ -23,7 +23,7 @@ func TestOps(t *testing.T) {
 				t.Errorf("Next(%s): %v", host, err)
 				return
 			}
-			if err := o.Finish(op.ID, OpResult{Exec: &ExecResult{ExitCode: answer}}); err != nil {
+			if err := o.Finish(ctx, op.ID, OpResult{Exec: &ExecResult{ExitCode: answer}}); err != nil {
 				t.Errorf("Finish: %v", err)
 			}
 		}()
@@ -69,7 +69,7 @@ func TestOps(t *testing.T) {
 	if n := len(o.queue); n != 0 {
 		t.Errorf("%d operations queued after their requests ended", n)
 	}
-	if err := o.Finish("op_unknown", OpResult{}); !errors.Is(err, ErrNotFound) {
+	if err := o.Finish(ctx, "op_unknown", OpResult{}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Finish(unknown) = %v, want ErrNotFound", err)
 	}
 }

@@ -2,10 +2,6 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"net/url"
-	"os"
 	"strings"
 	"testing"
 
@@ -26,55 +22,9 @@ func (s countingStore) CountRows(ctx context.Context, table string) (n int, err 
 	return n, err
 }
 
-// testURL returns HELMR_TEST_DATABASE_URL or skips tb.
-func testURL(tb testing.TB) string {
-	tb.Helper()
-	u := os.Getenv("HELMR_TEST_DATABASE_URL")
-	testenv.Require(tb, u != "", "HELMR_TEST_DATABASE_URL not set (scripts/postgres-test.sh starts a local server)")
-	return u
-}
-
-// freshSchema creates a uniquely named schema, drops it when tb ends, and
-// returns a URL whose connections use it.
-func freshSchema(tb testing.TB) string {
-	tb.Helper()
-	admin := testURL(tb)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		tb.Fatalf("connect to HELMR_TEST_DATABASE_URL: %v", err)
-	}
-	defer conn.Close(ctx)
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "helmr_test_" + hex.EncodeToString(b)
-	if _, err := conn.Exec(ctx, `CREATE SCHEMA `+schema); err != nil {
-		tb.Fatalf("create schema %s: %v", schema, err)
-	}
-	tb.Cleanup(func() {
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			tb.Errorf("connect to drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `DROP SCHEMA `+schema+` CASCADE`); err != nil {
-			tb.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	u, err := url.Parse(admin)
-	if err != nil {
-		tb.Fatalf("HELMR_TEST_DATABASE_URL must be a postgres:// URL: %v", err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
 func openTest(tb testing.TB) storetest.Store {
 	tb.Helper()
-	u := freshSchema(tb)
+	u := testenv.PostgresSchema(tb)
 	s, err := Open(context.Background(), u, nil)
 	if err != nil {
 		tb.Fatalf("Open: %v", err)
@@ -84,13 +34,13 @@ func openTest(tb testing.TB) storetest.Store {
 }
 
 func TestStoreSuite(t *testing.T) {
-	testURL(t)
+	testenv.PostgresURL(t)
 	storetest.RunStoreSuite(t, func(t *testing.T) storetest.Store { return openTest(t) })
 }
 
 func TestOpenTwiceAndNewerSchema(t *testing.T) {
 	ctx := t.Context()
-	u := freshSchema(t)
+	u := testenv.PostgresSchema(t)
 	for range 2 {
 		s, err := Open(ctx, u, nil)
 		if err != nil {
@@ -132,7 +82,7 @@ func BenchmarkAppendEvents100Parallel(b *testing.B) {
 }
 
 func TestVaultStore(t *testing.T) {
-	testURL(t)
+	testenv.PostgresURL(t)
 	vaulttest.Run(t, func(t *testing.T) vault.Store { return openTest(t).(countingStore).Store },
 		func(t *testing.T, s vault.Store) []byte {
 			// Every stored byte of the vault's tables, as text.

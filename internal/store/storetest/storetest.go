@@ -36,6 +36,7 @@ type Store interface {
 	waitpoints.Store
 	apikeys.Store
 	checkpoints.Store
+	workspaces.OpQueue
 }
 
 // RowCounter is optionally implemented by the store an engine's test passes
@@ -45,7 +46,7 @@ type RowCounter interface {
 }
 
 // Tables lists every table of the schema that holds domain rows.
-var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers", "workspaces", "workspace_ops", "waitpoints", "api_keys", "run_stream_records", "run_metadata", "checkpoints"}
+var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers", "workspaces", "workspace_ops", "waitpoints", "api_keys", "run_stream_records", "run_metadata", "checkpoints", "op_queue", "op_queue_output"}
 
 type storeTest struct {
 	name string

@@ -13,6 +13,8 @@ import (
 var workspaceTests = []storeTest{
 	{"Workspaces", testWorkspaces},
 	{"WorkspaceTrajectory", testTrajectory},
+	{"OpQueue", testOpQueue},
+	{"SharedOps", testSharedOps},
 }
 
 // testWorkspaces creates, reads, lists, uses and deletes workspaces, and
