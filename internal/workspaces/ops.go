@@ -118,9 +118,10 @@ type QueuedOutput struct {
 	Data []byte
 }
 
-// DefaultOpPoll is how often a replica reads the shared queue while it
-// waits: for a result of an operation it queued there, and for
-// operations its workers may take.
+// DefaultOpPoll is how often a replica reads the shared queue for the
+// result of an operation it queued there, while it waits; a worker
+// waiting for an operation reads it for one to take four times as
+// seldom (a database round trip every 100 ms per waiting worker).
 const DefaultOpPoll = 25 * time.Millisecond
 
 // Ops hands direct operations from API requests to workers and their
@@ -135,7 +136,8 @@ type Ops struct {
 	// Resolve, with Shared, returns the credential values of an operation
 	// another replica queued (its ${vault:NAME} references).
 	Resolve func(ctx context.Context, op Op) (map[string]string, error)
-	// Poll is how often the shared queue is read (DefaultOpPoll).
+	// Poll is how often the shared queue is read for results
+	// (DefaultOpPoll); workers read it for operations every 4 Poll.
 	Poll time.Duration
 
 	mu        sync.Mutex
@@ -314,7 +316,7 @@ func fits(host string, op Op) bool {
 func (o *Ops) Next(ctx context.Context, host string) (Op, error) {
 	var tick <-chan time.Time
 	if o.Shared != nil {
-		t := time.NewTicker(o.poll())
+		t := time.NewTicker(4 * o.poll())
 		defer t.Stop()
 		tick = t.C
 	}
