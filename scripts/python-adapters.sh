@@ -17,8 +17,11 @@ if [ ! -f "$venv/.installed" ] || [ "$(cat "$venv/.installed")" != "$want" ]; th
   echo "$want" >"$venv/.installed"
 fi
 
-# This script installs everything the tests need, so none may skip.
+# This script installs everything the tests need, so none may skip; the
+# workspaces they drive are gVisor sandboxes (scripts/setup.sh installs
+# runsc), not whatever tier "auto" would fall back to.
 export HELMR_REQUIRE_ALL=1
+export HELMR_RUNTIME=${HELMR_RUNTIME:-gvisor}
 export MSWEA_SILENT_STARTUP=1 MSWEA_GLOBAL_CONFIG_DIR="$(mktemp -d)"
 trap 'rm -rf "$MSWEA_GLOBAL_CONFIG_DIR"' EXIT
 cd adapters/python/tests
