@@ -141,6 +141,11 @@ func (w *Worker) opBoxFor(ctx context.Context, op workspaces.Op) (*opBox, error)
 		ob.close(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	unlock := w.lockWorkspace(op.Workspace.ID)
+	defer unlock()
+	if _, err := w.fetchWorkspace(ctx, op.Workspace); err != nil {
+		return fail(err)
+	}
 	switch existing := w.existingWorkspace(op.Workspace.ID); {
 	case strings.HasSuffix(existing, ".img"):
 		if ob.disk, err = disk.Mount(existing, wsDir, false); err != nil {
@@ -208,7 +213,7 @@ func (w *Worker) releaseOpBox(ob *opBox) {
 		if stale {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			ob.close(ctx)
+			w.retireOpBox(ctx, ob)
 			w.log.Info("stopped an idle workspace sandbox", "workspace_id", ob.ws)
 		}
 	})
@@ -222,7 +227,7 @@ func (w *Worker) closeOpBox(ctx context.Context, id string) {
 	delete(w.opBoxes, id)
 	w.opMu.Unlock()
 	if ob != nil {
-		ob.close(ctx)
+		w.retireOpBox(ctx, ob)
 	}
 }
 
@@ -234,7 +239,20 @@ func (w *Worker) closeOpBoxes() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, ob := range boxes {
-		ob.close(ctx)
+		w.retireOpBox(ctx, ob)
+	}
+}
+
+// retireOpBox stops an operations sandbox and saves its workspace (a
+// snapshot, unless unchanged).
+func (w *Worker) retireOpBox(ctx context.Context, ob *opBox) {
+	ob.close(ctx)
+	unlock := w.lockWorkspace(ob.ws)
+	defer unlock()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), saveTimeout)
+	defer cancel()
+	if _, _, err := w.saveWorkspace(sctx, ob.ws); err != nil {
+		w.log.Warn("save a workspace snapshot", "workspace_id", ob.ws, "err", err)
 	}
 }
 
