@@ -224,6 +224,11 @@ func (s *Server) execIn(ctx context.Context, st workspaces.Store, ws workspaces.
 	if err != nil {
 		return workspaces.ExecResult{}, err
 	}
+	// A workspace whose host is gone goes to any worker, which restores
+	// its snapshot.
+	if ws.Host, _, err = s.cfg.Runs.PlaceWorkspace(ctx, ws); err != nil {
+		return workspaces.ExecResult{}, err
+	}
 	timeout := time.Duration(req.TimeoutSeconds * float64(time.Second))
 	if timeout <= 0 {
 		timeout = workspaces.DefaultExecTimeout * time.Second

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/helmr/helmr/internal/workspaces"
 )
@@ -39,10 +40,11 @@ func (s *Service) liveHosts(ctx context.Context) (map[string]bool, error) {
 	return live, nil
 }
 
-// WorkerHost returns the host of worker id if it is live (seen within
-// WorkerTTL); ErrNotFound otherwise.
+// WorkerHost returns the host worker id last reported (live or not: a
+// stopping worker still saves the workspaces it holds); ErrNotFound if it
+// never reported one.
 func (s *Service) WorkerHost(ctx context.Context, id string) (string, error) {
-	ws, err := s.workers.ListWorkers(ctx, s.now().Add(-s.WorkerTTL))
+	ws, err := s.workers.ListWorkers(ctx, time.Time{})
 	if err != nil {
 		return "", err
 	}
@@ -51,7 +53,7 @@ func (s *Service) WorkerHost(ctx context.Context, id string) (string, error) {
 			return w.Capabilities.Host, nil
 		}
 	}
-	return "", fmt.Errorf("worker %s has not reported within %s (or reports no host): %w", id, s.WorkerTTL, ErrNotFound)
+	return "", fmt.Errorf("worker %s never reported a host: %w", id, ErrNotFound)
 }
 
 // PlaceWorkspace returns the host a new run or direct operation of ws

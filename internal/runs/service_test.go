@@ -317,8 +317,11 @@ func TestWorkspaceMoves(t *testing.T) {
 		t.Fatalf("a run of a workspace on a live host needs host %q, want hA", second.Needs.Host)
 	}
 	gone("a", hostA)
-	if _, err := svc.WorkerHost(ctx, "a"); !errors.Is(err, runs.ErrNotFound) {
-		t.Errorf("WorkerHost(a gone) = %v, want ErrNotFound", err)
+	if h, err := svc.WorkerHost(ctx, "a"); err != nil || h != "hA" {
+		t.Errorf("WorkerHost(a gone) = %q, %v; want hA still", h, err)
+	}
+	if _, err := svc.WorkerHost(ctx, "nobody"); !errors.Is(err, runs.ErrNotFound) {
+		t.Errorf("WorkerHost(nobody) = %v, want ErrNotFound", err)
 	}
 	if n, err := svc.MoveStrandedRuns(ctx); err != nil || n != 0 {
 		t.Errorf("MoveStrandedRuns() without a snapshot = %d, %v; want 0: the files are only on hA", n, err)

@@ -243,6 +243,10 @@ func (w *Worker) saveAfterRun(ctx context.Context, l Lease) *runs.SystemData {
 	if l.Workspace == nil {
 		return nil
 	}
+	held := w.existingWorkspace(l.Workspace.ID) != ""
+	if stale(held, w.readCopy(l.Workspace.ID), l.Workspace.Snapshot) {
+		return nil // not restored: the run never had the workspace here
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), saveTimeout)
 	defer cancel()
 	snap, msg, err := w.saveWorkspace(ctx, l.Workspace.ID)
