@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -108,7 +109,7 @@ func testWorkspaceMoves(t *testing.T, tier string) {
 	ws := r1.WorkspaceID
 	at(ws, a, 1)
 	snap := workspace(ws).Snapshot
-	t.Logf("%s: run 1 done in %s; snapshot 1 of a small workspace: %d bytes sealed", tier, time.Since(began).Round(time.Millisecond), snap.Size)
+	t.Logf("%s: run 1 done in %s; %s", tier, time.Since(began).Round(time.Millisecond), eventWith(d.events(r1.ID), "saved as snapshot"))
 	if data, err := workspaceFile(t, a.dataDir, ws, "notes.txt"); err != nil || string(data) != m(1)+"\n" {
 		t.Fatalf("A's copy of notes.txt = %q, %v", data, err)
 	}
@@ -121,6 +122,7 @@ func testWorkspaceMoves(t *testing.T, tier string) {
 	r2 := run(fmt.Sprintf(`{"line":%q}`, m(2)), "--workspace", ws)
 	want(r2, lines(1), "moves: no worker of its host "+a.host(), "restored from snapshot 1", "saved as snapshot 2")
 	at(ws, b, 2)
+	t.Logf("%s: %s", tier, eventWith(d.events(r2.ID), "restored from snapshot"))
 	if blobs := snapshotBlobs(t, cpDir); len(blobs) != 1 {
 		t.Errorf("blob store holds snapshots %v, want only the latest", blobs)
 	}
@@ -208,6 +210,18 @@ func checkSnapshotSealed(t *testing.T, cpDir string, snap *workspaces.Snapshot, 
 	if e := entropy(blob[64:]); len(blob) > 4096 && e < 7.9 {
 		t.Errorf("snapshot blob entropy = %.4f bits/byte, want ciphertext's", e)
 	}
+}
+
+// eventWith returns the message of the first system event of evs that
+// contains s.
+func eventWith(evs []runs.Event, s string) string {
+	for _, ev := range evs {
+		var sd runs.SystemData
+		if ev.Type == runs.EventSystem && json.Unmarshal(ev.Data, &sd) == nil && strings.Contains(sd.Message, s) {
+			return sd.Message
+		}
+	}
+	return "(no event with " + s + ")"
 }
 
 // snapshotBlobs lists the workspace snapshots in the blob store.

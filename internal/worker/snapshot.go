@@ -181,6 +181,7 @@ func (w *Worker) saveWorkspace(ctx context.Context, id string) (*workspaces.Snap
 		return nil, "", nil
 	}
 	local := w.readCopy(id)
+	began := time.Now()
 	fp, fpErr := w.fingerprintOf(files)
 	if fpErr != nil {
 		w.log.Warn("fingerprint a workspace", "workspace_id", id, "err", fpErr)
@@ -189,7 +190,6 @@ func (w *Worker) saveWorkspace(ctx context.Context, id string) (*workspaces.Snap
 		return nil, fmt.Sprintf("workspace %s unchanged since its snapshot %d: not uploaded again", id, local.Seq), nil
 	}
 	seq := local.Seq + 1
-	began := time.Now()
 	var snap workspaces.Snapshot
 	_, err := w.putSealed(workspaces.SealID(id, seq), func(aw io.Writer) error { return writeSnapshot(aw, id, files) },
 		func(r io.Reader) (int64, error) {

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"archive/tar"
+	"compress/gzip"
 	"bytes"
 	"errors"
 	"fmt"
@@ -180,7 +181,8 @@ func TestSnapshotTreeStaysInside(t *testing.T) {
 		}},
 	} {
 		var buf bytes.Buffer
-		tw := tar.NewWriter(&buf)
+		gz := gzip.NewWriter(&buf)
+		tw := tar.NewWriter(gz)
 		_ = addBytes(tw, snapshotManifestName, []byte(`{"workspace":"ws_1","kind":"dir"}`))
 		for _, h := range c.entries {
 			if err := tw.WriteHeader(h); err != nil {
@@ -191,6 +193,7 @@ func TestSnapshotTreeStaysInside(t *testing.T) {
 			}
 		}
 		tw.Close()
+		gz.Close()
 		_, err := readSnapshot(&buf, "ws_1", t.TempDir())
 		if err == nil {
 			t.Errorf("readSnapshot(%s) = nil error", c.name)
@@ -202,10 +205,12 @@ func TestSnapshotTreeStaysInside(t *testing.T) {
 	}
 	// A name climbing out is read as a name inside.
 	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
 	_ = addBytes(tw, snapshotManifestName, []byte(`{"workspace":"ws_1","kind":"dir"}`))
 	_ = addBytes(tw, "files/../../escaped", []byte("x"))
 	tw.Close()
+	gz.Close()
 	stage := t.TempDir()
 	got, err := readSnapshot(&buf, "ws_1", stage)
 	if err != nil {
@@ -328,4 +333,47 @@ func TestWorkspaceMovesBetweenWorkers(t *testing.T) {
 func owner(fi os.FileInfo) string {
 	st := fi.Sys().(*syscall.Stat_t)
 	return fmt.Sprintf("%d:%d", st.Uid, st.Gid)
+}
+
+// TestSnapshotDiskRoundTrip: a workspace disk image comes back byte for
+// byte, its holes as holes, and its archive holds only its data,
+// compressed.
+func TestSnapshotDiskRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	img := filepath.Join(dir, "ws_1.img")
+	f, err := os.Create(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 64 << 20
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	for i, off := range []int64{0, 4096 * 3, 32 << 20} {
+		if _, err := f.WriteAt(bytes.Repeat([]byte{byte(i + 1)}, 64<<10), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	var buf bytes.Buffer
+	if err := writeSnapshot(&buf, "ws_1", img); err != nil {
+		t.Fatalf("writeSnapshot() = %v", err)
+	}
+	if buf.Len() > 16<<10 {
+		t.Errorf("snapshot of a sparse 64 MiB image with 192 KiB of data is %d bytes", buf.Len())
+	}
+	stage := t.TempDir()
+	got, err := readSnapshot(&buf, "ws_1", stage)
+	if err != nil || got != filepath.Join(stage, "ws.img") {
+		t.Fatalf("readSnapshot() = %q, %v", got, err)
+	}
+	a, _ := os.ReadFile(img)
+	b, _ := os.ReadFile(got)
+	if !bytes.Equal(a, b) {
+		t.Error("restored image differs from the original")
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(got, &st); err != nil || st.Blocks*512 > 1<<20 {
+		t.Errorf("restored image allocates %d bytes (%v): its holes were filled", st.Blocks*512, err)
+	}
 }
