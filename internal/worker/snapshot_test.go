@@ -2,8 +2,8 @@ package worker
 
 import (
 	"archive/tar"
-	"compress/gzip"
 	"bytes"
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
