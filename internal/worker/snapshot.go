@@ -180,6 +180,11 @@ func (w *Worker) saveWorkspace(ctx context.Context, id string) (*workspaces.Snap
 	if w.cfg.CheckpointKey == nil || files == "" || !strings.HasPrefix(id, workspaces.Prefix) {
 		return nil, "", nil
 	}
+	if strings.HasSuffix(files, ".img") {
+		if err := untilDetached(ctx, files); err != nil {
+			return nil, "", fmt.Errorf("snapshot of workspace %s: %w", id, err)
+		}
+	}
 	local := w.readCopy(id)
 	began := time.Now()
 	fp, fpErr := w.fingerprintOf(files)
@@ -215,6 +220,27 @@ func (w *Worker) saveWorkspace(ctx context.Context, id string) (*workspaces.Snap
 	took := time.Since(began)
 	w.log.Info("workspace snapshot saved", "workspace_id", id, "snapshot", snap.Seq, "bytes", snap.Size, "took", took)
 	return &snap, fmt.Sprintf("workspace %s saved as snapshot %d (%s sealed) in %s", id, snap.Seq, sizeOf(snap.Size), took.Round(time.Millisecond)), nil
+}
+
+// detachWait bounds how long a save waits for a workspace image's last
+// mount to let go of it (a lazy unmount as the sandbox's last processes
+// exit).
+const detachWait = 10 * time.Second
+
+// untilDetached waits until no loop device has img attached.
+func untilDetached(ctx context.Context, img string) error {
+	deadline := time.Now().Add(detachWait)
+	for disk.Attached(img) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("its image is still mounted %s after its sandbox stopped", detachWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // fingerprintOf fingerprints a workspace's files: its directory, or its

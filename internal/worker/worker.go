@@ -266,11 +266,19 @@ func New(cfg Config) (*Worker, error) {
 
 // sweepStaging removes what a previous worker left in the staging
 // directory: checkpoint images and archives in the clear, of parks and
-// restores it did not finish.
+// restores it did not finish, and workspace snapshots being restored or
+// looked at (a workspace image mounted read-only, unmounted first).
 func sweepStaging(dir string, log *slog.Logger) {
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+		p := filepath.Join(dir, e.Name())
+		if strings.HasPrefix(e.Name(), "look-") {
+			if err := (&disk.Disk{Dir: p}).Close(); err != nil {
+				log.Warn("unmount a stale workspace look", "path", e.Name(), "err", err)
+				continue
+			}
+		}
+		if err := os.RemoveAll(p); err != nil {
 			log.Warn("remove stale checkpoint staging", "path", e.Name(), "err", err)
 		}
 	}
