@@ -2,11 +2,13 @@ package httpapi_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/client"
@@ -119,5 +121,45 @@ func TestWorkerSnapshotRoutes(t *testing.T) {
 	}
 	if _, err := cp.PutWorkspaceSnapshot(t.Context(), workerA, ws, 3, bytes.NewReader(two)); !errors.Is(err, workspaces.ErrNotFound) {
 		t.Errorf("client PutWorkspaceSnapshot(deleted workspace) = %v, want not found", err)
+	}
+}
+
+// TestOperationMoves: a direct operation on a workspace whose host has no
+// live worker, and which has a snapshot, goes to a worker of another
+// host, whose host the workspace's becomes.
+func TestOperationMoves(t *testing.T) {
+	e := newAPI(t)
+	if st, d := e.call("POST", "/v1/deployments", deployment(goodTask("a"))); st != http.StatusCreated {
+		t.Fatalf("deploy = %d %v", st, d)
+	}
+	st, r := e.call("POST", "/v1/tasks/a/runs?project=p&env=dev", `{"payload": 1}`)
+	if st != http.StatusCreated {
+		t.Fatalf("trigger = %d %v", st, r)
+	}
+	runID, ws := r["id"].(string), r["workspaceId"].(string)
+	caps := workers.Capabilities{CPUs: 4, MemoryBytes: 8 << 30, Host: "hA"}
+	if _, err := e.svc.Lease(t.Context(), "wa", caps); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Started(t.Context(), runID, "wa", "process", runs.SystemData{Message: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Finish(t.Context(), runID, runs.Outcome{Status: runs.StatusCompleted}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.RecordSnapshot(t.Context(), ws, "hA", workspaces.Snapshot{Seq: 1, BlobID: "wss_1", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.UpsertWorker(t.Context(), workers.Worker{ID: "wa", Capabilities: caps, LastSeen: time.Now().Add(-time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	go e.serveOps(ctx) // a worker of host h-ops
+	if st, body := e.call("POST", "/v1/workspaces/"+ws+"/exec", `{"argv": ["true"]}`); st != http.StatusOK {
+		t.Fatalf("exec on a workspace whose host is gone = %d %v, want 200 from another host's worker", st, body)
+	}
+	if got, _ := e.st.GetWorkspace(t.Context(), ws); got.Host != "h-ops" {
+		t.Errorf("workspace host after the operation = %q, want h-ops", got.Host)
 	}
 }
