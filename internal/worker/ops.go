@@ -141,7 +141,10 @@ func (w *Worker) opBoxFor(ctx context.Context, op workspaces.Op) (*opBox, error)
 		ob.close(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	unlock := w.lockWorkspace(op.Workspace.ID)
+	if _, busy := w.wsRuns.Load(op.Workspace.ID); busy {
+		return fail(fmt.Errorf("workspace %s is in use by a run", op.Workspace.ID))
+	}
+	unlock := w.lockWorkspace(op.Workspace.ID) // a snapshot may be under way
 	defer unlock()
 	if _, err := w.fetchWorkspace(ctx, op.Workspace); err != nil {
 		return fail(err)
