@@ -11,15 +11,16 @@ import (
 )
 
 // DirBlobs is a Blobs in a directory of the control plane's host
-// (DATA_DIR/blobs): one file per checkpoint, written under a temporary
-// name and renamed into place once complete.
+// (DATA_DIR/blobs): one file per checkpoint (or workspace snapshot, whose
+// ids start wss_), written under a temporary name and renamed into place
+// once complete.
 type DirBlobs struct {
 	dir string
 }
 
 var _ Blobs = (*DirBlobs)(nil)
 
-var blobIDPattern = regexp.MustCompile(`^ck_[0-9a-z]{1,60}$`)
+var blobIDPattern = regexp.MustCompile(`^(ck|wss)_[0-9a-z]{1,60}$`)
 
 // NewDirBlobs returns a DirBlobs in dir, which it creates.
 func NewDirBlobs(dir string) (*DirBlobs, error) {

@@ -51,7 +51,7 @@ func TestDirBlobs(t *testing.T) {
 	if entries, _ := os.ReadDir(d.dir); len(entries) != 1 {
 		t.Errorf("blob dir holds %d entries after a failed Put, want 1", len(entries))
 	}
-	for _, bad := range []string{"../etc/passwd", "ck_../x", "run_1", "ck_"} {
+	for _, bad := range []string{"../etc/passwd", "ck_../x", "run_1", "ck_", "wss_", "wss_A"} {
 		if _, err := d.Put(ctx, bad, bytes.NewReader(nil)); err == nil {
 			t.Errorf("Put(%q) = nil error", bad)
 		}

@@ -33,7 +33,8 @@ func (plainRuntime) Name() string { return "process" }
 
 // TestCheckpointKey: a worker that parks needs a valid key (helmr worker
 // refuses to start without one, naming the setting); helmr dev makes one;
-// a worker that does not park needs none.
+// a worker that does not park needs none, but uses one it is given (to
+// seal workspace snapshots).
 func TestCheckpointKey(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	good := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32)))
@@ -54,7 +55,11 @@ func TestCheckpointKey(t *testing.T) {
 		{"worker with a key", parkingRuntime{}, good, time.Second, false, "", true},
 		{"dev makes one", parkingRuntime{}, "", time.Second, true, "", true},
 		{"not parking", parkingRuntime{}, "", 0, false, "", false},
+		{"not parking, with a key", parkingRuntime{}, good, 0, false, "", true},
 		{"tier that cannot checkpoint", plainRuntime{}, "", time.Second, false, "", false},
+		{"tier that cannot checkpoint, with a key", plainRuntime{}, good, 0, false, "", true},
+		{"tier that cannot checkpoint, with a bad key", plainRuntime{}, "%%%", 0, false, "not base64", false},
+		{"dev on a tier that cannot checkpoint", plainRuntime{}, "", 0, true, "", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

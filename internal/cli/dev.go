@@ -45,7 +45,7 @@ func runDev(ctx context.Context, a *App, args []string) error {
 	}
 	wctx, stopWorker := context.WithCancel(ctx)
 	w, err := newWorker(a.cfg, true, log, &worker.Local{Runs: cp.runs, Deployments: cp.store, Workspaces: cp.store, Waits: cp.waits, Ops: cp.ops,
-		Checkpoints: cp.store, Blobs: cp.blobs}, "", workerID())
+		Checkpoints: cp.store, Blobs: cp.blobs, Logger: log}, "", workerID())
 	if err != nil {
 		stopWorker()
 		cp.Close(context.Background())
@@ -175,15 +175,14 @@ func newWorker(cfg config.Config, dev bool, log *slog.Logger, control worker.Con
 	})
 }
 
-// checkpointKey is the key a parking worker seals checkpoints with: a
-// worker whose tier can checkpoint and that parks (HELMR_PARK_AFTER > 0)
-// refuses to start without a valid HELMR_CHECKPOINT_ENCRYPTION_KEY;
-// helmr dev makes one in DATA_DIR/checkpoint.key on first start if none
-// is set. nil: this worker does not park.
+// checkpointKey is the key a worker seals checkpoints and workspace
+// snapshots with (HELMR_CHECKPOINT_ENCRYPTION_KEY, the same on every
+// worker); helmr dev makes one in DATA_DIR/checkpoint.key on first start
+// if none is set. A worker whose tier can checkpoint and that parks
+// (HELMR_PARK_AFTER > 0) refuses to start without one; any other runs
+// without, but saves no workspace snapshots, so its workspaces cannot move
+// to another worker (nil).
 func checkpointKey(cfg config.Config, dev bool, rt sandbox.Runtime, log *slog.Logger) (*checkpoints.Key, error) {
-	if _, ok := rt.(sandbox.Checkpointer); !ok || cfg.ParkAfter == 0 {
-		return nil, nil
-	}
 	value := cfg.CheckpointKey
 	if value == "" && dev {
 		path := filepath.Join(cfg.DataDir, "checkpoint.key")
@@ -197,7 +196,11 @@ func checkpointKey(cfg config.Config, dev bool, rt sandbox.Runtime, log *slog.Lo
 		value = strings.TrimSpace(string(data))
 	}
 	if value == "" {
-		return nil, fmt.Errorf("the %s tier parks waiting runs (HELMR_PARK_AFTER=%s), which needs HELMR_CHECKPOINT_ENCRYPTION_KEY (base64 of 32 bytes, the same on every worker: openssl rand -base64 32); set HELMR_PARK_AFTER=0 to keep waiting runs' sandboxes up instead", rt.Name(), cfg.ParkAfter)
+		if _, ok := rt.(sandbox.Checkpointer); ok && cfg.ParkAfter > 0 {
+			return nil, fmt.Errorf("the %s tier parks waiting runs (HELMR_PARK_AFTER=%s), which needs HELMR_CHECKPOINT_ENCRYPTION_KEY (base64 of 32 bytes, the same on every worker: openssl rand -base64 32); set HELMR_PARK_AFTER=0 to keep waiting runs' sandboxes up instead", rt.Name(), cfg.ParkAfter)
+		}
+		log.Warn("no HELMR_CHECKPOINT_ENCRYPTION_KEY: this worker saves no workspace snapshots, so the workspaces it holds cannot move to another worker if it goes away")
+		return nil, nil
 	}
 	k, err := checkpoints.ParseKey(value)
 	if err != nil {

@@ -46,13 +46,16 @@ func runWorkspace(ctx context.Context, a *App, args []string) error {
 			return a.printJSON(list)
 		}
 		tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSANDBOX\tTASK\tHOST\tLAST RUN\tUSED")
+		fmt.Fprintln(tw, "ID\tSANDBOX\tTASK\tHOST\tLAST RUN\tUSED\tSNAPSHOT")
 		for _, w := range list {
-			used := "never"
+			used, snap := "never", "-"
 			if w.UsedAt != nil {
 				used = w.UsedAt.Local().Format(time.DateTime)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, orDash(w.Sandbox), w.TaskID, orDash(w.Host), orDash(w.LastRunID), used)
+			if w.Snapshot != nil {
+				snap = fmt.Sprint(w.Snapshot.Seq)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, orDash(w.Sandbox), w.TaskID, orDash(w.Host), orDash(w.LastRunID), used, snap)
 		}
 		return tw.Flush()
 	case args[0] == "show" && len(pos) == 1:

@@ -49,9 +49,9 @@ func (e *APIError) Error() string { return e.Message }
 func (e *APIError) Is(target error) bool {
 	switch e.Status {
 	case http.StatusNotFound:
-		return target == runs.ErrNotFound || target == deployments.ErrNotFound
+		return target == runs.ErrNotFound || target == deployments.ErrNotFound || target == workspaces.ErrNotFound
 	case http.StatusConflict:
-		return target == runs.ErrConflict
+		return target == runs.ErrConflict || target == workspaces.ErrConflict
 	case http.StatusBadRequest:
 		return target == runs.ErrInvalid
 	}

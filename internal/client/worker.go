@@ -240,3 +240,32 @@ func (w Worker) DropCheckpoint(ctx context.Context, runID, checkpointID string) 
 	_, err := w.C.do(ctx, http.MethodDelete, checkpointPath(runID, checkpointID), nil, nil, nil)
 	return err
 }
+
+// PutWorkspaceSnapshot implements worker.ControlPlane: the sealed bytes
+// are streamed as the request body.
+func (w Worker) PutWorkspaceSnapshot(ctx context.Context, workerID, wsID string, seq int64, r io.Reader) (workspaces.Snapshot, error) {
+	var out workspaces.Snapshot
+	resp, err := w.C.stream(ctx, http.MethodPut, snapshotPath(workerID, wsID, seq), r)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return out, fmt.Errorf("decode workspace snapshot upload response: %w", err)
+	}
+	return out, nil
+}
+
+// GetWorkspaceSnapshot implements worker.ControlPlane.
+func (w Worker) GetWorkspaceSnapshot(ctx context.Context, workerID, wsID string, seq int64) (io.ReadCloser, error) {
+	resp, err := w.C.stream(ctx, http.MethodGet, snapshotPath(workerID, wsID, seq), nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+func snapshotPath(workerID, wsID string, seq int64) string {
+	return "/v1/worker/workspaces/" + url.PathEscape(wsID) + "/snapshots/" + strconv.FormatInt(seq, 10) +
+		"?" + url.Values{"workerId": {workerID}}.Encode()
+}

@@ -146,6 +146,8 @@ func (f authFixture) fill(t *testing.T, path string) string {
 		"/v1/workspaces/{id}/tar":           "/v1/workspaces/" + f.execWorkspaceID + "/tar",
 		"/v1/swerex/{id}":                   "/v1/swerex/" + f.execWorkspaceID,
 		"{ck}":                              "ck_fixture",
+		"{seq}":                             "1",
+		"/v1/worker/workspaces/{id}":        "/v1/worker/workspaces/" + f.execWorkspaceID,
 		"/v1/deployments/{id}":              "/v1/deployments/" + f.depID,
 		"/v1/worker/deployments/{id}":       "/v1/worker/deployments/" + f.depID,
 		"/v1/tasks/{id}":                    "/v1/tasks/a",

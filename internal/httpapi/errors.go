@@ -46,7 +46,7 @@ func toHTTP(err error) *Error {
 		errors.Is(err, waitpoints.ErrNotFound), errors.Is(err, workspaces.ErrNotFound), errors.Is(err, apikeys.ErrNotFound),
 		errors.Is(err, checkpoints.ErrNotFound):
 		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: err.Error()}
-	case errors.Is(err, runs.ErrConflict), errors.Is(err, waitpoints.ErrConflict):
+	case errors.Is(err, runs.ErrConflict), errors.Is(err, waitpoints.ErrConflict), errors.Is(err, workspaces.ErrConflict):
 		return &Error{Status: http.StatusConflict, Code: "conflict", Message: err.Error()}
 	case errors.Is(err, runs.ErrInvalid), errors.Is(err, deployments.ErrInvalid), errors.Is(err, vault.ErrInvalid),
 		errors.Is(err, waitpoints.ErrInvalid), errors.Is(err, workspaces.ErrInvalid), errors.Is(err, apikeys.ErrInvalid):

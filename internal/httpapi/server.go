@@ -52,7 +52,8 @@ type Config struct {
 	// /dev/login answers 404 and session cookies are ignored.
 	Sessions *apikeys.Sessions
 	// Checkpoints and Blobs keep parked runs' checkpoints (records and
-	// sealed bytes); nil: the checkpoint routes answer 503.
+	// sealed bytes) and workspace snapshots; nil: the checkpoint and
+	// snapshot routes answer 503.
 	Checkpoints checkpoints.Store
 	Blobs       checkpoints.Blobs
 }
@@ -88,7 +89,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), auth: cfg.Authenticator,
 		control: &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Workspaces: cfg.Workspaces, Waits: cfg.Waits, Ops: cfg.Ops, Wait: cfg.LeaseWait,
-			Checkpoints: cfg.Checkpoints, Blobs: cfg.Blobs}}
+			Checkpoints: cfg.Checkpoints, Blobs: cfg.Blobs, Logger: cfg.Logger}}
 	if s.auth == nil && cfg.APIKeys != nil {
 		s.auth = cfg.APIKeys
 	}
@@ -215,6 +216,8 @@ func (s *Server) routes() []route {
 		{"GET /v1/worker/runs/{id}/checkpoints/{ck}", AccessWorker, s.workerGetCheckpoint},
 		{"DELETE /v1/worker/runs/{id}/checkpoints/{ck}", AccessWorker, s.workerDropCheckpoint},
 		{"POST /v1/worker/runs/{id}/park", AccessWorker, s.workerPark},
+		{"PUT /v1/worker/workspaces/{id}/snapshots/{seq}", AccessWorker, s.workerPutSnapshot},
+		{"GET /v1/worker/workspaces/{id}/snapshots/{seq}", AccessWorker, s.workerGetSnapshot},
 	}
 }
 

@@ -178,6 +178,11 @@ func (s *Server) deleteWorkspace(w http.ResponseWriter, r *http.Request) error {
 	if err := st.DeleteWorkspace(r.Context(), ws.ID, time.Now()); err != nil {
 		return err
 	}
+	if ws.Snapshot != nil && s.cfg.Blobs != nil {
+		if err := s.cfg.Blobs.Delete(r.Context(), ws.Snapshot.BlobID); err != nil {
+			s.log.Warn("delete a deleted workspace's snapshot", "workspace_id", ws.ID, "blob", ws.Snapshot.BlobID, "err", err)
+		}
+	}
 	s.log.Info("workspace deleted", "workspace_id", ws.ID, "project", ws.Project, "env", ws.Env)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
@@ -268,6 +273,11 @@ func (s *Server) execIn(ctx context.Context, st workspaces.Store, ws workspaces.
 	}
 	secrets, err := s.vaultRefs(ctx, ws, req)
 	if err != nil {
+		return workspaces.ExecResult{}, err
+	}
+	// A workspace whose host is gone goes to any worker, which restores
+	// its snapshot.
+	if ws.Host, _, err = s.cfg.Runs.PlaceWorkspace(ctx, ws); err != nil {
 		return workspaces.ExecResult{}, err
 	}
 	timeout := time.Duration(req.TimeoutSeconds * float64(time.Second))

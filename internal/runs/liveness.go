@@ -36,7 +36,8 @@ func (s *Service) FailLostRuns(ctx context.Context) (int, error) {
 	})
 }
 
-// WatchWorkers calls FailLostRuns every interval until ctx ends.
+// WatchWorkers calls FailLostRuns and MoveStrandedRuns every interval
+// until ctx ends.
 func (s *Service) WatchWorkers(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -52,6 +53,13 @@ func (s *Service) WatchWorkers(ctx context.Context, interval time.Duration) {
 			}
 		} else if n > 0 {
 			s.log.Warn("failed runs whose worker stopped reporting", "runs", n)
+		}
+		if n, err := s.MoveStrandedRuns(ctx); err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("move runs of workspaces whose host is gone", "err", err)
+			}
+		} else if n > 0 {
+			s.log.Info("moved runs of workspaces whose host is gone to any worker", "runs", n)
 		}
 	}
 }

@@ -116,7 +116,11 @@ func (s *Service) Trigger(ctx context.Context, req TriggerRequest) (Run, bool, e
 	if err != nil {
 		return Run{}, false, err
 	}
-	needs.Host = ws.Host
+	host, moved, err := s.PlaceWorkspace(ctx, ws)
+	needs.Host = host
+	if err != nil {
+		return Run{}, false, fmt.Errorf("place the run's workspace: %w", err)
+	}
 	r, created, err := s.store.CreateRun(ctx, Run{
 		Project: req.Project, Env: req.Env, TaskID: req.TaskID,
 		DeploymentID: task.DeploymentID, DeploymentVersion: task.DeploymentVersion,
@@ -134,6 +138,11 @@ func (s *Service) Trigger(ctx context.Context, req TriggerRequest) (Run, bool, e
 		return Run{}, false, fmt.Errorf("create run: %w", err)
 	}
 	if created {
+		if moved != nil {
+			if err := s.Note(ctx, r.ID, *moved); err != nil {
+				s.log.Warn("note a moved run", "run_id", r.ID, "err", err)
+			}
+		}
 		s.explainWait(ctx, r)
 		s.broker.Publish(r.ID)
 		s.broker.PublishQueue()

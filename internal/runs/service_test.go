@@ -3,6 +3,7 @@ package runs_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/store/sqlite"
 	"github.com/helmr/helmr/internal/workers"
+	"github.com/helmr/helmr/internal/workspaces"
 )
 
 func goodTask(id string) deployments.TaskManifest {
@@ -242,5 +244,111 @@ func TestBuiltImageNeeds(t *testing.T) {
 	}
 	if got, err := svc.Lease(ctx, "w-had", had); err != nil || got.ID != r.ID {
 		t.Errorf("Lease(worker with the base) = %s, %v; want %s", got.ID, err, r.ID)
+	}
+}
+
+// TestWorkspaceMoves checks that runs of a workspace whose host has no
+// live worker go to any worker once the workspace has a snapshot: a run
+// queued before is freed by MoveStrandedRuns, a run triggered after is
+// placed on no host at once, each saying so in its events; without a
+// snapshot the run keeps waiting for the host.
+func TestWorkspaceMoves(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "helmr.db"), slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	svc := runs.NewService(st, st, st, runs.NewBroker(), slog.Default())
+	svc.Workspaces = st
+	if _, err := st.CreateDeployment(ctx, deployments.Deployment{Project: "p", Env: "dev",
+		Manifest: deployments.Manifest{Project: "p", Tasks: []deployments.TaskManifest{goodTask("a")}},
+		Files:    map[string][]byte{"bundles/tasks/a.mjs": []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	hostA := workers.Capabilities{CPUs: 2, MemoryBytes: 1 << 30, Host: "hA"}
+	hostB := hostA
+	hostB.Host = "hB"
+	trigger := func(ws string) runs.Run {
+		t.Helper()
+		r, _, err := svc.Trigger(ctx, runs.TriggerRequest{Project: "p", Env: "dev", TaskID: "a", Payload: []byte("1"), WorkspaceID: ws})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	finish := func(id, worker string) {
+		t.Helper()
+		if _, err := svc.Started(ctx, id, worker, "process", runs.SystemData{Message: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Finish(ctx, id, runs.Outcome{Status: runs.StatusCompleted}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := func(id string, caps workers.Capabilities) {
+		t.Helper()
+		if err := st.UpsertWorker(ctx, workers.Worker{ID: id, Capabilities: caps, LastSeen: time.Now().Add(-2 * time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	moveNotes := func(id string) int {
+		evs, _ := svc.Events(ctx, id, 0, 0)
+		n := 0
+		for _, e := range evs {
+			if e.Type == runs.EventSystem && strings.Contains(string(e.Data), "moves: no worker of its host") {
+				n++
+			}
+		}
+		return n
+	}
+
+	first := trigger("")
+	if r, err := svc.Lease(ctx, "a", hostA); err != nil || r.ID != first.ID {
+		t.Fatalf("Lease(a) = %s, %v; want %s", r.ID, err, first.ID)
+	}
+	finish(first.ID, "a")
+	ws := first.WorkspaceID
+	if h, err := svc.WorkerHost(ctx, "a"); err != nil || h != "hA" {
+		t.Errorf("WorkerHost(a) = %q, %v; want hA", h, err)
+	}
+	second := trigger(ws)
+	if second.Needs.Host != "hA" {
+		t.Fatalf("a run of a workspace on a live host needs host %q, want hA", second.Needs.Host)
+	}
+	gone("a", hostA)
+	if h, err := svc.WorkerHost(ctx, "a"); err != nil || h != "hA" {
+		t.Errorf("WorkerHost(a gone) = %q, %v; want hA still", h, err)
+	}
+	if _, err := svc.WorkerHost(ctx, "nobody"); !errors.Is(err, runs.ErrNotFound) {
+		t.Errorf("WorkerHost(nobody) = %v, want ErrNotFound", err)
+	}
+	if n, err := svc.MoveStrandedRuns(ctx); err != nil || n != 0 {
+		t.Errorf("MoveStrandedRuns() without a snapshot = %d, %v; want 0: the files are only on hA", n, err)
+	}
+	if _, err := st.RecordSnapshot(ctx, ws, "hA", workspaces.Snapshot{Seq: 1, BlobID: "wss_1", Size: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := svc.MoveStrandedRuns(ctx); err != nil || n != 1 {
+		t.Fatalf("MoveStrandedRuns() = %d, %v; want 1", n, err)
+	}
+	if r, _ := svc.Get(ctx, second.ID); r.Needs.Host != "" || moveNotes(second.ID) != 1 {
+		t.Errorf("moved run needs host %q with %d notes, want none and one note", r.Needs.Host, moveNotes(second.ID))
+	}
+	if n, _ := svc.MoveStrandedRuns(ctx); n != 0 {
+		t.Errorf("MoveStrandedRuns() again = %d, want 0", n)
+	}
+	if r, err := svc.Lease(ctx, "b", hostB); err != nil || r.ID != second.ID {
+		t.Fatalf("Lease(b) = %s, %v; want the moved run %s", r.ID, err, second.ID)
+	}
+	if w, _ := st.GetWorkspace(ctx, ws); w.Host != "hB" {
+		t.Errorf("workspace host after the move = %q, want hB", w.Host)
+	}
+	finish(second.ID, "b")
+	// Host hB goes too: a new run is placed on no host right away.
+	gone("b", hostB)
+	third := trigger(ws)
+	if third.Needs.Host != "" || moveNotes(third.ID) != 1 {
+		t.Errorf("a run triggered after its host went needs %q with %d notes, want no host and one note", third.Needs.Host, moveNotes(third.ID))
 	}
 }

@@ -31,4 +31,8 @@ type Store interface {
 	// returns it; ErrNotFound when no such run is queued. Concurrent callers
 	// never lease the same run.
 	LeaseRun(ctx context.Context, workerID string, offer workers.Capabilities, now time.Time) (Run, error)
+	// DropRunHost clears the host requirement (Needs.Host) of run id if it
+	// is QUEUED and still needs host: any worker may take it. ErrNotFound
+	// for an unknown run, ErrConflict (wrapped) otherwise.
+	DropRunHost(ctx context.Context, id, host string) error
 }

@@ -103,8 +103,28 @@ func NewWorkspace(w workspaces.Workspace) (workspaces.Workspace, error) {
 		w.ID = NewID(workspaces.Prefix)
 	}
 	w.CreatedAt = Time(w.CreatedAt)
-	w.Host, w.LastRunID, w.UsedAt, w.DeletedAt = "", "", nil, nil
+	w.Host, w.LastRunID, w.UsedAt, w.DeletedAt, w.Snapshot = "", "", nil, nil, nil
 	return w, nil
+}
+
+// CheckSnapshot reports whether snap may become w's latest snapshot
+// (RecordSnapshot): w is live and on host, and snap follows its latest.
+func CheckSnapshot(w workspaces.Workspace, host string, snap workspaces.Snapshot) error {
+	var cur int64
+	if w.Snapshot != nil {
+		cur = w.Snapshot.Seq
+	}
+	switch {
+	case w.DeletedAt != nil:
+		return fmt.Errorf("it was deleted: %w", workspaces.ErrNotFound)
+	case snap.BlobID == "" || snap.Size <= 0:
+		return fmt.Errorf("a snapshot needs its blob and size: %w", workspaces.ErrInvalid)
+	case host == "" || w.Host != host:
+		return fmt.Errorf("its files are on host %q, not %q: %w", w.Host, host, workspaces.ErrConflict)
+	case snap.Seq != cur+1:
+		return fmt.Errorf("its latest snapshot is %d: %w", cur, workspaces.ErrConflict)
+	}
+	return nil
 }
 
 // IDRows is the result of a query returning one id column.

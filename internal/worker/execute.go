@@ -29,7 +29,7 @@ func (w *Worker) execute(ctx context.Context, l Lease) {
 	if l.Run.Kind == runs.KindBuild {
 		o = w.executeBuild(ctx, l)
 	} else {
-		o = w.attempt(ctx, l)
+		o = w.executeTask(ctx, l)
 	}
 	if o == nil {
 		return // canceled: the control plane already has the final state
@@ -47,6 +47,25 @@ func (w *Worker) execute(ctx context.Context, l Lease) {
 
 func failed(class runs.FailureClass, format string, args ...any) *runs.Outcome {
 	return &runs.Outcome{Status: runs.StatusFailed, Error: &runs.Error{Class: class, Message: fmt.Sprintf(format, args...)}}
+}
+
+// executeTask runs a task run holding its workspace on this worker, and
+// saves the workspace (a snapshot) once the sandbox is gone, before the
+// outcome is reported; nil means canceled.
+func (w *Worker) executeTask(ctx context.Context, l Lease) *runs.Outcome {
+	// The run holds its workspace here: direct operations on it wait, and
+	// their sandbox (if up) lets go of it.
+	wsID := workspaceOf(l.Run)
+	w.wsRuns.Store(wsID, l.Run.ID)
+	defer w.wsRuns.Delete(wsID)
+	w.closeOpBox(ctx, wsID)
+	unlock := w.lockWorkspace(wsID)
+	defer unlock()
+	o := w.attempt(ctx, l)
+	if note := w.saveAfterRun(ctx, l); note != nil && o != nil {
+		o.Notes = append(o.Notes, *note)
+	}
+	return o
 }
 
 // attempt prepares the run, claims a booted sandbox for it (or boots one),
@@ -88,15 +107,22 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 	}
 	red = sec.redact
 	if l.Restore != nil {
+		// The checkpoint holds the workspace as the run left it, which
+		// derives from the snapshot the run started with.
+		if l.Workspace != nil {
+			if err := w.writeCopy(l.Workspace.ID, localCopy{Seq: latestSeq(*l.Workspace)}); err != nil {
+				return failed(runs.ClassParkedWait, "record the workspace's copy: %v", err)
+			}
+		}
 		return w.resume(ctx, l, p, files, sec)
 	}
+	var restored string
+	if l.Workspace != nil {
+		if restored, err = w.fetchWorkspace(ctx, *l.Workspace); err != nil {
+			return failed(runs.ClassImagePreparation, "%v", err)
+		}
+	}
 	key := bootKey(w.cfg.Runtime.Name(), p)
-	// The run holds its workspace here: direct operations on it wait, and
-	// their sandbox (if up) lets go of it.
-	wsID := workspaceOf(l.Run)
-	w.wsRuns.Store(wsID, l.Run.ID)
-	defer w.wsRuns.Delete(wsID)
-	w.closeOpBox(ctx, wsID)
 	// A workspace that earlier runs used boots with its files; a new one
 	// can take a sandbox booted ahead with a fresh workspace.
 	var b *booted
@@ -132,6 +158,10 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 	if w.cfg.Runtime.Name() == "process" {
 		note.Message = "sandbox started on the process tier: weak isolation (shared kernel), for development and trusted code"
 		note.Attrs["isolation"] = "weak"
+	}
+	if restored != "" {
+		note.Message += "; " + restored
+		note.Attrs["workspaceSnapshot"] = fmt.Sprint(l.Workspace.Snapshot.Seq)
 	}
 	if err := w.cfg.Control.Started(ctx, l.Run.ID, w.cfg.ID, w.cfg.Runtime.Name(), note); err != nil {
 		if errors.Is(err, runs.ErrConflict) {

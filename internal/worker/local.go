@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/helmr/helmr/internal/checkpoints"
@@ -33,6 +34,9 @@ type Local struct {
 	// is unavailable.
 	Checkpoints checkpoints.Store
 	Blobs       checkpoints.Blobs
+	// Logger reports what a caller is not told (a replaced snapshot's
+	// blob that could not be deleted); nil: discarded.
+	Logger *slog.Logger
 }
 
 // Lease implements ControlPlane.
@@ -75,6 +79,13 @@ func (c *Local) leaseFor(ctx context.Context, run runs.Run) (Lease, error) {
 	for _, t := range dep.Manifest.Tasks {
 		if t.ID == run.TaskID {
 			l := Lease{Run: run, Task: t}
+			if run.WorkspaceID != "" && c.Workspaces != nil {
+				ws, err := c.Workspaces.GetWorkspace(ctx, run.WorkspaceID)
+				if err != nil {
+					return Lease{}, err
+				}
+				l.Workspace = &ws
+			}
 			if c.Checkpoints != nil {
 				cks, err := c.Checkpoints.ListCheckpoints(ctx, checkpoints.Filter{RunID: run.ID})
 				if err != nil {
@@ -140,7 +151,23 @@ func (c *Local) NextOp(ctx context.Context, _, host string) (workspaces.Op, erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	return c.Ops.Next(ctx, host)
+	op, err := c.Ops.Next(ctx, host)
+	if err == nil && op.Workspace.Host != host && c.Workspaces != nil {
+		// A new workspace, or one whose host is gone: its files are on
+		// this worker's host from now on.
+		if err := c.Workspaces.UseWorkspace(context.WithoutCancel(ctx), op.Workspace.ID, op.Workspace.LastRunID, host, time.Now()); err != nil {
+			c.log().Error("record where a workspace is", "workspace_id", op.Workspace.ID, "err", err)
+		}
+		op.Workspace.Host = host
+	}
+	return op, err
+}
+
+func (c *Local) log() *slog.Logger {
+	if c.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return c.Logger
 }
 
 // OpOutput implements ControlPlane.
@@ -301,4 +328,76 @@ func (c *Local) DropCheckpoint(ctx context.Context, runID, checkpointID string) 
 		return err
 	}
 	return c.Blobs.Delete(ctx, checkpointID)
+}
+
+// snapshotTarget is workspace wsID if it is live and on the host of
+// worker workerID (a live worker), with that host.
+func (c *Local) snapshotTarget(ctx context.Context, workerID, wsID string) (workspaces.Workspace, string, error) {
+	if c.Blobs == nil || c.Workspaces == nil {
+		return workspaces.Workspace{}, "", errNoBlobs
+	}
+	host, err := c.Runs.WorkerHost(ctx, workerID)
+	if err != nil {
+		return workspaces.Workspace{}, "", err
+	}
+	ws, err := c.Workspaces.GetWorkspace(ctx, wsID)
+	if err != nil {
+		return ws, "", err
+	}
+	if ws.DeletedAt != nil {
+		return ws, "", fmt.Errorf("workspace %s was deleted: %w", wsID, workspaces.ErrNotFound)
+	}
+	if ws.Host != host {
+		return ws, "", fmt.Errorf("workspace %s is on host %q, not worker %s's %q: %w", wsID, ws.Host, workerID, host, workspaces.ErrConflict)
+	}
+	return ws, host, nil
+}
+
+// PutWorkspaceSnapshot implements ControlPlane.
+func (c *Local) PutWorkspaceSnapshot(ctx context.Context, workerID, wsID string, seq int64, r io.Reader) (workspaces.Snapshot, error) {
+	ws, host, err := c.snapshotTarget(ctx, workerID, wsID)
+	if err != nil {
+		return workspaces.Snapshot{}, err
+	}
+	if cur := latestSeq(ws); seq != cur+1 {
+		return workspaces.Snapshot{}, fmt.Errorf("snapshot %d of workspace %s: its latest is %d: %w", seq, wsID, cur, workspaces.ErrConflict)
+	}
+	snap := workspaces.Snapshot{Seq: seq, BlobID: workspaces.SnapshotPrefix + newCheckpointSuffix()}
+	if snap.Size, err = c.Blobs.Put(ctx, snap.BlobID, r); err != nil {
+		return workspaces.Snapshot{}, err
+	}
+	snap.CreatedAt = time.Now().UTC()
+	prev, err := c.Workspaces.RecordSnapshot(ctx, wsID, host, snap)
+	if err != nil {
+		if derr := c.Blobs.Delete(context.WithoutCancel(ctx), snap.BlobID); derr != nil {
+			c.log().Warn("delete a refused workspace snapshot", "workspace_id", wsID, "blob", snap.BlobID, "err", derr)
+		}
+		return workspaces.Snapshot{}, err
+	}
+	if prev != nil {
+		if err := c.Blobs.Delete(context.WithoutCancel(ctx), prev.BlobID); err != nil {
+			c.log().Warn("delete a replaced workspace snapshot", "workspace_id", wsID, "blob", prev.BlobID, "err", err)
+		}
+	}
+	return snap, nil
+}
+
+// GetWorkspaceSnapshot implements ControlPlane.
+func (c *Local) GetWorkspaceSnapshot(ctx context.Context, workerID, wsID string, seq int64) (io.ReadCloser, error) {
+	ws, _, err := c.snapshotTarget(ctx, workerID, wsID)
+	if err != nil {
+		return nil, err
+	}
+	if ws.Snapshot == nil || ws.Snapshot.Seq != seq {
+		return nil, fmt.Errorf("snapshot %d of workspace %s: its latest is %d: %w", seq, wsID, latestSeq(ws), workspaces.ErrConflict)
+	}
+	return c.Blobs.Get(ctx, ws.Snapshot.BlobID)
+}
+
+// latestSeq is the number of ws's latest snapshot, 0 if none.
+func latestSeq(ws workspaces.Workspace) int64 {
+	if ws.Snapshot == nil {
+		return 0
+	}
+	return ws.Snapshot.Seq
 }

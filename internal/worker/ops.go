@@ -142,6 +142,14 @@ func (w *Worker) opBoxFor(ctx context.Context, op workspaces.Op) (*opBox, error)
 		ob.close(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	if _, busy := w.wsRuns.Load(op.Workspace.ID); busy {
+		return fail(fmt.Errorf("workspace %s is in use by a run", op.Workspace.ID))
+	}
+	unlock := w.lockWorkspace(op.Workspace.ID) // a snapshot may be under way
+	defer unlock()
+	if _, err := w.fetchWorkspace(ctx, op.Workspace); err != nil {
+		return fail(err)
+	}
 	switch existing := w.existingWorkspace(op.Workspace.ID); {
 	case strings.HasSuffix(existing, ".img"):
 		if ob.disk, err = disk.Mount(existing, wsDir, false); err != nil {
@@ -213,7 +221,7 @@ func (w *Worker) releaseOpBox(ob *opBox) {
 		if stale {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			ob.close(ctx)
+			w.retireOpBox(ctx, ob)
 			w.log.Info("stopped an idle workspace sandbox", "workspace_id", ob.ws)
 		}
 	})
@@ -227,7 +235,7 @@ func (w *Worker) closeOpBox(ctx context.Context, id string) {
 	delete(w.opBoxes, id)
 	w.opMu.Unlock()
 	if ob != nil {
-		ob.close(ctx)
+		w.retireOpBox(ctx, ob)
 	}
 }
 
@@ -239,7 +247,20 @@ func (w *Worker) closeOpBoxes() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, ob := range boxes {
-		ob.close(ctx)
+		w.retireOpBox(ctx, ob)
+	}
+}
+
+// retireOpBox stops an operations sandbox and saves its workspace (a
+// snapshot, unless unchanged).
+func (w *Worker) retireOpBox(ctx context.Context, ob *opBox) {
+	ob.close(ctx)
+	unlock := w.lockWorkspace(ob.ws)
+	defer unlock()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), saveTimeout)
+	defer cancel()
+	if _, _, err := w.saveWorkspace(sctx, ob.ws); err != nil {
+		w.log.Warn("save a workspace snapshot", "workspace_id", ob.ws, "err", err)
 	}
 }
 

@@ -177,21 +177,29 @@ func (w *Worker) park(ctx context.Context, l Lease, b *booted, p prepared, pr *p
 // upload streams the archive of a parked run, sealed, to the control
 // plane; only sealed bytes leave the staging directory.
 func (w *Worker) upload(ctx context.Context, runID, id string, m parkManifest, image, workspace string) (int64, error) {
+	return w.putSealed(id, func(aw io.Writer) error { return writeArchive(aw, m, image, workspace) },
+		func(r io.Reader) (int64, error) { return w.cfg.Control.PutCheckpoint(ctx, runID, id, r) })
+}
+
+// putSealed streams what write writes, sealed under the checkpoint key
+// for sealID, to put, and returns what put returns: only sealed bytes
+// leave the worker.
+func (w *Worker) putSealed(sealID string, write func(io.Writer) error, put func(io.Reader) (int64, error)) (int64, error) {
 	ar, aw := io.Pipe()
 	sr, sw := io.Pipe()
 	archived, sealed := make(chan error, 1), make(chan error, 1)
 	go func() {
-		err := writeArchive(aw, m, image, workspace)
+		err := write(aw)
 		aw.CloseWithError(err)
 		archived <- err
 	}()
 	go func() {
-		_, err := checkpoints.Seal(sw, ar, *w.cfg.CheckpointKey, id)
+		_, err := checkpoints.Seal(sw, ar, *w.cfg.CheckpointKey, sealID)
 		sw.CloseWithError(err)
 		ar.CloseWithError(errors.Join(err, io.ErrClosedPipe))
 		sealed <- err
 	}()
-	n, err := w.cfg.Control.PutCheckpoint(ctx, runID, id, sr)
+	n, err := put(sr)
 	sr.CloseWithError(errors.Join(err, io.ErrClosedPipe))
 	aerr, serr := <-archived, <-sealed
 	if aerr != nil && !errors.Is(aerr, io.ErrClosedPipe) {

@@ -44,6 +44,10 @@ type Lease struct {
 	// Restore, if set, is the checkpoint of a parked run whose wait is
 	// over: the worker restores its sandbox instead of starting the task.
 	Restore *checkpoints.Checkpoint `json:"restore,omitempty"`
+	// Workspace is the run's workspace as leased (on this worker's host
+	// now), with its latest snapshot: a worker whose copy of its files is
+	// older, or that has none, restores the snapshot first.
+	Workspace *workspaces.Workspace `json:"workspace,omitempty"`
 }
 
 // ParkRequest says that a waiting run was parked, or why it stays as it is.
@@ -116,6 +120,16 @@ type ControlPlane interface {
 	// DropCheckpoint deletes a checkpoint (record and blob) of a run the
 	// worker holds, once restored or refused.
 	DropCheckpoint(ctx context.Context, runID, checkpointID string) error
+	// PutWorkspaceSnapshot stores a sealed snapshot of workspace wsID,
+	// read from r to its end, as the workspace's snapshot seq, provided
+	// the workspace is on the worker's host and its latest snapshot is
+	// seq-1 (else a conflict, and nothing is kept); the snapshot it
+	// replaces is deleted.
+	PutWorkspaceSnapshot(ctx context.Context, workerID, wsID string, seq int64, r io.Reader) (workspaces.Snapshot, error)
+	// GetWorkspaceSnapshot streams snapshot seq of workspace wsID, sealed
+	// as stored, provided it is the latest and the workspace is on the
+	// worker's host. The caller closes it.
+	GetWorkspaceSnapshot(ctx context.Context, workerID, wsID string, seq int64) (io.ReadCloser, error)
 }
 
 // Config wires a Worker.
@@ -184,6 +198,7 @@ type Worker struct {
 	opMu    sync.Mutex
 	opBoxes map[string]*opBox // workspace id → its direct-operations sandbox
 	wsRuns  sync.Map          // workspace id → the run holding it here
+	wsLocks sync.Map          // workspace id → *sync.Mutex (lockWorkspace)
 }
 
 // New validates cfg and returns a worker.
@@ -251,11 +266,19 @@ func New(cfg Config) (*Worker, error) {
 
 // sweepStaging removes what a previous worker left in the staging
 // directory: checkpoint images and archives in the clear, of parks and
-// restores it did not finish.
+// restores it did not finish, and workspace snapshots being restored or
+// looked at (a workspace image mounted read-only, unmounted first).
 func sweepStaging(dir string, log *slog.Logger) {
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+		p := filepath.Join(dir, e.Name())
+		if strings.HasPrefix(e.Name(), "look-") {
+			if err := (&disk.Disk{Dir: p}).Close(); err != nil {
+				log.Warn("unmount a stale workspace look", "path", e.Name(), "err", err)
+				continue
+			}
+		}
+		if err := os.RemoveAll(p); err != nil {
 			log.Warn("remove stale checkpoint staging", "path", e.Name(), "err", err)
 		}
 	}
@@ -356,8 +379,11 @@ func (w *Worker) sweepWorkspaces() {
 		return
 	}
 	var ids []string
+	seen := map[string]bool{}
 	for _, e := range ents {
-		if id := strings.TrimSuffix(e.Name(), ".img"); strings.HasPrefix(id, workspaces.Prefix) {
+		id := strings.TrimSuffix(strings.TrimSuffix(e.Name(), ".img"), ".seq")
+		if strings.HasPrefix(id, workspaces.Prefix) && !seen[id] {
+			seen[id] = true
 			ids = append(ids, id)
 		}
 	}
@@ -372,7 +398,7 @@ func (w *Worker) sweepWorkspaces() {
 		return
 	}
 	for _, id := range gone {
-		if err := errors.Join(os.Remove(w.WorkspaceDir(id)+".img"), os.RemoveAll(w.WorkspaceDir(id))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := w.dropLocalFiles(id); err != nil {
 			w.log.Warn("remove a deleted workspace", "workspace_id", id, "err", err)
 			continue
 		}

@@ -35,6 +35,7 @@ import (
 // fakeControl is a hand-written ControlPlane that records what the worker
 // reports.
 type fakeControl struct {
+	snaps    *fakeSnapshots // nil: the control plane keeps no snapshots
 	secrets  map[string][]byte
 	notes    []runs.SystemData
 	mu       sync.Mutex
@@ -470,3 +471,17 @@ func (f *fakeControl) GetCheckpoint(context.Context, string, string) (io.ReadClo
 func (f *fakeControl) Park(context.Context, string, ParkRequest) error { return errNoWaits }
 
 func (f *fakeControl) DropCheckpoint(context.Context, string, string) error { return errNoWaits }
+
+func (f *fakeControl) PutWorkspaceSnapshot(ctx context.Context, _, wsID string, seq int64, r io.Reader) (workspaces.Snapshot, error) {
+	if f.snaps == nil {
+		return workspaces.Snapshot{}, errNoWaits
+	}
+	return f.snaps.put(wsID, seq, r)
+}
+
+func (f *fakeControl) GetWorkspaceSnapshot(ctx context.Context, _, wsID string, seq int64) (io.ReadCloser, error) {
+	if f.snaps == nil {
+		return nil, errNoWaits
+	}
+	return f.snaps.get(wsID, seq)
+}

@@ -3,13 +3,16 @@
 // Helmr makes one for it); the next run that attaches finds what the last
 // one left. A workspace's files live on the worker that last used it, as
 // one filesystem image under its quota; runs of it go to a worker of that
-// host.
+// host. After each use the worker seals a snapshot of them into the blob
+// store, so that when no worker of that host remains the workspace moves:
+// the next worker that takes it restores the latest snapshot.
 package workspaces
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -40,6 +43,29 @@ type Workspace struct {
 	// DeletedAt is set once deleted: no run may attach, and its worker
 	// removes its files.
 	DeletedAt *time.Time `json:"deletedAt,omitempty"`
+	// Snapshot is the latest sealed copy of its files in the blob store;
+	// nil until a worker saved one.
+	Snapshot *Snapshot `json:"snapshot,omitempty"`
+}
+
+// Snapshot is a saved copy of a workspace's files: one blob in the blob
+// store, sealed under the checkpoint encryption key (see SealID). Seq
+// counts a workspace's snapshots from 1; only the latest is kept.
+type Snapshot struct {
+	Seq       int64     `json:"seq"`
+	BlobID    string    `json:"blobId"`
+	Size      int64     `json:"size"` // sealed bytes
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// SnapshotPrefix starts the blob ids of workspace snapshots.
+const SnapshotPrefix = "wss_"
+
+// SealID is what a snapshot of workspace id numbered seq is sealed for
+// (the checkpoints.Seal id): a blob served for another workspace or
+// another number of the same one fails to open.
+func SealID(id string, seq int64) string {
+	return fmt.Sprintf("workspace %s snapshot %d", id, seq)
 }
 
 // Store persists workspaces.
@@ -58,12 +84,21 @@ type Store interface {
 	DeleteWorkspace(ctx context.Context, id string, at time.Time) error
 	// DeletedWorkspaces returns which of ids are deleted (or unknown).
 	DeletedWorkspaces(ctx context.Context, ids []string) ([]string, error)
+	// RecordSnapshot makes snap the latest snapshot of workspace id,
+	// provided it is live, on host, and its latest snapshot is numbered
+	// snap.Seq-1 (none: 0); it returns the one it replaced (nil if none),
+	// whose blob the caller deletes. ErrNotFound for an unknown or
+	// deleted workspace, ErrConflict when the host or number does not
+	// hold (a newer snapshot, or the workspace moved).
+	RecordSnapshot(ctx context.Context, id, host string, snap Snapshot) (*Snapshot, error)
 }
 
 // Errors.
 var (
 	ErrNotFound = errors.New("workspace not found")
 	ErrInvalid  = errors.New("invalid workspace")
+	// ErrConflict: the workspace is not in the state a change needs.
+	ErrConflict = errors.New("workspace conflict")
 )
 
 // OpRecord is one entry of a workspace's trajectory: a direct operation,

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -273,6 +274,23 @@ func Check() error {
 		return fmt.Errorf("mkfs.ext4 from e2fsprogs (%w)", err)
 	}
 	return nil
+}
+
+// Attached reports whether a loop device still has the image at img
+// attached: it is mounted somewhere, or a lazy unmount (Close of a busy
+// disk) has not released it yet, so its bytes may still change.
+func Attached(img string) bool {
+	abs, err := filepath.Abs(img)
+	if err != nil {
+		return false
+	}
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil && strings.TrimSpace(string(b)) == abs {
+			return true
+		}
+	}
+	return false
 }
 
 // Free is how many bytes the workspace can still take.

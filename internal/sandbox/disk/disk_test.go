@@ -71,8 +71,19 @@ func TestDiskLimitsWrites(t *testing.T) {
 	if err := syscall.Stat(d.Image, &ist); err != nil || ist.Blocks*512 > size {
 		t.Errorf("image allocates %d bytes (%v), over its size %d", ist.Blocks*512, err, size)
 	}
+	if !Attached(d.Image) {
+		t.Errorf("Attached(%s) = false while mounted", d.Image)
+	}
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
+	}
+	// The kernel may release an autoclear loop device just after the
+	// unmount returns.
+	for deadline := time.Now().Add(5 * time.Second); Attached(d.Image); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("Attached(%s) = true 5s after Close", d.Image)
+			break
+		}
 	}
 	if err := d.Close(); err != nil {
 		t.Errorf("second Close() = %v", err)

@@ -7,21 +7,34 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/helmr/helmr/internal/store"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
-const workspaceColumns = `id, project, env, task_id, sandbox, host, last_run_id, created_at, used_at, deleted_at`
+const workspaceColumns = `id, project, env, task_id, sandbox, host, last_run_id, created_at, used_at, deleted_at,
+	snapshot_seq, snapshot_blob, snapshot_size, snapshot_at`
 
 func scanWorkspace(row scanner) (workspaces.Workspace, error) {
-	var w workspaces.Workspace
-	if err := row.Scan(&w.ID, &w.Project, &w.Env, &w.TaskID, &w.Sandbox, &w.Host, &w.LastRunID, &w.CreatedAt, &w.UsedAt, &w.DeletedAt); err != nil {
+	var (
+		w      workspaces.Workspace
+		snap   workspaces.Snapshot
+		snapAt *time.Time
+	)
+	if err := row.Scan(&w.ID, &w.Project, &w.Env, &w.TaskID, &w.Sandbox, &w.Host, &w.LastRunID, &w.CreatedAt, &w.UsedAt, &w.DeletedAt,
+		&snap.Seq, &snap.BlobID, &snap.Size, &snapAt); err != nil {
 		return workspaces.Workspace{}, err
 	}
 	w.CreatedAt = w.CreatedAt.UTC()
 	w.UsedAt, w.DeletedAt = utcPtr(w.UsedAt), utcPtr(w.DeletedAt)
+	if snap.Seq > 0 {
+		if snapAt != nil {
+			snap.CreatedAt = snapAt.UTC()
+		}
+		w.Snapshot = &snap
+	}
 	return w, nil
 }
 
@@ -106,6 +119,33 @@ func (s *Store) DeletedWorkspaces(ctx context.Context, ids []string) ([]string, 
 	}
 	defer rows.Close()
 	return store.Gone(ids, rows)
+}
+
+// RecordSnapshot makes snap the workspace's latest snapshot if the
+// workspace is live, on host, and at snapshot snap.Seq-1.
+func (s *Store) RecordSnapshot(ctx context.Context, id, host string, snap workspaces.Snapshot) (*workspaces.Snapshot, error) {
+	snap.CreatedAt = store.Time(snap.CreatedAt)
+	var prev *workspaces.Snapshot
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		w, err := scanWorkspace(tx.QueryRow(ctx, `SELECT `+workspaceColumns+` FROM workspaces WHERE id = $1 FOR UPDATE`, id))
+		if isNoRows(err) {
+			return workspaces.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if err := store.CheckSnapshot(w, host, snap); err != nil {
+			return err
+		}
+		prev = w.Snapshot
+		_, err = tx.Exec(ctx, `UPDATE workspaces SET snapshot_seq = $1, snapshot_blob = $2, snapshot_size = $3, snapshot_at = $4 WHERE id = $5`,
+			snap.Seq, snap.BlobID, snap.Size, snap.CreatedAt, id)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record snapshot %d of workspace %s: %w", snap.Seq, id, err)
+	}
+	return prev, nil
 }
 
 // AppendOp stores rec as the workspace's next operation. The insert picks

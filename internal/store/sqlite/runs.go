@@ -263,3 +263,23 @@ func (s *Store) LeaseRun(ctx context.Context, workerID string, offer workers.Cap
 	}
 	return r, nil
 }
+
+// DropRunHost clears the host requirement of a QUEUED run that still
+// needs host.
+func (s *Store) DropRunHost(ctx context.Context, id, host string) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		var status, need string
+		err := tx.QueryRowContext(ctx, `SELECT status, need_host FROM runs WHERE id = ?`, id).Scan(&status, &need)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("drop the host of run %s: %w", id, runs.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("drop the host of run %s: %w", id, err)
+		}
+		if status != string(runs.StatusQueued) || need != host || host == "" {
+			return fmt.Errorf("drop host %q of run %s: it is %s needing host %q: %w", host, id, status, need, runs.ErrConflict)
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE runs SET need_host = '' WHERE id = ?`, id)
+		return err
+	})
+}

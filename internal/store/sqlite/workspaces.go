@@ -13,21 +13,32 @@ import (
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
-const workspaceColumns = `id, project, env, task_id, sandbox, host, last_run_id, created_at, used_at, deleted_at`
+const workspaceColumns = `id, project, env, task_id, sandbox, host, last_run_id, created_at, used_at, deleted_at,
+	snapshot_seq, snapshot_blob, snapshot_size, snapshot_at`
 
 func scanWorkspace(row scanner) (workspaces.Workspace, error) {
 	var (
-		w             workspaces.Workspace
-		created       string
-		used, deleted sql.NullString
-		errs          [3]error
+		w                     workspaces.Workspace
+		created               string
+		used, deleted, snapAt sql.NullString
+		snap                  workspaces.Snapshot
+		errs                  [4]error
 	)
-	if err := row.Scan(&w.ID, &w.Project, &w.Env, &w.TaskID, &w.Sandbox, &w.Host, &w.LastRunID, &created, &used, &deleted); err != nil {
+	if err := row.Scan(&w.ID, &w.Project, &w.Env, &w.TaskID, &w.Sandbox, &w.Host, &w.LastRunID, &created, &used, &deleted,
+		&snap.Seq, &snap.BlobID, &snap.Size, &snapAt); err != nil {
 		return workspaces.Workspace{}, err
 	}
 	w.CreatedAt, errs[0] = parseTime(created)
 	w.UsedAt, errs[1] = parseTimePtr(used)
 	w.DeletedAt, errs[2] = parseTimePtr(deleted)
+	if snap.Seq > 0 {
+		var at *time.Time
+		at, errs[3] = parseTimePtr(snapAt)
+		if at != nil {
+			snap.CreatedAt = *at
+		}
+		w.Snapshot = &snap
+	}
 	return w, errors.Join(errs[:]...)
 }
 
@@ -128,6 +139,33 @@ func (s *Store) DeletedWorkspaces(ctx context.Context, ids []string) ([]string, 
 	}
 	defer rows.Close()
 	return store.Gone(ids, rows)
+}
+
+// RecordSnapshot makes snap the workspace's latest snapshot if the
+// workspace is live, on host, and at snapshot snap.Seq-1.
+func (s *Store) RecordSnapshot(ctx context.Context, id, host string, snap workspaces.Snapshot) (*workspaces.Snapshot, error) {
+	snap.CreatedAt = store.Time(snap.CreatedAt)
+	var prev *workspaces.Snapshot
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		w, err := scanWorkspace(tx.QueryRowContext(ctx, `SELECT `+workspaceColumns+` FROM workspaces WHERE id = ?`, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return workspaces.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if err := store.CheckSnapshot(w, host, snap); err != nil {
+			return err
+		}
+		prev = w.Snapshot
+		_, err = tx.ExecContext(ctx, `UPDATE workspaces SET snapshot_seq = ?, snapshot_blob = ?, snapshot_size = ?, snapshot_at = ? WHERE id = ?`,
+			snap.Seq, snap.BlobID, snap.Size, fmtTime(snap.CreatedAt), id)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record snapshot %d of workspace %s: %w", snap.Seq, id, err)
+	}
+	return prev, nil
 }
 
 // AppendOp stores rec as the workspace's next operation.

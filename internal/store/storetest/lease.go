@@ -14,6 +14,7 @@ var leaseTests = []storeTest{
 	{"LeaseRunFit", testLeaseFit},
 	{"LeaseRunConcurrent", testLeaseConcurrent},
 	{"LeaseRunWorker", testLeaseWorker},
+	{"DropRunHost", testDropRunHost},
 }
 
 // anything is an offer every run without digest needs fits.
@@ -183,4 +184,39 @@ func testLeaseWorker(t *testing.T, s Store) {
 	if got, err := s.LeaseRun(ctx, "w2", h2, at(12)); err != nil || got.ID != pinned.ID {
 		t.Errorf("LeaseRun(host h2) = %s, %v; want the pinned run %s", got.ID, err, pinned.ID)
 	}
+}
+
+// testDropRunHost frees a run pinned to a host that is gone: any worker
+// then leases it; a run that is not QUEUED, or no longer needs that host,
+// is a conflict.
+func testDropRunHost(t *testing.T, s Store) {
+	ctx := t.Context()
+	pinned := newRun("p", "dev", "pinned")
+	pinned.CreatedAt, pinned.Needs = at(0), workers.Need{Host: "gone"}
+	pinned = mustCreate(t, s, pinned)
+	h1 := anything
+	h1.Host = "h1"
+	_, err := s.LeaseRun(ctx, "w1", h1, at(1))
+	wantErr(t, "LeaseRun(host h1, only a run pinned to gone queued)", err, runs.ErrNotFound)
+	wantErr(t, "DropRunHost(another host)", s.DropRunHost(ctx, pinned.ID, "h1"), runs.ErrConflict)
+	wantErr(t, "DropRunHost(no host)", s.DropRunHost(ctx, pinned.ID, ""), runs.ErrConflict)
+	wantErr(t, "DropRunHost(missing)", s.DropRunHost(ctx, "run_missing", "gone"), runs.ErrNotFound)
+	if err := s.DropRunHost(ctx, pinned.ID, "gone"); err != nil {
+		t.Fatalf("DropRunHost(gone) = %v", err)
+	}
+	if got, _ := s.GetRun(ctx, pinned.ID); got.Needs.Host != "" || got.Status != runs.StatusQueued {
+		t.Errorf("after DropRunHost: %s needs host %q, want QUEUED with none", got.Status, got.Needs.Host)
+	}
+	wantErr(t, "DropRunHost(twice)", s.DropRunHost(ctx, pinned.ID, "gone"), runs.ErrConflict)
+	got, err := s.LeaseRun(ctx, "w1", h1, at(2))
+	if err != nil || got.ID != pinned.ID {
+		t.Fatalf("LeaseRun(host h1) after the drop = %s, %v; want %s", got.ID, err, pinned.ID)
+	}
+	other := newRun("p", "dev", "other")
+	other.CreatedAt, other.Needs = at(3), workers.Need{Host: "gone"}
+	other = mustCreate(t, s, other)
+	if _, _, err := s.Transition(ctx, other.ID, runs.Transition{From: []runs.Status{runs.StatusQueued}, To: runs.StatusCanceled, Time: at(4)}); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "DropRunHost(canceled run)", s.DropRunHost(ctx, other.ID, "gone"), runs.ErrConflict)
 }

@@ -15,6 +15,7 @@ var workspaceTests = []storeTest{
 	{"WorkspaceTrajectory", testTrajectory},
 	{"OpQueue", testOpQueue},
 	{"SharedOps", testSharedOps},
+	{"WorkspaceSnapshots", testSnapshots},
 }
 
 // testWorkspaces creates, reads, lists, uses and deletes workspaces, and
@@ -71,6 +72,72 @@ func testWorkspaces(t *testing.T, s Store) {
 		t.Errorf("DeletedWorkspaces = %v, %v; want the deleted and the unknown", gone, err)
 	}
 	wantErr(t, "DeleteWorkspace(missing)", s.DeleteWorkspace(ctx, "ws_missing", at(8)), workspaces.ErrNotFound)
+}
+
+// testSnapshots records a workspace's snapshots: each must follow the
+// latest and come from the workspace's host; the one replaced comes back
+// (its blob is the caller's to delete).
+func testSnapshots(t *testing.T, s Store) {
+	ctx := t.Context()
+	w, err := s.CreateWorkspace(ctx, workspaces.Workspace{Project: "p", Env: "dev", TaskID: "agent", CreatedAt: at(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := func(seq int64) workspaces.Snapshot {
+		return workspaces.Snapshot{Seq: seq, BlobID: fmt.Sprintf("wss_%d", seq), Size: 100 * seq, CreatedAt: at(int(seq))}
+	}
+	_, err = s.RecordSnapshot(ctx, w.ID, "h1", snap(1))
+	wantErr(t, "RecordSnapshot(a workspace on no host)", err, workspaces.ErrConflict)
+	if err := s.UseWorkspace(ctx, w.ID, "run_1", "h1", at(1)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		host string
+		snap workspaces.Snapshot
+		want error
+	}{
+		{"from another host", "h2", snap(1), workspaces.ErrConflict},
+		{"skipping a number", "h1", snap(2), workspaces.ErrConflict},
+		{"numbered 0", "h1", workspaces.Snapshot{BlobID: "wss_0", Size: 1}, workspaces.ErrConflict},
+		{"without a blob", "h1", workspaces.Snapshot{Seq: 1, Size: 1}, workspaces.ErrInvalid},
+	} {
+		_, err := s.RecordSnapshot(ctx, w.ID, c.host, c.snap)
+		wantErr(t, "RecordSnapshot("+c.name+")", err, c.want)
+	}
+	if got, _ := s.GetWorkspace(ctx, w.ID); got.Snapshot != nil {
+		t.Fatalf("after refused snapshots, workspace has %+v, want none", got.Snapshot)
+	}
+	prev, err := s.RecordSnapshot(ctx, w.ID, "h1", snap(1))
+	if err != nil || prev != nil {
+		t.Fatalf("RecordSnapshot(1) = %+v, %v; want no previous", prev, err)
+	}
+	want := snap(1)
+	if got, _ := s.GetWorkspace(ctx, w.ID); got.Snapshot == nil || diff(want, *got.Snapshot) != "" {
+		t.Errorf("GetWorkspace after snapshot 1: %+v, want %+v", got.Snapshot, want)
+	}
+	_, err = s.RecordSnapshot(ctx, w.ID, "h1", snap(1))
+	wantErr(t, "RecordSnapshot(1 again)", err, workspaces.ErrConflict)
+	// The workspace moves to h2: h1 may record no more.
+	if err := s.UseWorkspace(ctx, w.ID, "run_2", "h2", at(2)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.RecordSnapshot(ctx, w.ID, "h1", snap(2))
+	wantErr(t, "RecordSnapshot(from the host it left)", err, workspaces.ErrConflict)
+	prev, err = s.RecordSnapshot(ctx, w.ID, "h2", snap(2))
+	if err != nil || prev == nil || diff(snap(1), *prev) != "" {
+		t.Fatalf("RecordSnapshot(2) = %+v, %v; want snapshot 1 replaced", prev, err)
+	}
+	if list, _ := s.ListWorkspaces(ctx, "p", "dev", 0); len(list) != 1 || list[0].Snapshot == nil || list[0].Snapshot.Seq != 2 {
+		t.Errorf("ListWorkspaces = %+v, want the workspace at snapshot 2", list)
+	}
+	if err := s.DeleteWorkspace(ctx, w.ID, at(3)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.RecordSnapshot(ctx, w.ID, "h2", snap(3))
+	wantErr(t, "RecordSnapshot(deleted)", err, workspaces.ErrNotFound)
+	_, err = s.RecordSnapshot(ctx, "ws_missing", "h2", snap(1))
+	wantErr(t, "RecordSnapshot(missing)", err, workspaces.ErrNotFound)
 }
 
 // testTrajectory appends operations to two workspaces, at once too, and

@@ -1,0 +1,66 @@
+package httpapi
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+)
+
+// snapshotRequest reads a worker's workspace snapshot request: the
+// worker it acts as (workerId, whose host must hold the workspace) and
+// the snapshot's number.
+func snapshotRequest(r *http.Request) (workerID string, seq int64, err error) {
+	workerID = r.URL.Query().Get("workerId")
+	if workerID == "" {
+		return "", 0, badRequest("the workerId query parameter is required")
+	}
+	if err := actAs(r.Context(), workerID); err != nil {
+		return "", 0, err
+	}
+	seq, perr := strconv.ParseInt(r.PathValue("seq"), 10, 64)
+	if perr != nil || seq < 1 {
+		return "", 0, badRequest("snapshot number " + r.PathValue("seq") + " is not a positive integer")
+	}
+	return workerID, seq, nil
+}
+
+// workerPutSnapshot stores a sealed snapshot of a workspace, streamed as
+// the request body, as its next one: the workspace must be on the
+// worker's host, and seq must follow its latest snapshot.
+func (s *Server) workerPutSnapshot(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.checkpointBlobs(); err != nil {
+		return err
+	}
+	workerID, seq, err := snapshotRequest(r)
+	if err != nil {
+		return err
+	}
+	snap, err := s.control.PutWorkspaceSnapshot(r.Context(), workerID, r.PathValue("id"), seq, r.Body)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, snap)
+}
+
+// workerGetSnapshot streams a workspace's latest snapshot to a worker of
+// its host (one that took a run or operation of it), to restore it.
+func (s *Server) workerGetSnapshot(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.checkpointBlobs(); err != nil {
+		return err
+	}
+	workerID, seq, err := snapshotRequest(r)
+	if err != nil {
+		return err
+	}
+	rc, err := s.control.GetWorkspaceSnapshot(r.Context(), workerID, r.PathValue("id"), seq)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.Copy(w, rc); err != nil {
+		s.log.Warn("stream workspace snapshot", "workspace_id", r.PathValue("id"), "snapshot", seq, "err", err)
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package runs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/helmr/helmr/internal/workspaces"
+)
+
+// A workspace's files are on the host of the worker that used it last, so
+// its runs and direct operations go to a worker of that host (Needs.Host).
+// When no worker of that host is live any more (none reported within
+// WorkerTTL) and the workspace has a snapshot, the host requirement is
+// dropped: any worker may take the run, and restores the snapshot before
+// it starts (package worker); the workspace's host is then that worker's.
+
+// movable reports whether a run or operation of ws that needs host may go
+// to any worker: host has no live worker, and the workspace can follow
+// (a snapshot, or the run is parked and its checkpoint holds the
+// workspace). Without either, the files are only on host: the run waits
+// for it.
+func movable(ws workspaces.Workspace, host string, live map[string]bool, parked bool) bool {
+	return host != "" && !live[host] && (ws.Snapshot != nil || parked)
+}
+
+// liveHosts returns the hosts of the workers seen within WorkerTTL.
+func (s *Service) liveHosts(ctx context.Context) (map[string]bool, error) {
+	ws, err := s.workers.ListWorkers(ctx, s.now().Add(-s.WorkerTTL))
+	if err != nil {
+		return nil, err
+	}
+	live := map[string]bool{}
+	for _, w := range ws {
+		if w.Capabilities.Host != "" {
+			live[w.Capabilities.Host] = true
+		}
+	}
+	return live, nil
+}
+
+// WorkerHost returns the host worker id last reported (live or not: a
+// stopping worker still saves the workspaces it holds); ErrNotFound if it
+// never reported one.
+func (s *Service) WorkerHost(ctx context.Context, id string) (string, error) {
+	ws, err := s.workers.ListWorkers(ctx, time.Time{})
+	if err != nil {
+		return "", err
+	}
+	for _, w := range ws {
+		if w.ID == id && w.Capabilities.Host != "" {
+			return w.Capabilities.Host, nil
+		}
+	}
+	return "", fmt.Errorf("worker %s never reported a host: %w", id, ErrNotFound)
+}
+
+// PlaceWorkspace returns the host a new run or direct operation of ws
+// needs: ws.Host, or "" (any worker) when the workspace moves, with the
+// reason as note.
+func (s *Service) PlaceWorkspace(ctx context.Context, ws workspaces.Workspace) (host string, note *SystemData, err error) {
+	if ws.Host == "" {
+		return "", nil, nil
+	}
+	live, err := s.liveHosts(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	if !movable(ws, ws.Host, live, false) {
+		return ws.Host, nil, nil
+	}
+	return "", s.moveNote(ws, ws.Host, false), nil
+}
+
+func (s *Service) moveNote(ws workspaces.Workspace, host string, parked bool) *SystemData {
+	from := "its checkpoint"
+	attrs := map[string]string{"workspace": ws.ID, "fromHost": host}
+	if !parked {
+		from = fmt.Sprintf("snapshot %d (%d bytes sealed, %s)", ws.Snapshot.Seq, ws.Snapshot.Size, ws.Snapshot.CreatedAt.Format("2006-01-02 15:04:05Z07:00"))
+		attrs["snapshot"] = fmt.Sprint(ws.Snapshot.Seq)
+	}
+	return &SystemData{
+		Message: fmt.Sprintf("workspace %s moves: no worker of its host %s has reported within %s, so any worker may take this run; it restores the workspace from %s",
+			ws.ID, host, s.WorkerTTL, from),
+		Attrs: attrs,
+	}
+}
+
+// MoveStrandedRuns drops the host requirement of the QUEUED runs whose
+// host has no live worker and whose workspace can move (see movable),
+// and returns how many it freed.
+func (s *Service) MoveStrandedRuns(ctx context.Context) (int, error) {
+	if s.Workspaces == nil {
+		return 0, nil
+	}
+	live, err := s.liveHosts(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n, cursor := 0, ""
+	for {
+		page, err := s.store.ListRuns(ctx, Filter{Status: StatusQueued, Limit: 500, Cursor: cursor})
+		if err != nil {
+			return n, err
+		}
+		for _, r := range page.Runs {
+			host := r.Needs.Host
+			if host == "" || live[host] || r.WorkspaceID == "" {
+				continue
+			}
+			ws, err := s.Workspaces.GetWorkspace(ctx, r.WorkspaceID)
+			if err != nil {
+				s.log.Warn("look up a stranded run's workspace", "run_id", r.ID, "workspace_id", r.WorkspaceID, "err", err)
+				continue
+			}
+			parked := s.parked(ctx, r.ID)
+			if !movable(ws, host, live, parked) {
+				continue
+			}
+			if err := s.store.DropRunHost(ctx, r.ID, host); err != nil {
+				if !errors.Is(err, ErrConflict) {
+					return n, err
+				}
+				continue // leased or changed meanwhile
+			}
+			if err := s.Note(ctx, r.ID, *s.moveNote(ws, host, parked)); err != nil {
+				s.log.Warn("note a moved run", "run_id", r.ID, "err", err)
+			}
+			n++
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		cursor = page.NextCursor
+	}
+	if n > 0 {
+		s.broker.PublishQueue()
+	}
+	return n, nil
+}
