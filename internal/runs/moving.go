@@ -40,6 +40,26 @@ func (s *Service) liveHosts(ctx context.Context) (map[string]bool, error) {
 	return live, nil
 }
 
+// liveHostsAge is how old the live hosts PlaceWorkspace goes by may be:
+// every direct operation asks, and a host counts as gone only after
+// WorkerTTL (a minute) anyway.
+const liveHostsAge = time.Second
+
+// recentLiveHosts returns liveHosts as read at most liveHostsAge ago.
+func (s *Service) recentLiveHosts(ctx context.Context) (map[string]bool, error) {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	if now := s.now(); s.live != nil && now.Sub(s.liveAt) >= 0 && now.Sub(s.liveAt) < liveHostsAge {
+		return s.live, nil
+	}
+	live, err := s.liveHosts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.live, s.liveAt = live, s.now()
+	return live, nil
+}
+
 // WorkerHost returns the host worker id last reported (live or not: a
 // stopping worker still saves the workspaces it holds); ErrNotFound if it
 // never reported one.
@@ -60,10 +80,10 @@ func (s *Service) WorkerHost(ctx context.Context, id string) (string, error) {
 // needs: ws.Host, or "" (any worker) when the workspace moves, with the
 // reason as note.
 func (s *Service) PlaceWorkspace(ctx context.Context, ws workspaces.Workspace) (host string, note *SystemData, err error) {
-	if ws.Host == "" {
-		return "", nil, nil
+	if ws.Host == "" || ws.Snapshot == nil {
+		return ws.Host, nil, nil // nothing to move, or nothing to move it with
 	}
-	live, err := s.liveHosts(ctx)
+	live, err := s.recentLiveHosts(ctx)
 	if err != nil {
 		return "", nil, err
 	}

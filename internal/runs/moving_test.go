@@ -1,8 +1,12 @@
 package runs
 
 import (
+	"context"
+	"log/slog"
 	"testing"
+	"time"
 
+	"github.com/helmr/helmr/internal/workers"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
@@ -28,5 +32,53 @@ func TestMovable(t *testing.T) {
 		if got := movable(c.ws, c.host, live, c.parked); got != c.want {
 			t.Errorf("movable(%s) = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// countingWorkers is a worker store whose live workers the test sets, and
+// which counts how often it is read.
+type countingWorkers struct {
+	live  []workers.Worker
+	reads int
+}
+
+func (c *countingWorkers) UpsertWorker(context.Context, workers.Worker) error { return nil }
+func (c *countingWorkers) ListWorkers(context.Context, time.Time) ([]workers.Worker, error) {
+	c.reads++
+	return c.live, nil
+}
+
+// TestPlaceWorkspaceReadsWorkersOncePerSecond: every direct operation
+// places its workspace, so the live hosts are read at most once a second
+// (and not at all for a workspace that could not move anyway); a host
+// gone counts once the second is over.
+func TestPlaceWorkspaceReadsWorkersOncePerSecond(t *testing.T) {
+	ctx := context.Background()
+	ws := &countingWorkers{live: []workers.Worker{{ID: "a", Capabilities: workers.Capabilities{Host: "h1"}}}}
+	svc := NewService(nil, nil, ws, NewBroker(), slog.Default())
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	svc.now = func() time.Time { return now }
+	snap := &workspaces.Snapshot{Seq: 1, BlobID: "wss_x", Size: 10, CreatedAt: now}
+	w := workspaces.Workspace{ID: "ws_1", Host: "h1", Snapshot: snap}
+
+	if host, _, err := svc.PlaceWorkspace(ctx, workspaces.Workspace{ID: "ws_0", Host: "h9"}); err != nil || host != "h9" || ws.reads != 0 {
+		t.Errorf("PlaceWorkspace(no snapshot) = %q, %v after %d reads; want h9 and no read", host, err, ws.reads)
+	}
+	for range 100 {
+		if host, _, err := svc.PlaceWorkspace(ctx, w); err != nil || host != "h1" {
+			t.Fatalf("PlaceWorkspace(live host) = %q, %v; want h1", host, err)
+		}
+	}
+	if ws.reads != 1 {
+		t.Errorf("100 placements within a second read the workers %d times, want 1", ws.reads)
+	}
+	ws.live = nil // h1's worker goes
+	if host, _, _ := svc.PlaceWorkspace(ctx, w); host != "h1" {
+		t.Errorf("PlaceWorkspace within the second = %q, want h1 (as read)", host)
+	}
+	now = now.Add(liveHostsAge)
+	host, note, err := svc.PlaceWorkspace(ctx, w)
+	if err != nil || host != "" || note == nil || ws.reads != 2 {
+		t.Errorf("PlaceWorkspace(host gone, a second later) = %q, %v, %v after %d reads; want any host, a note, 2 reads", host, note, err, ws.reads)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
@@ -57,6 +58,10 @@ type Service struct {
 	broker  *Broker
 	log     *slog.Logger
 	now     func() time.Time
+
+	liveMu sync.Mutex // guards live and liveAt (see recentLiveHosts)
+	live   map[string]bool
+	liveAt time.Time
 }
 
 // NewService wires a run service.
