@@ -52,7 +52,7 @@ func startWorkspace(bin, tier string) (*devEnv, error) {
 	d.c = client.New(d.dev.URL, d.dev.Token)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ws, err := d.c.CreateWorkspace(ctx, "execbench", "dev", "shell", "")
+	ws, err := d.c.CreateWorkspace(ctx, "execbench", "dev", workspaces.CreateRequest{Task: "shell"})
 	if err != nil {
 		d.close()
 		return nil, fmt.Errorf("create a workspace: %w", err)

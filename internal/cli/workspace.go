@@ -16,14 +16,15 @@ import (
 
 // runWorkspace is `helmr workspace list|show|delete`.
 func runWorkspace(ctx context.Context, a *App, args []string) error {
-	const usage = "usage: helmr workspace create TASK | create --sandbox NAME | list | show ID | delete ID | cp SRC DST (one side WS:PATH, the other a local file or -)"
+	const usage = "usage: helmr workspace create [--quota SIZE] TASK | create [--quota SIZE] --sandbox NAME | list | show ID | delete ID | cp SRC DST (one side WS:PATH, the other a local file or -)"
 	if len(args) == 0 {
 		return errors.New(usage)
 	}
 	fs := a.flags("workspace " + args[0])
-	var sandbox string
+	var sandbox, quota string
 	if args[0] == "create" {
 		fs.StringVar(&sandbox, "sandbox", "", "make the workspace for the deployed sandbox with this name (sandbox(\"NAME\") in the task code) instead of a task's")
+		fs.StringVar(&quota, "quota", "", "the workspace's size quota (\"512Mi\", \"20Gi\"; 8Mi to 16Ti); default: the worker's HELMR_WORKSPACE_QUOTA")
 	}
 	pos, err := parse(fs, args[1:])
 	if err != nil {
@@ -72,14 +73,18 @@ func runWorkspace(ctx context.Context, a *App, args []string) error {
 		if len(pos) == 1 {
 			task = pos[0]
 		}
-		ws, err := c.CreateWorkspace(ctx, a.cfg.Project, a.cfg.Env, task, sandbox)
+		ws, err := c.CreateWorkspace(ctx, a.cfg.Project, a.cfg.Env, workspaces.CreateRequest{Task: task, Sandbox: sandbox, Quota: quota})
 		if err != nil {
 			return err
 		}
 		if a.json {
 			return a.printJSON(ws)
 		}
-		fmt.Fprintf(a.Stdout, "created workspace %s for sandbox %s (task %s) in %s/%s\n", ws.ID, orDash(ws.Sandbox), ws.TaskID, ws.Project, ws.Env)
+		q := "the worker's quota"
+		if ws.QuotaBytes > 0 {
+			q = "a quota of " + quota
+		}
+		fmt.Fprintf(a.Stdout, "created workspace %s for sandbox %s (task %s) in %s/%s, with %s\n", ws.ID, orDash(ws.Sandbox), ws.TaskID, ws.Project, ws.Env, q)
 		return nil
 	case args[0] == "cp" && len(pos) == 2:
 		return a.workspaceCopy(ctx, c, pos[0], pos[1])

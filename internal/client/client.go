@@ -431,13 +431,9 @@ func (c *Client) WriteFile(ctx context.Context, workspaceID, path string, data [
 }
 
 // CreateWorkspace makes an empty workspace for a deployed task's sandbox.
-func (c *Client) CreateWorkspace(ctx context.Context, project, env, task, sandbox string) (workspaces.Workspace, error) {
+func (c *Client) CreateWorkspace(ctx context.Context, project, env string, req workspaces.CreateRequest) (workspaces.Workspace, error) {
 	var w workspaces.Workspace
-	body := map[string]string{"task": task}
-	if sandbox != "" {
-		body = map[string]string{"sandbox": sandbox}
-	}
-	_, err := c.do(ctx, http.MethodPost, "/v1/workspaces", scope(project, env), body, &w)
+	_, err := c.do(ctx, http.MethodPost, "/v1/workspaces", scope(project, env), req, &w)
 	return w, err
 }
 

@@ -44,7 +44,7 @@ func TestReplicasShareOperations(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("secret set: %v: %s", err, out)
 	}
-	ws, err := d.api.CreateWorkspace(t.Context(), "workspace", "dev", "", "notes")
+	ws, err := d.api.CreateWorkspace(t.Context(), "workspace", "dev", workspaces.CreateRequest{Sandbox: "notes"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,14 +51,6 @@ func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]any{"workspaces": list})
 }
 
-// CreateWorkspaceRequest is the body of POST /v1/workspaces: the sandbox
-// (image, workspace path, resources) the workspace uses, named by a
-// deployed task that references it or by its own name.
-type CreateWorkspaceRequest struct {
-	Task    string `json:"task,omitempty"`
-	Sandbox string `json:"sandbox,omitempty"`
-}
-
 // createWorkspace makes an empty workspace for a deployed task's sandbox;
 // its files start, on first use, from what the task's image holds at the
 // workspace path.
@@ -71,9 +63,15 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req CreateWorkspaceRequest
+	var req workspaces.CreateRequest
 	if err := decodeJSON(w, r, 64<<10, &req); err != nil {
 		return err
+	}
+	var quota int64
+	if req.Quota != "" {
+		if quota, err = workspaces.ParseQuota(req.Quota); err != nil {
+			return badRequest(err.Error())
+		}
 	}
 	var task deployments.Task
 	switch {
@@ -94,11 +92,11 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	ws, err := st.CreateWorkspace(r.Context(), workspaces.Workspace{Project: project, Env: env, TaskID: task.ID, Sandbox: task.Spec.Sandbox.Name, CreatedAt: time.Now()})
+	ws, err := st.CreateWorkspace(r.Context(), workspaces.Workspace{Project: project, Env: env, TaskID: task.ID, Sandbox: task.Spec.Sandbox.Name, QuotaBytes: quota, CreatedAt: time.Now()})
 	if err != nil {
 		return err
 	}
-	s.log.Info("workspace created", "workspace_id", ws.ID, "project", project, "env", env, "task", ws.TaskID, "sandbox", ws.Sandbox)
+	s.log.Info("workspace created", "workspace_id", ws.ID, "project", project, "env", env, "task", ws.TaskID, "sandbox", ws.Sandbox, "quota_bytes", ws.QuotaBytes)
 	return writeJSON(w, http.StatusCreated, ws)
 }
 

@@ -99,6 +99,9 @@ func NewWorkspace(w workspaces.Workspace) (workspaces.Workspace, error) {
 	if w.Project == "" || w.Env == "" || w.TaskID == "" {
 		return workspaces.Workspace{}, fmt.Errorf("create workspace: project, env and task are required: %w", workspaces.ErrInvalid)
 	}
+	if w.QuotaBytes != 0 && (w.QuotaBytes < workspaces.MinQuota || w.QuotaBytes > workspaces.MaxQuota) {
+		return workspaces.Workspace{}, fmt.Errorf("create workspace: quota %d bytes is outside 8Mi to 16Ti: %w", w.QuotaBytes, workspaces.ErrInvalid)
+	}
 	if w.ID == "" {
 		w.ID = NewID(workspaces.Prefix)
 	}

@@ -81,8 +81,9 @@ func newSandboxID() string {
 // adapter runs (or booting failed, with an error wrapping
 // sandbox.ErrGuestRuntime or the runtime's error). The sandbox's life is
 // not tied to ctx. existing, if set, is a workspace earlier runs left (an
-// image or a directory) that the sandbox gets instead of a fresh one.
-func (w *Worker) boot(ctx context.Context, key string, p prepared, existing string) (*booted, error) {
+// image or a directory) that the sandbox gets instead of a fresh one;
+// else disks makes the fresh one's disk (nil: a plain directory).
+func (w *Worker) boot(ctx context.Context, key string, p prepared, existing string, disks *disk.Factory) (*booted, error) {
 	b := &booted{id: newSandboxID(), key: key, ready: make(chan struct{}), done: make(chan struct{})}
 	b.dir = filepath.Join(w.cfg.DataDir, "booted", b.id)
 	b.wsDir, b.helmrDir = filepath.Join(b.dir, "workspace"), filepath.Join(b.dir, "helmr")
@@ -99,8 +100,8 @@ func (w *Worker) boot(ctx context.Context, key string, p prepared, existing stri
 		b.disk = d
 	case existing != "":
 		b.wsDir = existing
-	case w.disks != nil:
-		d, err := w.disks.Create(filepath.Join(b.dir, "workspace.img"), b.wsDir)
+	case disks != nil:
+		d, err := disks.Create(filepath.Join(b.dir, "workspace.img"), b.wsDir)
 		if err != nil {
 			os.RemoveAll(b.dir)
 			return nil, err

@@ -124,16 +124,25 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 	}
 	key := bootKey(w.cfg.Runtime.Name(), p)
 	// A workspace that earlier runs used boots with its files; a new one
-	// can take a sandbox booted ahead with a fresh workspace.
-	var b *booted
+	// can take a sandbox booted ahead with a fresh workspace, unless it
+	// has a quota of its own.
+	var (
+		b     *booted
+		disks = w.disks
+	)
 	existing := w.existingWorkspace(workspaceOf(l.Run))
-	warm := existing == ""
+	if existing == "" && l.Workspace != nil {
+		if disks, err = w.disksFor(l.Workspace.QuotaBytes); err != nil {
+			return failed(runs.ClassImagePreparation, "workspace %s: %v", l.Workspace.ID, err)
+		}
+	}
+	warm := existing == "" && disks == w.disks
 	if warm {
 		b = w.warm.claim(ctx, key)
 	}
 	if b == nil {
 		warm = false
-		if b, err = w.boot(ctx, key, p, existing); err != nil {
+		if b, err = w.boot(ctx, key, p, existing, disks); err != nil {
 			if errors.Is(err, images.ErrPreparation) {
 				return failed(runs.ClassImagePreparation, "%v", err)
 			}

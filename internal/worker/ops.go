@@ -157,8 +157,12 @@ func (w *Worker) opBoxFor(ctx context.Context, op workspaces.Op) (*opBox, error)
 		}
 	case existing != "":
 		wsDir = existing
-	case w.disks != nil:
-		if ob.disk, err = w.disks.Create(filepath.Join(ob.dir, "workspace.img"), wsDir); err != nil {
+	case op.Workspace.QuotaBytes != 0 || w.disks != nil:
+		disks, err := w.disksFor(op.Workspace.QuotaBytes)
+		if err != nil {
+			return fail(fmt.Errorf("workspace %s: %w", op.Workspace.ID, err))
+		}
+		if ob.disk, err = disks.Create(filepath.Join(ob.dir, "workspace.img"), wsDir); err != nil {
 			return fail(err)
 		}
 		fallthrough

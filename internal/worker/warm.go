@@ -145,7 +145,7 @@ func (w *Worker) refill(ctx context.Context, key string, p prepared) {
 		bctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		began := time.Now()
-		b, err := w.boot(bctx, key, p, "")
+		b, err := w.boot(bctx, key, p, "", w.disks)
 		if err != nil {
 			w.log.Warn("boot warm sandbox failed", "err", err)
 		} else {

@@ -190,6 +190,10 @@ type Worker struct {
 	runCtx context.Context // Run's context: owns background boots
 	boxes  sync.Map        // sandbox id → *booted, while the sandbox exists
 	disks  *disk.Factory   // workspace disks, under a quota
+	// sized: disk factories for workspaces with their own quota (see
+	// disksFor), by size.
+	sizedMu sync.Mutex
+	sized   map[int64]*disk.Factory
 	nodeOK sync.Map        // image digest → its node's version, once checked
 
 	gcMu   sync.Mutex
@@ -262,6 +266,29 @@ func New(cfg Config) (*Worker, error) {
 		cfg.Network.Report = w.reportDenial
 	}
 	return w, nil
+}
+
+// disksFor returns the factory of a new workspace's disk: of its own
+// quota if it has one (quota bytes), else the worker's (nil: the worker
+// has no quota, the workspace is a plain directory).
+func (w *Worker) disksFor(quota int64) (*disk.Factory, error) {
+	if quota == 0 || (w.disks != nil && w.disks.Size == quota) {
+		return w.disks, nil
+	}
+	w.sizedMu.Lock()
+	defer w.sizedMu.Unlock()
+	if f := w.sized[quota]; f != nil {
+		return f, nil
+	}
+	if err := disk.Check(); err != nil {
+		return nil, fmt.Errorf("the workspace has a quota of %d bytes, which this worker cannot enforce: it needs %w", quota, err)
+	}
+	if w.sized == nil {
+		w.sized = map[int64]*disk.Factory{}
+	}
+	f := disk.NewFactory(filepath.Join(w.cfg.DataDir, "disks"), quota)
+	w.sized[quota] = f
+	return f, nil
 }
 
 // sweepStaging removes what a previous worker left in the staging

@@ -13,6 +13,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"time"
 )
 
@@ -32,6 +34,10 @@ type Workspace struct {
 	// that sandbox as the current deployment declares it, whichever task
 	// references it. Empty: the sandbox of TaskID.
 	Sandbox string `json:"sandbox,omitempty"`
+	// QuotaBytes is the size its files may take (their own filesystem of
+	// that size on the worker); 0: the worker's HELMR_WORKSPACE_QUOTA.
+	// Fixed when it is created.
+	QuotaBytes int64 `json:"quotaBytes,omitempty"`
 	// Host is where the workspace's files are: the host identity of the
 	// worker (its machine and data dir, stable across its restarts) that
 	// leased its latest run; empty until then.
@@ -46,6 +52,43 @@ type Workspace struct {
 	// Snapshot is the latest sealed copy of its files in the blob store;
 	// nil until a worker saved one.
 	Snapshot *Snapshot `json:"snapshot,omitempty"`
+}
+
+// CreateRequest is the body of POST /v1/workspaces: the sandbox (image,
+// workspace path, resources) the workspace uses, named by a deployed task
+// that references it (Task) or by its own name (Sandbox), and, optionally,
+// its size quota ("512Mi", "20Gi"; see ParseQuota).
+type CreateRequest struct {
+	Task    string `json:"task,omitempty"`
+	Sandbox string `json:"sandbox,omitempty"`
+	Quota   string `json:"quota,omitempty"`
+}
+
+// Quota bounds: a workspace's filesystem needs room for ext4's metadata,
+// and ext4 images here stay below 16 TiB (the image is sparse: only what
+// the files take is used on the worker's disk).
+const (
+	MinQuota = 8 << 20
+	MaxQuota = 16 << 40
+)
+
+var quotaPattern = regexp.MustCompile(`^([0-9]{1,15})(Ki|Mi|Gi|Ti|K|M|G|T)?$`)
+
+// ParseQuota parses a workspace quota: a byte count or a number with Ki,
+// Mi, Gi, Ti (powers of 1024) or K, M, G, T (of 1000), from MinQuota to
+// MaxQuota.
+func ParseQuota(s string) (int64, error) {
+	m := quotaPattern.FindStringSubmatch(s)
+	if m == nil {
+		return 0, fmt.Errorf("quota %q: want a byte count or a number with Ki, Mi, Gi or Ti (\"20Gi\")", s)
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	mult := map[string]int64{"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+		"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}[m[2]]
+	if n > MaxQuota/mult || n*mult < MinQuota {
+		return 0, fmt.Errorf("quota %q: a workspace quota is from 8Mi to 16Ti", s)
+	}
+	return n * mult, nil
 }
 
 // Snapshot is a saved copy of a workspace's files: one blob in the blob

@@ -14,7 +14,7 @@ import (
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
-const workspaceColumns = `id, project, env, task_id, sandbox, host, last_run_id, created_at, used_at, deleted_at,
+const workspaceColumns = `id, project, env, task_id, sandbox, quota_bytes, host, last_run_id, created_at, used_at, deleted_at,
 	snapshot_seq, snapshot_blob, snapshot_size, snapshot_at`
 
 func scanWorkspace(row scanner) (workspaces.Workspace, error) {
@@ -23,7 +23,7 @@ func scanWorkspace(row scanner) (workspaces.Workspace, error) {
 		snap   workspaces.Snapshot
 		snapAt *time.Time
 	)
-	if err := row.Scan(&w.ID, &w.Project, &w.Env, &w.TaskID, &w.Sandbox, &w.Host, &w.LastRunID, &w.CreatedAt, &w.UsedAt, &w.DeletedAt,
+	if err := row.Scan(&w.ID, &w.Project, &w.Env, &w.TaskID, &w.Sandbox, &w.QuotaBytes, &w.Host, &w.LastRunID, &w.CreatedAt, &w.UsedAt, &w.DeletedAt,
 		&snap.Seq, &snap.BlobID, &snap.Size, &snapAt); err != nil {
 		return workspaces.Workspace{}, err
 	}
@@ -44,8 +44,8 @@ func (s *Store) CreateWorkspace(ctx context.Context, w workspaces.Workspace) (wo
 	if err != nil {
 		return workspaces.Workspace{}, err
 	}
-	if _, err := s.pool.Exec(ctx, `INSERT INTO workspaces (id, project, env, task_id, sandbox, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
-		w.ID, w.Project, w.Env, w.TaskID, w.Sandbox, w.CreatedAt); err != nil {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO workspaces (id, project, env, task_id, sandbox, quota_bytes, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		w.ID, w.Project, w.Env, w.TaskID, w.Sandbox, w.QuotaBytes, w.CreatedAt); err != nil {
 		return workspaces.Workspace{}, fmt.Errorf("create workspace: %w", err)
 	}
 	return w, nil

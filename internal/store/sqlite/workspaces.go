@@ -13,7 +13,7 @@ import (
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
-const workspaceColumns = `id, project, env, task_id, sandbox, host, last_run_id, created_at, used_at, deleted_at,
+const workspaceColumns = `id, project, env, task_id, sandbox, quota_bytes, host, last_run_id, created_at, used_at, deleted_at,
 	snapshot_seq, snapshot_blob, snapshot_size, snapshot_at`
 
 func scanWorkspace(row scanner) (workspaces.Workspace, error) {
@@ -24,7 +24,7 @@ func scanWorkspace(row scanner) (workspaces.Workspace, error) {
 		snap                  workspaces.Snapshot
 		errs                  [4]error
 	)
-	if err := row.Scan(&w.ID, &w.Project, &w.Env, &w.TaskID, &w.Sandbox, &w.Host, &w.LastRunID, &created, &used, &deleted,
+	if err := row.Scan(&w.ID, &w.Project, &w.Env, &w.TaskID, &w.Sandbox, &w.QuotaBytes, &w.Host, &w.LastRunID, &created, &used, &deleted,
 		&snap.Seq, &snap.BlobID, &snap.Size, &snapAt); err != nil {
 		return workspaces.Workspace{}, err
 	}
@@ -49,8 +49,8 @@ func (s *Store) CreateWorkspace(ctx context.Context, w workspaces.Workspace) (wo
 		return workspaces.Workspace{}, err
 	}
 	err = s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO workspaces (id, project, env, task_id, sandbox, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
-			w.ID, w.Project, w.Env, w.TaskID, w.Sandbox, fmtTime(w.CreatedAt))
+		_, err := tx.ExecContext(ctx, `INSERT INTO workspaces (id, project, env, task_id, sandbox, quota_bytes, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			w.ID, w.Project, w.Env, w.TaskID, w.Sandbox, w.QuotaBytes, fmtTime(w.CreatedAt))
 		return err
 	})
 	if err != nil {

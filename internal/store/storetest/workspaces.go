@@ -24,8 +24,8 @@ func testWorkspaces(t *testing.T, s Store) {
 	ctx := t.Context()
 	var made []workspaces.Workspace
 	for i, scope := range [][2]string{{"p", "dev"}, {"p", "dev"}, {"p", "prod"}} {
-		w, err := s.CreateWorkspace(ctx, workspaces.Workspace{Project: scope[0], Env: scope[1], TaskID: "agent", Sandbox: fmt.Sprintf("sb%d", i), CreatedAt: at(i), Host: "ignored"})
-		if err != nil || len(w.ID) != len("ws_")+26 || w.Host != "" || !w.CreatedAt.Equal(at(i)) || w.Sandbox != fmt.Sprintf("sb%d", i) {
+		w, err := s.CreateWorkspace(ctx, workspaces.Workspace{Project: scope[0], Env: scope[1], TaskID: "agent", Sandbox: fmt.Sprintf("sb%d", i), QuotaBytes: int64(i) << 30, CreatedAt: at(i), Host: "ignored"})
+		if err != nil || len(w.ID) != len("ws_")+26 || w.Host != "" || !w.CreatedAt.Equal(at(i)) || w.Sandbox != fmt.Sprintf("sb%d", i) || w.QuotaBytes != int64(i)<<30 {
 			t.Fatalf("CreateWorkspace = %+v, %v; want ws_… without a worker", w, err)
 		}
 		got, err := s.GetWorkspace(ctx, w.ID)
@@ -34,9 +34,10 @@ func testWorkspaces(t *testing.T, s Store) {
 		}
 		made = append(made, w)
 	}
-	for _, bad := range []workspaces.Workspace{{Env: "dev", TaskID: "a"}, {Project: "p", TaskID: "a"}, {Project: "p", Env: "dev"}} {
+	for _, bad := range []workspaces.Workspace{{Env: "dev", TaskID: "a"}, {Project: "p", TaskID: "a"}, {Project: "p", Env: "dev"},
+		{Project: "p", Env: "dev", TaskID: "a", QuotaBytes: 1 << 20}, {Project: "p", Env: "dev", TaskID: "a", QuotaBytes: -1}} {
 		_, err := s.CreateWorkspace(ctx, bad)
-		wantErr(t, "CreateWorkspace(incomplete)", err, workspaces.ErrInvalid)
+		wantErr(t, "CreateWorkspace(incomplete or a quota out of range)", err, workspaces.ErrInvalid)
 	}
 	_, err := s.GetWorkspace(ctx, "ws_missing")
 	wantErr(t, "GetWorkspace(missing)", err, workspaces.ErrNotFound)
