@@ -194,7 +194,7 @@ type Worker struct {
 	// disksFor), by size.
 	sizedMu sync.Mutex
 	sized   map[int64]*disk.Factory
-	nodeOK sync.Map        // image digest → its node's version, once checked
+	nodeOK  sync.Map // image digest → its node's version, once checked
 
 	gcMu   sync.Mutex
 	gcLast time.Time // when the layer cache was last collected
