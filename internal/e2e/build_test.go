@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -139,12 +140,12 @@ func testImageBuild(t *testing.T, tier string) {
 		}
 	}
 	logText := strings.Join(buildLog, "\n")
-	if !strings.Contains(logText, "read [redacted build secret] and [redacted build secret]") {
+	if !strings.Contains(logText, "read [redacted build secret] and [redacted build secret]") || !strings.Contains(logText, "as base64: [redacted build secret]") {
 		t.Errorf("build log:\n%s\nwant the step's output with both values redacted", logText)
 	}
 	for _, v := range []string{tokenValue, envValue} {
-		if strings.Contains(logText, v) {
-			t.Errorf("the build log holds a build secret")
+		if strings.Contains(logText, v) || strings.Contains(logText, base64.StdEncoding.EncodeToString([]byte(v))) {
+			t.Errorf("the build log holds a build secret (or its base64)")
 		}
 		// Every layer and every other file of the worker's data dir.
 		filepath.WalkDir(d.dataDir, func(p string, e os.DirEntry, err error) error {

@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -82,6 +84,15 @@ func testWorkspaceExec(t *testing.T, tier string) {
 	if strings.Contains(out, token) || !strings.Contains(out, "arg [redacted:TOKEN]") || !strings.Contains(out, "API_KEY=[redacted:TOKEN]") ||
 		!strings.Contains(out, `"stderr": "[redacted:TOKEN]\n"`) || !strings.Contains(out, "same") {
 		t.Errorf("exec with ${vault:TOKEN}:\n%s\nwant the value in the command and only the marker in the answer", out)
+	}
+	// Encoded the way programs print credentials without meaning to (a
+	// Basic auth header, a hex dump, a URL): still only the marker.
+	out = d.mustHelmr("exec", ws, "--json", "--shell", "--",
+		`printf 'user:%s' ${vault:TOKEN} | base64; printf 'xy%s' ${vault:TOKEN} | base64; printf %s ${vault:TOKEN} | od -An -tx1 | tr -d ' \n'; echo`)
+	for _, leaked := range []string{base64.StdEncoding.EncodeToString([]byte("user:" + token)), base64.StdEncoding.EncodeToString([]byte("xy" + token)), hex.EncodeToString([]byte(token))} {
+		if strings.Contains(out, leaked) || strings.Count(out, "[redacted:TOKEN]") != 3 {
+			t.Errorf("exec printing the secret encoded:\n%s\nwant no %q, and three markers", out, leaked)
+		}
 	}
 	if _, errOut, code := d.helmr("exec", ws, "--shell", "--", "echo ${vault:MISSING}"); code == 0 || !strings.Contains(errOut, "no secret MISSING in workspace/dev") {
 		t.Errorf("exec with an unknown secret = exit %d %q", code, errOut)

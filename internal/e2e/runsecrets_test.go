@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -59,6 +60,9 @@ func testRunSecrets(t *testing.T, tier string) {
 	lines := strings.Join(logLines(d.events(ok.ID)), "\n")
 	if !strings.Contains(lines, "token=[redacted:API_TOKEN] (length") || !strings.Contains(lines, `in json: {"token":"[redacted:API_TOKEN]"}`) {
 		t.Errorf("logs:\n%s\nwant the value replaced, split write and JSON escape included", lines)
+	}
+	if b64 := base64.StdEncoding.EncodeToString([]byte("u:" + value)); strings.Contains(lines, b64) || !strings.Contains(lines, "basic auth: dTp[redacted:API_TOKEN]") {
+		t.Errorf("logs:\n%s\nwant the value's base64 inside %q replaced", lines, b64)
 	}
 	failed := run(`{"fail":true}`)
 	if failed.Status != runs.StatusFailed || failed.Error == nil || !strings.Contains(failed.Error.Message, "could not use [redacted:API_TOKEN]") {

@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/redact"
 	"github.com/helmr/helmr/internal/sandbox"
 )
 
@@ -183,10 +184,13 @@ func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s
 	defer unpin()
 	tail := &tailBuffer{max: 20}
 	// With build secrets, output is passed on a line at a time, each line
-	// scrubbed of the values (and of each line of a multi-line value).
+	// scrubbed of the values, their encoded forms (redact.Forms) and each
+	// line of a multi-line value.
 	var scrubbed [][]byte
 	for _, v := range values {
-		scrubbed = append(scrubbed, v)
+		for _, f := range redact.Forms(string(v)) { // the value and its encodings
+			scrubbed = append(scrubbed, []byte(f))
+		}
 		for _, line := range bytes.Split(v, []byte("\n")) {
 			if len(bytes.TrimSpace(line)) >= 4 && len(line) < len(v) {
 				scrubbed = append(scrubbed, line)

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/images"
+	"github.com/helmr/helmr/internal/redact"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox"
 )
@@ -123,9 +123,10 @@ func placeSecret(name string, t deployments.SecretTarget, v []byte, p prepared) 
 	return out, nil
 }
 
-// redactor replaces secret values with "[redacted:NAME]". A value that
-// spans lines is also replaced line by line (lines of 4 bytes or more),
-// since logs are stored a line at a time.
+// redactor replaces secret values, and their encoded forms (see
+// redact.Forms), with "[redacted:NAME]". A value that spans lines is
+// also replaced line by line (lines of 4 bytes or more), since logs are
+// stored a line at a time.
 type redactor struct {
 	pairs []redaction // longest first
 }
@@ -138,9 +139,9 @@ func (r *redactor) add(name string, v []byte) {
 	if len(v) == 0 {
 		return
 	}
-	r.pairs = append(r.pairs, redaction{string(v), name})
-	if q, _ := json.Marshal(string(v)); len(q) > 2 && !bytes.Equal(q[1:len(q)-1], v) {
-		r.pairs = append(r.pairs, redaction{string(q[1 : len(q)-1]), name}) // as it appears inside JSON strings
+	// The value, and its encodings (inside JSON strings, base64, ...).
+	for _, f := range redact.Forms(string(v)) {
+		r.pairs = append(r.pairs, redaction{f, name})
 	}
 	if strings.Contains(string(v), "\n") {
 		for _, line := range strings.Split(string(v), "\n") {

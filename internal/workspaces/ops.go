@@ -9,11 +9,11 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/redact"
 )
 
 // Direct operations run commands in a workspace without a task: the
@@ -574,54 +574,37 @@ func (req ExecRequest) WithSecrets(values map[string]string) ExecRequest {
 	return out
 }
 
-// Redact replaces every value of values in s with [redacted:NAME],
-// longest values first.
+// Redact replaces every value of values in s, and its encoded forms
+// (redact.Forms: JSON-escaped, percent-encoded, hex, base64), with
+// [redacted:NAME], longest first.
 func Redact(s string, values map[string]string) string {
-	names := make([]string, 0, len(values))
-	for n, v := range values {
-		if v != "" {
-			names = append(names, n)
-		}
+	if len(values) == 0 {
+		return s
 	}
-	sort.Slice(names, func(i, j int) bool { return len(values[names[i]]) > len(values[names[j]]) })
-	for _, n := range names {
-		s = strings.ReplaceAll(s, values[n], "[redacted:"+n+"]")
-	}
-	return s
+	return redact.New(values).Replace(s, Marker)
 }
 
+// Marker is what stands for the secret name in redacted text.
+func Marker(name string) string { return "[redacted:" + name + "]" }
+
 // SafeCut returns where to cut s, at most at limit, so that no occurrence
-// of a value in values is split (which would leave a prefix of it that
-// Redact cannot recognise): limit, or the start of an occurrence that
-// straddles it.
+// of a value in values (or of a form of one) is split, which would leave
+// a prefix of it that Redact cannot recognise: limit, or the start of an
+// occurrence that straddles it.
 func SafeCut(s string, limit int, values map[string]string) int {
-	if limit >= len(s) {
-		return len(s)
+	if limit >= len(s) || len(values) == 0 {
+		return min(limit, len(s))
 	}
-	for moved := true; moved; {
-		moved = false
-		for _, v := range values {
-			if len(v) < 2 {
-				continue
-			}
-			// Every occurrence straddling limit lies in this window.
-			lo, hi := max(0, limit-len(v)+1), min(len(s), limit+len(v)-1)
-			if i := strings.Index(s[lo:hi], v); i >= 0 {
-				limit, moved = lo+i, true
-			}
-		}
-	}
-	return limit
+	return redact.New(values).SafeCut(s, limit)
 }
 
 // Lookahead is how many bytes past a cut SafeCut needs to see to know
-// that no value straddles it: the longest value's length less one.
+// that no value straddles it: the longest form's length less one.
 func Lookahead(values map[string]string) int {
-	n := 0
-	for _, v := range values {
-		n = max(n, len(v)-1)
+	if len(values) == 0 {
+		return 0
 	}
-	return n
+	return redact.New(values).Lookahead()
 }
 
 // Redact returns the result with every secret value replaced.

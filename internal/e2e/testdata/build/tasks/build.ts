@@ -49,11 +49,12 @@ const shadowing = image("shadowing").from("helmr/bookworm-node22").run(["sh", "-
 export const shadow = task({ id: "shadow", sandbox: sandbox("shadow").image(shadowing), run: async () => "unreachable" });
 
 // A run step that reads build secrets (a file and an environment
-// variable) and keeps only their lengths.
+// variable), prints them, one also in base64, and keeps only their
+// lengths.
 const withSecret = image("with-secret")
   .from("helmr/bookworm-node22")
   .run(
-    ["sh", "-c", 'wc -c < /run/secrets/token > /srv/token-length; printf %s "$TOKEN_ENV" | wc -c > /srv/env-length; echo "read $(cat /run/secrets/token) and $TOKEN_ENV"'],
+    ["sh", "-c", 'wc -c < /run/secrets/token > /srv/token-length; printf %s "$TOKEN_ENV" | wc -c > /srv/env-length; echo "read $(cat /run/secrets/token) and $TOKEN_ENV"; printf "as base64: "; printf %s "$TOKEN_ENV" | base64'],
     { secrets: { BUILD_TOKEN: { file: "/run/secrets/token" }, BUILD_ENV: { env: "TOKEN_ENV" } } },
   );
 

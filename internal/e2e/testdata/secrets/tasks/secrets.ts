@@ -2,8 +2,8 @@ import { image, sandbox, task } from "@helmr/sdk";
 
 const sb = sandbox("secrets").image(image("secrets").from("helmr/bookworm-node22"));
 
-// Uses its secret the careless way: prints it (in two writes), fails with
-// it in the message when asked, and returns it.
+// Uses its secret the careless way: prints it (in two writes, in JSON and
+// in base64), fails with it in the message when asked, and returns it.
 export const leaky = task({
   id: "leaky",
   sandbox: sb,
@@ -15,6 +15,7 @@ export const leaky = task({
     await new Promise((r) => setTimeout(r, 50));
     process.stdout.write(`${token.slice(half)} (length ${token.length})\n`);
     console.error(`in json: ${JSON.stringify({ token })}`);
+    console.log(`basic auth: ${Buffer.from(`u:${token}`).toString("base64")}`);
     if (p?.fail) throw new Error(`could not use ${token}`);
     return { echo: token, length: token.length };
   },
