@@ -42,10 +42,13 @@ type SandboxManifest struct {
 	Resources Resources      `json:"resources"`
 }
 
-// Resources are a sandbox's requested vCPUs and memory ("512Mi", "4Gi").
+// Resources are a sandbox's requested vCPUs and memory ("512Mi", "4Gi"),
+// and the size quota of the workspaces made for it (Disk, "20Gi"; empty:
+// the worker's HELMR_WORKSPACE_QUOTA).
 type Resources struct {
 	CPU    float64 `json:"cpu,omitempty"`
 	Memory string  `json:"memory,omitempty"`
+	Disk   string  `json:"disk,omitempty"`
 }
 
 // ImageManifest is an image declaration: ordered build steps.

@@ -204,6 +204,11 @@ func validateSandbox(t TaskManifest, files map[string][]byte, add addFunc) {
 			add(t.ID, "sandbox.resources.memory", "must be at least 64Mi, got %q", m)
 		}
 	}
+	if d := sb.Resources.Disk; d != "" {
+		if _, err := ParseDisk("disk", d); err != nil {
+			add(t.ID, "sandbox.resources.disk", "%v", err)
+		}
+	}
 	if sb.Image == nil {
 		add(t.ID, "sandbox.image", "missing: every sandbox declares an image")
 		return
@@ -344,6 +349,33 @@ func ValidName(s string) bool { return idPattern.MatchString(s) }
 // ContextPath is where a project file copied by an image step is stored in a
 // deployment's files.
 func ContextPath(p string) string { return "context/" + path.Clean(p) }
+
+// Workspace disk bounds: a workspace's filesystem needs room for ext4's
+// metadata, and ext4 images here stay below 16 TiB (the image is sparse:
+// only what the files take is used on the worker's disk).
+const (
+	MinDisk = 8 << 20
+	MaxDisk = 16 << 40
+)
+
+var diskPattern = regexp.MustCompile(`^([0-9]{1,15})(Ki|Mi|Gi|Ti|K|M|G|T)?$`)
+
+// ParseDisk parses a workspace's size quota (what names it in errors): a
+// byte count or a number with Ki, Mi, Gi, Ti (powers of 1024) or K, M,
+// G, T (of 1000), from MinDisk to MaxDisk.
+func ParseDisk(what, s string) (int64, error) {
+	m := diskPattern.FindStringSubmatch(s)
+	if m == nil {
+		return 0, fmt.Errorf("%s %q: want a byte count or a number with Ki, Mi, Gi or Ti (\"20Gi\")", what, s)
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	mult := map[string]int64{"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+		"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}[m[2]]
+	if n > MaxDisk/mult || n*mult < MinDisk {
+		return 0, fmt.Errorf("%s %q: a workspace's size quota is from 8Mi to 16Ti", what, s)
+	}
+	return n * mult, nil
+}
 
 // ParseMemory parses "512Mi", "4Gi", "1G" or a byte count.
 func ParseMemory(s string) (int64, error) {

@@ -143,3 +143,26 @@ func TestValidateSandboxNames(t *testing.T) {
 		})
 	}
 }
+
+func TestValidateDisk(t *testing.T) {
+	for disk, want := range map[string]string{
+		"":      "",
+		"20Gi":  "",
+		"8Mi":   "",
+		"16Ti":  "",
+		"4Mi":   `sandbox.resources.disk: disk "4Mi": a workspace's size quota is from 8Mi to 16Ti`,
+		"17Ti":  `sandbox.resources.disk: disk "17Ti": a workspace's size quota is from 8Mi to 16Ti`,
+		"1.5Gi": `sandbox.resources.disk: disk "1.5Gi": want a byte count`,
+		"lots":  `sandbox.resources.disk: disk "lots": want a byte count`,
+	} {
+		m := imageTask(&ImageManifest{Name: "i", Steps: []Step{{Kind: StepFrom, Ref: "helmr/bookworm-node22"}}})
+		m.Tasks[0].Sandbox.Resources.Disk = disk
+		err := m.Validate(nil)
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("Validate(disk %q) = %v, want %q", disk, err, want)
+		}
+	}
+	if n, err := ParseDisk("disk", "20Gi"); err != nil || n != 20<<30 {
+		t.Errorf("ParseDisk(20Gi) = %d, %v", n, err)
+	}
+}

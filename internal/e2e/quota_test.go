@@ -92,9 +92,51 @@ func testWorkspaceOwnQuota(t *testing.T, tier string) {
 		t.Errorf("the run's notes = %q, want one", res.Stdout)
 	}
 
+	// A sandbox that declares resources({disk: "24Mi"}): the workspaces
+	// made for it, by its runs or by workspace create, have that quota
+	// (unless --quota says otherwise), and its runs take sandboxes booted
+	// ahead with a disk of that size.
+	sizedRun := func() runs.Run {
+		t.Helper()
+		r := mustRun(t, d.mustHelmr("run", "sized", "--project", "workspace", "--payload-json", `{"line":"s"}`, "--json"))
+		if r = d.waitDone(r.ID, 2*time.Minute); r.Status != runs.StatusCompleted {
+			t.Fatalf("run sized = %s %+v", r.Status, r.Error)
+		}
+		return r
+	}
+	first := sizedRun()
+	ws, err := d.api.GetWorkspace(t.Context(), first.WorkspaceID)
+	if err != nil || ws.QuotaBytes != 24<<20 {
+		t.Errorf("the workspace of a run of a 24Mi sandbox = %+v, %v; want quotaBytes %d", ws, err, 24<<20)
+	}
+	if n := sizeKiB(ws); n > 24<<10 || n < 16<<10 {
+		t.Errorf("the workspace of a run of a 24Mi sandbox is on a %d KiB filesystem, want about 24 MiB", n)
+	}
+	var warm bool
+	for range 20 { // the sandbox booted ahead may still be booting
+		second := sizedRun()
+		if hasWarmStart(d.events(second.ID)) {
+			warm = true
+			ws, _ := d.api.GetWorkspace(t.Context(), second.WorkspaceID)
+			if n := sizeKiB(ws); n > 24<<10 || n < 16<<10 {
+				t.Errorf("a run of a 24Mi sandbox in a sandbox booted ahead has a %d KiB workspace, want about 24 MiB", n)
+			}
+			break
+		}
+	}
+	if !warm {
+		t.Errorf("no run of the 24Mi sandbox took a sandbox booted ahead")
+	}
+	if ws := create("sized"); ws.QuotaBytes != 24<<20 {
+		t.Errorf("workspace create sized = quotaBytes %d, want the sandbox's 24Mi", ws.QuotaBytes)
+	}
+	if ws := create("--quota", "12Mi", "--sandbox", "sized"); ws.QuotaBytes != 12<<20 {
+		t.Errorf("workspace create --quota 12Mi --sandbox sized = quotaBytes %d, want 12Mi", ws.QuotaBytes)
+	}
+
 	for _, bad := range []struct{ quota, want string }{
-		{"1Mi", "a workspace quota is from 8Mi to 16Ti"},
-		{"20Ti", "a workspace quota is from 8Mi to 16Ti"},
+		{"1Mi", "a workspace's size quota is from 8Mi to 16Ti"},
+		{"20Ti", "a workspace's size quota is from 8Mi to 16Ti"},
 		{"lots", `quota "lots": want a byte count`},
 		{"-5", `quota "-5": want a byte count`},
 	} {
@@ -102,7 +144,24 @@ func testWorkspaceOwnQuota(t *testing.T, tier string) {
 			t.Errorf("workspace create --quota %s = exit %d %q, want %q", bad.quota, code, errOut, bad.want)
 		}
 	}
-	if list, err := d.api.ListWorkspaces(t.Context(), "workspace", "dev"); err != nil || len(list) != 3 {
-		t.Errorf("ListWorkspaces = %d, %v; want the 3 made (none of the refused ones)", len(list), err)
+	list, err := d.api.ListWorkspaces(t.Context(), "workspace", "dev")
+	if err != nil {
+		t.Fatal(err)
 	}
+	for _, w := range list {
+		if w.QuotaBytes != 0 && w.QuotaBytes != 12<<20 && w.QuotaBytes != 16<<20 && w.QuotaBytes != 24<<20 && w.QuotaBytes != 32<<20 {
+			t.Errorf("workspace %s has quotaBytes %d: a refused quota was stored", w.ID, w.QuotaBytes)
+		}
+	}
+}
+
+// hasWarmStart reports whether a run's sandbox was one booted ahead.
+func hasWarmStart(evs []runs.Event) bool {
+	for _, ev := range evs {
+		var s runs.SystemData
+		if ev.Type == runs.EventSystem && json.Unmarshal(ev.Data, &s) == nil && s.Attrs["warm"] == "true" {
+			return true
+		}
+	}
+	return false
 }

@@ -92,6 +92,9 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	if quota == 0 {
+		quota, _ = deployments.ParseDisk("disk", task.Spec.Sandbox.Resources.Disk) // checked at deploy; 0 if none
+	}
 	ws, err := st.CreateWorkspace(r.Context(), workspaces.Workspace{Project: project, Env: env, TaskID: task.ID, Sandbox: task.Spec.Sandbox.Name, QuotaBytes: quota, CreatedAt: time.Now()})
 	if err != nil {
 		return err

@@ -348,8 +348,9 @@ func (s *Service) workspaceFor(ctx context.Context, req TriggerRequest, task dep
 	}
 	if req.WorkspaceID == "" {
 		w := workspaces.Workspace{Project: req.Project, Env: req.Env, TaskID: req.TaskID, CreatedAt: s.now()}
-		if task.Spec.Sandbox != nil {
-			w.Sandbox = task.Spec.Sandbox.Name
+		if sb := task.Spec.Sandbox; sb != nil {
+			w.Sandbox = sb.Name
+			w.QuotaBytes, _ = deployments.ParseDisk("disk", sb.Resources.Disk) // checked at deploy; 0 if none
 		}
 		ws, err = s.Workspaces.CreateWorkspace(ctx, w)
 		if err != nil {

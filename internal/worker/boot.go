@@ -66,7 +66,7 @@ type earlyOutput struct {
 func bootKey(tier string, p prepared) string {
 	h := sha256.New()
 	s := p.spec
-	data, _ := json.Marshal([]any{tier, s.RootLayers, s.UID, s.GID, s.Workspace, s.CPU, s.MemoryBytes, s.PidsLimit, s.DNS, p.env, p.node})
+	data, _ := json.Marshal([]any{tier, s.RootLayers, s.UID, s.GID, s.Workspace, s.CPU, s.MemoryBytes, s.PidsLimit, s.DNS, p.env, p.node, p.disk})
 	h.Write(data)
 	return hex.EncodeToString(h.Sum(nil))
 }

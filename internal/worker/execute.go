@@ -14,6 +14,7 @@ import (
 	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/disk"
 )
 
 // errCanceled is the cause of a run context cancelled by the user.
@@ -124,19 +125,29 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 	}
 	key := bootKey(w.cfg.Runtime.Name(), p)
 	// A workspace that earlier runs used boots with its files; a new one
-	// can take a sandbox booted ahead with a fresh workspace, unless it
-	// has a quota of its own.
+	// can take a sandbox booted ahead with a fresh workspace of the size
+	// its quota asks for.
 	var (
-		b     *booted
-		disks = w.disks
+		b      *booted
+		disks  *disk.Factory
+		warmOK bool
 	)
 	existing := w.existingWorkspace(workspaceOf(l.Run))
-	if existing == "" && l.Workspace != nil {
-		if disks, err = w.disksFor(l.Workspace.QuotaBytes); err != nil {
-			return failed(runs.ClassImagePreparation, "workspace %s: %v", l.Workspace.ID, err)
+	if existing == "" {
+		quota := p.disk
+		if l.Workspace != nil {
+			quota = l.Workspace.QuotaBytes
 		}
+		var ahead *disk.Factory
+		if disks, err = w.disksFor(quota); err == nil {
+			ahead, err = w.disksFor(p.disk)
+		}
+		if err != nil {
+			return failed(runs.ClassImagePreparation, "workspace %s: %v", workspaceOf(l.Run), err)
+		}
+		warmOK = disks == ahead
 	}
-	warm := existing == "" && disks == w.disks
+	warm := warmOK
 	if warm {
 		b = w.warm.claim(ctx, key)
 	}
@@ -223,6 +234,9 @@ type prepared struct {
 	env  []string
 	node string
 	img  images.Image
+	// disk is the size quota the sandbox declares for its workspaces
+	// (0: the worker's); sandboxes booted ahead get a disk of it.
+	disk int64
 }
 
 // prepare checks the image can run the task and derives the sandbox spec
@@ -249,11 +263,13 @@ func (w *Worker) prepare(l Lease, img images.Image, files map[string][]byte) (pr
 		wsPath = "/workspace"
 	}
 	mem, _ := deployments.ParseMemory(l.Task.Sandbox.Resources.Memory)
+	disk, _ := deployments.ParseDisk("disk", l.Task.Sandbox.Resources.Disk) // checked at deploy
 	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home,
 		"HOSTNAME=helmr-sandbox"}, img.Env...)
 	return prepared{
 		img:  img,
 		node: node,
+		disk: disk,
 		env:  dedupeEnv(env),
 		spec: sandbox.Spec{
 			RootLayers: img.Layers, Workspace: wsPath, Hostname: "helmr-sandbox", UID: uid, GID: gid,

@@ -145,7 +145,11 @@ func (w *Worker) refill(ctx context.Context, key string, p prepared) {
 		bctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		began := time.Now()
-		b, err := w.boot(bctx, key, p, "", w.disks)
+		disks, err := w.disksFor(p.disk)
+		var b *booted
+		if err == nil {
+			b, err = w.boot(bctx, key, p, "", disks)
+		}
 		if err != nil {
 			w.log.Warn("boot warm sandbox failed", "err", err)
 		} else {

@@ -13,9 +13,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
-	"strconv"
 	"time"
+
+	"github.com/helmr/helmr/internal/deployments"
 )
 
 // Prefix starts every workspace ID.
@@ -64,32 +64,16 @@ type CreateRequest struct {
 	Quota   string `json:"quota,omitempty"`
 }
 
-// Quota bounds: a workspace's filesystem needs room for ext4's metadata,
-// and ext4 images here stay below 16 TiB (the image is sparse: only what
-// the files take is used on the worker's disk).
+// Quota bounds (see deployments.ParseDisk).
 const (
-	MinQuota = 8 << 20
-	MaxQuota = 16 << 40
+	MinQuota = deployments.MinDisk
+	MaxQuota = deployments.MaxDisk
 )
-
-var quotaPattern = regexp.MustCompile(`^([0-9]{1,15})(Ki|Mi|Gi|Ti|K|M|G|T)?$`)
 
 // ParseQuota parses a workspace quota: a byte count or a number with Ki,
 // Mi, Gi, Ti (powers of 1024) or K, M, G, T (of 1000), from MinQuota to
 // MaxQuota.
-func ParseQuota(s string) (int64, error) {
-	m := quotaPattern.FindStringSubmatch(s)
-	if m == nil {
-		return 0, fmt.Errorf("quota %q: want a byte count or a number with Ki, Mi, Gi or Ti (\"20Gi\")", s)
-	}
-	n, _ := strconv.ParseInt(m[1], 10, 64)
-	mult := map[string]int64{"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-		"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}[m[2]]
-	if n > MaxQuota/mult || n*mult < MinQuota {
-		return 0, fmt.Errorf("quota %q: a workspace quota is from 8Mi to 16Ti", s)
-	}
-	return n * mult, nil
-}
+func ParseQuota(s string) (int64, error) { return deployments.ParseDisk("quota", s) }
 
 // Snapshot is a saved copy of a workspace's files: one blob in the blob
 // store, sealed under the checkpoint encryption key (see SealID). Seq

@@ -40,10 +40,11 @@ export interface ImageManifest {
   steps: StepManifest[];
 }
 
-/** A sandbox's requested vCPUs and memory ("512Mi", "4Gi"). */
+/** A sandbox's requested vCPUs and memory ("512Mi", "4Gi"), and its workspaces' size quota ("20Gi"). */
 export interface ResourcesManifest {
   cpu?: number;
   memory?: string;
+  disk?: string;
 }
 
 /** A sandbox declaration. */

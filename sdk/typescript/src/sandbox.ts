@@ -5,13 +5,19 @@ import { assertAbsolutePath, assertName, describe } from "./validate.js";
 /** A memory size in binary units, for example "512Mi" or "4Gi". */
 export type MemorySize = `${number}${"Ki" | "Mi" | "Gi" | "Ti"}`;
 
-/** The vCPUs and memory a sandbox requests. */
+/**
+ * The vCPUs and memory a sandbox requests, and the size quota of the
+ * workspaces made for it (disk, 8Mi to 16Ti; default: the worker's
+ * HELMR_WORKSPACE_QUOTA).
+ */
 export interface Resources {
   cpu?: number;
   memory?: MemorySize;
+  disk?: MemorySize;
 }
 
 const memoryPattern = /^(?:\d+|\d*\.\d+)(?:Ki|Mi|Gi|Ti)$/;
+const diskPattern = /^\d{1,15}(?:Ki|Mi|Gi|Ti)$/;
 
 /**
  * A sandbox declaration: the Linux runtime shape of a task (image, workspace
@@ -52,9 +58,9 @@ export class Sandbox {
     return new Sandbox(this.name, this.#image, clean, this.#resources);
   }
 
-  /** resources sets the requested vCPUs and memory. */
+  /** resources sets the requested vCPUs and memory, and the workspace disk size. */
   resources(resources: Resources): Sandbox {
-    const { cpu, memory } = resources;
+    const { cpu, memory, disk } = resources;
     if (cpu !== undefined && (typeof cpu !== "number" || !Number.isFinite(cpu) || cpu <= 0)) {
       throw new TypeError(`sandbox "${this.name}" cpu must be a positive number, got ${describe(cpu)}`);
     }
@@ -63,9 +69,15 @@ export class Sandbox {
         `sandbox "${this.name}" memory must be a size such as "512Mi" or "4Gi", got ${describe(memory)}`,
       );
     }
+    if (disk !== undefined && (typeof disk !== "string" || !diskPattern.test(disk))) {
+      throw new TypeError(
+        `sandbox "${this.name}" disk must be a whole size such as "512Mi" or "20Gi", got ${describe(disk)}`,
+      );
+    }
     const copy: Resources = {};
     if (cpu !== undefined) copy.cpu = cpu;
     if (memory !== undefined) copy.memory = memory;
+    if (disk !== undefined) copy.disk = disk;
     return new Sandbox(this.name, this.#image, this.#workspace, Object.freeze(copy));
   }
 
@@ -77,6 +89,7 @@ export class Sandbox {
     const resources: ResourcesManifest = {};
     if (this.#resources.cpu !== undefined) resources.cpu = this.#resources.cpu;
     if (this.#resources.memory !== undefined) resources.memory = this.#resources.memory;
+    if (this.#resources.disk !== undefined) resources.disk = this.#resources.disk;
     return {
       name: this.name,
       image: this.#image.toManifest(),

@@ -60,6 +60,11 @@ describe("image and sandbox", () => {
     });
   });
 
+  it("a workspace disk size", () => {
+    const m = sandbox("big").image(image("b").from("debian")).resources({ memory: "1Gi", disk: "20Gi" }).toManifest();
+    assert.deepStrictEqual(m.resources, { memory: "1Gi", disk: "20Gi" });
+  });
+
   it("round-trips through JSON unchanged (no undefined or class fields)", () => {
     const m = sb.toManifest();
     assert.deepStrictEqual(JSON.parse(JSON.stringify(m)), m);
@@ -123,6 +128,8 @@ describe("image and sandbox", () => {
     ["root workspace", () => sandbox("s").workspace("/"), /not a usable/],
     ["bad memory", () => sandbox("s").resources({ cpu: 1, memory: "4GB" as "4Gi" }), /memory must be a size/],
     ["bad cpu", () => sandbox("s").resources({ cpu: 0 }), /cpu must be a positive/],
+    ["fractional disk", () => sandbox("s").resources({ disk: "1.5Gi" }), /disk must be a whole size/],
+    ["disk without unit", () => sandbox("s").resources({ disk: "20GB" as "20Gi" }), /disk must be a whole size/],
     ["bad name", () => image("has space"), /image name must be/],
   ];
   for (const [name, fn, want] of bad) {

@@ -16,3 +16,13 @@ export const notes = task({
     return before;
   },
 });
+
+// Like notes, in a sandbox whose workspaces have a 24Mi size quota.
+export const sized = task({
+  id: "sized",
+  sandbox: sandbox("sized").image(img).resources({ disk: "24Mi" }),
+  run: async (payload: { line: string }) => {
+    appendFileSync("notes.txt", payload.line + "\n");
+    return readFileSync("notes.txt", "utf8");
+  },
+});
