@@ -124,6 +124,9 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		// Replicas share one database: an operation asked of this one
 		// may run on a worker that long-polls another.
 		ops.Shared = st
+		if _, ok := st.(workspaces.OpNotifier); ok {
+			ops.Poll = workspaces.NotifiedOpPoll
+		}
 		if v != nil {
 			ops.Resolve = func(ctx context.Context, op workspaces.Op) (map[string]string, error) {
 				return workspaces.SecretsFor(ctx, v, op.Workspace, *op.Exec)
@@ -164,12 +167,21 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		defer close(expireDone)
 		waits.Watch(wctx, time.Second)
 	}()
+	listenDone := make(chan struct{})
+	go func() {
+		defer close(listenDone)
+		// Notices of the shared operations queue's changes wake its
+		// readers at once; polling stays, slower, for a lost notice.
+		if n, ok := ops.Shared.(workspaces.OpNotifier); ok {
+			n.ListenOps(wctx, ops.Changed)
+		}
+	}()
 	log.Info("control plane listening", "addr", ln.Addr().String(), "store", desc)
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 		log.Warn("the API is listening beyond loopback over plain HTTP: credentials cross the network in the clear unless a TLS proxy fronts it")
 	}
 	return &controlPlane{store: st, runs: svc, waits: waits, ops: ops, blobs: blobs, api: api, url: url, srv: srv, ln: ln, owner: owner,
-		stopWatch: func() { stopWatch(); <-watchDone; <-expireDone; spans.Close() }}, nil
+		stopWatch: func() { stopWatch(); <-watchDone; <-expireDone; <-listenDone; spans.Close() }}, nil
 }
 
 // Close stops serving and closes the store.

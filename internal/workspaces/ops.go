@@ -112,6 +112,17 @@ type OpQueue interface {
 	SweepQueuedOps(ctx context.Context, before time.Time) error
 }
 
+// OpNotifier is an OpQueue that tells of its changes, any replica's, as
+// they happen: waiting requests and workers read the queue at once
+// instead of at their next poll (which stays, in case a notice is lost).
+type OpNotifier interface {
+	// ListenOps calls changed("") when an operation is queued, and
+	// changed(id) when operation id's output or result is stored, until
+	// ctx ends; also changed("") once it listens (changes before then
+	// went unheard). It reconnects after errors.
+	ListenOps(ctx context.Context, changed func(id string))
+}
+
 // QueuedOutput is a piece of output in an OpQueue.
 type QueuedOutput struct {
 	Seq  int64
@@ -123,6 +134,10 @@ type QueuedOutput struct {
 // waiting for an operation reads it for one to take four times as
 // seldom (a database round trip every 100 ms per waiting worker).
 const DefaultOpPoll = 25 * time.Millisecond
+
+// NotifiedOpPoll is Poll for a shared queue that tells of its changes
+// (OpNotifier), in case a notice is lost (while its listener reconnects).
+const NotifiedOpPoll = 500 * time.Millisecond
 
 // Ops hands direct operations from API requests to workers and their
 // results back. Workers of a host long-poll it for the operations of
@@ -145,6 +160,13 @@ type Ops struct {
 	waiting   map[*waiter]struct{}
 	taken     map[string]*pending
 	lastSweep time.Time
+
+	// Notices of changes in the shared queue (see Changed): queuedC is
+	// closed when an operation is queued, opC[id] when operation id's
+	// output or result is stored; each is made anew after.
+	wakeMu  sync.Mutex
+	queuedC chan struct{}
+	opC     map[string]chan struct{}
 }
 
 type pending struct {
@@ -172,6 +194,62 @@ type waiter struct {
 // NewOps returns an empty operation queue.
 func NewOps() *Ops {
 	return &Ops{waiting: map[*waiter]struct{}{}, taken: map[string]*pending{}}
+}
+
+// Changed tells the replica that the shared queue changed (see
+// OpNotifier): id "" that an operation was queued (waiting workers read
+// the queue now), else that operation id's output or result was stored
+// (its request reads them now).
+func (o *Ops) Changed(id string) {
+	o.wakeMu.Lock()
+	defer o.wakeMu.Unlock()
+	if id == "" {
+		if o.queuedC != nil {
+			close(o.queuedC)
+			o.queuedC = nil
+		}
+		return
+	}
+	if c := o.opC[id]; c != nil {
+		close(c)
+		delete(o.opC, id)
+	}
+}
+
+// queued returns the channel Changed("") closes next; nil without a
+// shared queue. Taken before reading the queue, it misses no change made
+// after the read began.
+func (o *Ops) queued() <-chan struct{} {
+	if o.Shared == nil {
+		return nil
+	}
+	o.wakeMu.Lock()
+	defer o.wakeMu.Unlock()
+	if o.queuedC == nil {
+		o.queuedC = make(chan struct{})
+	}
+	return o.queuedC
+}
+
+// opChanged returns the channel Changed(id) closes next (see queued).
+func (o *Ops) opChanged(id string) <-chan struct{} {
+	o.wakeMu.Lock()
+	defer o.wakeMu.Unlock()
+	if o.opC == nil {
+		o.opC = map[string]chan struct{}{}
+	}
+	c := o.opC[id]
+	if c == nil {
+		c = make(chan struct{})
+		o.opC[id] = c
+	}
+	return c
+}
+
+func (o *Ops) forget(id string) {
+	o.wakeMu.Lock()
+	delete(o.opC, id)
+	o.wakeMu.Unlock()
 }
 
 func (o *Ops) poll() time.Duration {
@@ -217,8 +295,13 @@ func (o *Ops) DoStream(ctx context.Context, op Op, output func(stream string, da
 		o.unqueue(p)
 		o.mu.Unlock()
 	}
-	var tick <-chan time.Time
+	var (
+		tick    <-chan time.Time
+		changed <-chan struct{}
+	)
 	if p.shared {
+		changed = o.opChanged(op.ID) // before queueing: no change goes unheard
+		defer o.forget(op.ID)
 		o.sweep(ctx)
 		stored := op
 		stored.Secrets = nil // never in the database
@@ -244,41 +327,43 @@ func (o *Ops) DoStream(ctx context.Context, op Op, output func(stream string, da
 		select {
 		case res := <-p.done:
 			return res, nil
-		case <-tick:
-			o.mu.Lock()
-			_, local := o.taken[op.ID]
-			o.mu.Unlock()
-			if local {
-				continue // a worker of this process runs it
-			}
-			// Read the result first: output is stored before it, so what
-			// is read after it is all there is.
-			data, ok, err := o.Shared.QueuedResult(ctx, op.ID)
-			if err != nil {
-				continue
-			}
-			outs, err := o.Shared.QueuedOutputs(ctx, op.ID, seen)
-			if err != nil {
-				continue
-			}
-			for _, q := range outs {
-				seen = q.Seq
-				var out OpOutput
-				if output != nil && json.Unmarshal(q.Data, &out) == nil {
-					output(out.Stream, []byte(out.Data))
-				}
-			}
-			if ok {
-				abandon() // taken by another replica's worker: not ours to hand out
-				var res OpResult
-				if err := json.Unmarshal(data, &res); err != nil {
-					return OpResult{}, fmt.Errorf("workspace %s: the operation's result: %w", op.Workspace.ID, err)
-				}
-				return res, nil
-			}
 		case <-ctx.Done():
 			abandon()
 			return OpResult{}, fmt.Errorf("workspace %s: no worker answered: %w", op.Workspace.ID, context.Cause(ctx))
+		case <-tick:
+		case <-changed:
+		}
+		changed = o.opChanged(op.ID)
+		o.mu.Lock()
+		_, local := o.taken[op.ID]
+		o.mu.Unlock()
+		if local {
+			continue // a worker of this process runs it
+		}
+		// Read the result first: output is stored before it, so what
+		// is read after it is all there is.
+		data, ok, err := o.Shared.QueuedResult(ctx, op.ID)
+		if err != nil {
+			continue
+		}
+		outs, err := o.Shared.QueuedOutputs(ctx, op.ID, seen)
+		if err != nil {
+			continue
+		}
+		for _, q := range outs {
+			seen = q.Seq
+			var out OpOutput
+			if output != nil && json.Unmarshal(q.Data, &out) == nil {
+				output(out.Stream, []byte(out.Data))
+			}
+		}
+		if ok {
+			abandon() // taken by another replica's worker: not ours to hand out
+			var res OpResult
+			if err := json.Unmarshal(data, &res); err != nil {
+				return OpResult{}, fmt.Errorf("workspace %s: the operation's result: %w", op.Workspace.ID, err)
+			}
+			return res, nil
 		}
 	}
 }
@@ -320,6 +405,8 @@ func (o *Ops) Next(ctx context.Context, host string) (Op, error) {
 		defer t.Stop()
 		tick = t.C
 	}
+	// With a shared queue, read it at once, then on each tick or notice.
+	queued, readNow := o.queued(), o.Shared != nil
 	for {
 		op, w, err := o.nextLocal(ctx, host)
 		if w == nil || err != nil {
@@ -338,25 +425,30 @@ func (o *Ops) Next(ctx context.Context, host string) (Op, error) {
 				return nil, false
 			}
 		}
-		select {
-		case p := <-w.got:
+		if !readNow {
+			select {
+			case p := <-w.got:
+				return p.op, nil
+			case <-ctx.Done():
+				if p, ok := stopWaiting(); ok {
+					return p.op, nil
+				}
+				return Op{}, ErrNoOp
+			case <-tick:
+			case <-queued:
+			}
+		}
+		readNow = false
+		if p, ok := stopWaiting(); ok {
 			return p.op, nil
-		case <-ctx.Done():
-			if p, ok := stopWaiting(); ok {
-				return p.op, nil
-			}
-			return Op{}, ErrNoOp
-		case <-tick:
-			if p, ok := stopWaiting(); ok {
-				return p.op, nil
-			}
-			id, data, err := o.Shared.TakeQueuedOp(ctx, host, time.Now())
-			if err != nil {
-				continue // none (or the database is away): wait on
-			}
-			if op, err := o.takeShared(ctx, id, data); err == nil {
-				return op, nil
-			}
+		}
+		queued = o.queued()
+		id, data, err := o.Shared.TakeQueuedOp(ctx, host, time.Now())
+		if err != nil {
+			continue // none (or the database is away): wait on
+		}
+		if op, err := o.takeShared(ctx, id, data); err == nil {
+			return op, nil
 		}
 	}
 }

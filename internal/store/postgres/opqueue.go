@@ -2,17 +2,24 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"time"
 
 	"github.com/helmr/helmr/internal/workspaces"
+	"github.com/jackc/pgx/v5"
 )
 
-var _ workspaces.OpQueue = (*Store)(nil)
+var (
+	_ workspaces.OpQueue    = (*Store)(nil)
+	_ workspaces.OpNotifier = (*Store)(nil)
+)
 
 // QueueOp implements workspaces.OpQueue.
 func (s *Store) QueueOp(ctx context.Context, id, host string, op []byte, at time.Time) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO op_queue (id, host, op, queued_at) VALUES ($1, $2, $3, $4)`, id, host, string(op), at)
+	_, err := s.pool.Exec(ctx, `WITH q AS (INSERT INTO op_queue (id, host, op, queued_at) VALUES ($1, $2, $3, $4) RETURNING id)
+		SELECT pg_notify($5, '') FROM q`, id, host, string(op), at, s.opsChannel(ctx))
 	return err
 }
 
@@ -47,16 +54,72 @@ func (s *Store) AppendQueuedOutput(ctx context.Context, id string, out []byte) e
 }
 
 // changeQueuedOp runs a statement that changes one row for operation
-// id; none is ErrNotFound (the operation was dropped).
+// id, and tells the listeners (ListenOps); none is ErrNotFound (the
+// operation was dropped).
 func (s *Store) changeQueuedOp(ctx context.Context, id, query string, args ...any) error {
-	tag, err := s.pool.Exec(ctx, query, args...)
+	var n int
+	err := s.pool.QueryRow(ctx, `WITH c AS (`+query+` RETURNING 1)
+		SELECT count(*) FROM c, LATERAL (SELECT pg_notify($`+fmt.Sprint(len(args)+1)+`, $`+fmt.Sprint(len(args)+2)+`)) n`,
+		append(args, s.opsChannel(ctx), id)...).Scan(&n)
 	if err != nil {
 		return err
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return fmt.Errorf("queued workspace operation %s: %w", id, workspaces.ErrNotFound)
 	}
 	return nil
+}
+
+// opsChannel is the channel of the notices of changes to the operations
+// queue: one per schema, so that stores sharing a database in other
+// schemas do not hear each other.
+func (s *Store) opsChannel(ctx context.Context) string {
+	s.chanOnce.Do(func() {
+		var schema string
+		if err := s.pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil || schema == "public" {
+			s.channel = "helmr_ops"
+			return
+		}
+		sum := sha256.Sum256([]byte(schema))
+		s.channel = "helmr_ops_" + hex.EncodeToString(sum[:8])
+	})
+	return s.channel
+}
+
+// ListenOps implements workspaces.OpNotifier with LISTEN on a connection
+// of its own.
+func (s *Store) ListenOps(ctx context.Context, changed func(id string)) {
+	for ctx.Err() == nil {
+		err := s.listenOps(ctx, changed)
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("listen for workspace operations; polling meanwhile", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Store) listenOps(ctx context.Context, changed func(id string)) error {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	conn := pc.Hijack() // it listens for as long as it lives: not the pool's
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.opsChannel(ctx)}.Sanitize()); err != nil {
+		return err
+	}
+	changed("") // what changed before it listened went unheard
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		changed(n.Payload)
+	}
 }
 
 // QueuedResult implements workspaces.OpQueue.

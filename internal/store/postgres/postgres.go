@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,6 +33,9 @@ const (
 type Store struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
+
+	chanOnce sync.Once
+	channel  string // see opsChannel
 }
 
 // Open connects to the database at url (a postgres:// URL or key=value

@@ -95,11 +95,35 @@ func testOpQueue(t *testing.T, s Store) {
 // replica B, with its credentials filled in by B and its streamed output
 // and result coming back to A; one asked while a worker of A waits stays
 // in A; a request that ends leaves nothing queued.
-func testSharedOps(t *testing.T, s Store) {
-	ctx := t.Context()
+func testSharedOps(t *testing.T, s Store) { sharedOps(t, s, false) }
+
+// testSharedOpsNotified is testSharedOps on a store that tells of its
+// changes (workspaces.OpNotifier), with polling all but off (an hour):
+// only the notices move the operations, and their results, along.
+func testSharedOpsNotified(t *testing.T, s Store) {
+	if _, ok := s.(workspaces.OpNotifier); !ok {
+		return // this store has no notices (SQLite: one replica)
+	}
+	sharedOps(t, s, true)
+}
+
+func sharedOps(t *testing.T, s Store, notified bool) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // a lost notice fails, not hangs
+	defer cancel()
+	poll, wait := 5*time.Millisecond, 300*time.Millisecond
+	if notified {
+		poll, wait = time.Hour, time.Hour
+	}
+	lctx, stopListening := context.WithCancel(ctx)
+	var listeners sync.WaitGroup
+	defer func() { stopListening(); listeners.Wait() }()
 	replica := func(name string) *workspaces.Ops {
 		o := workspaces.NewOps()
-		o.Shared, o.Poll = s, 5*time.Millisecond
+		o.Shared, o.Poll = s, poll
+		if notified {
+			listeners.Add(1)
+			go func() { defer listeners.Done(); s.(workspaces.OpNotifier).ListenOps(lctx, o.Changed) }()
+		}
 		o.Resolve = func(_ context.Context, op workspaces.Op) (map[string]string, error) {
 			if op.Workspace.Env != "dev" {
 				return nil, errors.New("no such secret")
@@ -115,7 +139,7 @@ func testSharedOps(t *testing.T, s Store) {
 	var seen []workspaces.Op
 	worker := func(ctx context.Context, o *workspaces.Ops) {
 		for ctx.Err() == nil {
-			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			wctx, cancel := context.WithTimeout(ctx, wait)
 			op, err := o.Next(wctx, "h1")
 			cancel()
 			if err != nil {

@@ -15,6 +15,7 @@ var workspaceTests = []storeTest{
 	{"WorkspaceTrajectory", testTrajectory},
 	{"OpQueue", testOpQueue},
 	{"SharedOps", testSharedOps},
+	{"SharedOpsNotified", testSharedOpsNotified},
 	{"WorkspaceSnapshots", testSnapshots},
 }
 
