@@ -172,6 +172,7 @@ func newWorker(cfg config.Config, dev bool, log *slog.Logger, control worker.Con
 		Adapter:   adapter,
 		Images:    resolverFor(cfg.DataDir, cfg.CacheDir),
 		ParkAfter: cfg.ParkAfter, CheckpointKey: key, WorkspaceIdle: cfg.WorkspaceIdle,
+		KeepMoved: cfg.KeepMoved,
 	})
 }
 

@@ -97,13 +97,14 @@ func (w Worker) RunSecrets(ctx context.Context, runID string) (map[string][]byte
 	return vals, nil
 }
 
-// DeletedWorkspaces implements worker.ControlPlane.
-func (w Worker) DeletedWorkspaces(ctx context.Context, ids []string) ([]string, error) {
+// StaleWorkspaces implements worker.ControlPlane.
+func (w Worker) StaleWorkspaces(ctx context.Context, host string, ids []string) (deleted, moved []string, err error) {
 	var out struct {
 		Deleted []string `json:"deleted"`
+		Moved   []string `json:"moved"`
 	}
-	_, err := w.C.do(ctx, http.MethodPost, "/v1/worker/workspaces/deleted", nil, map[string]any{"ids": ids}, &out)
-	return out.Deleted, err
+	_, err = w.C.do(ctx, http.MethodPost, "/v1/worker/workspaces/deleted", nil, map[string]any{"ids": ids, "host": host}, &out)
+	return out.Deleted, out.Moved, err
 }
 
 // BuildSecret implements worker.ControlPlane.

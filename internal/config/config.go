@@ -48,6 +48,7 @@ type Config struct {
 	OTLPEndpoint   string        // OTLP/HTTP collector for workspace operation spans (http://host:4318); empty: none
 	ParkAfter      time.Duration // a run WAITING this long is parked (checkpointed, its slot freed); 0: never
 	WorkspaceIdle  time.Duration // a workspace's sandbox for direct operations stays up this long after its last one
+	KeepMoved      time.Duration // a worker keeps its copy of a workspace that moved away this long after its last use
 	CheckpointKey  string        // seals checkpoints: base64 of 32 bytes ($HELMR_CHECKPOINT_ENCRYPTION_KEY)
 
 	// CLI.
@@ -76,6 +77,7 @@ func Default() Config {
 		Heartbeat:      10 * time.Second,
 		ParkAfter:      30 * time.Second,
 		WorkspaceIdle:  5 * time.Minute,
+		KeepMoved:      24 * time.Hour,
 		Node:           "node",
 		URL:            "http://127.0.0.1:8480",
 		Env:            "dev",
@@ -97,7 +99,7 @@ func (c Config) FromEnv(getenv func(string) string) (Config, error) {
 			*p = v
 		}
 	}
-	for name, p := range map[string]*time.Duration{"HELMR_WORKER_TTL": &c.WorkerTTL, "HELMR_HEARTBEAT": &c.Heartbeat, "HELMR_PARK_AFTER": &c.ParkAfter, "HELMR_WORKSPACE_IDLE": &c.WorkspaceIdle} {
+	for name, p := range map[string]*time.Duration{"HELMR_WORKER_TTL": &c.WorkerTTL, "HELMR_HEARTBEAT": &c.Heartbeat, "HELMR_PARK_AFTER": &c.ParkAfter, "HELMR_WORKSPACE_IDLE": &c.WorkspaceIdle, "HELMR_KEEP_MOVED": &c.KeepMoved} {
 		if v := getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil {
@@ -193,6 +195,9 @@ func (c Config) Validate() error {
 	}
 	if c.ParkAfter < 0 {
 		errs = append(errs, fmt.Errorf("HELMR_PARK_AFTER must not be negative, got %s", c.ParkAfter))
+	}
+	if c.KeepMoved < 0 {
+		errs = append(errs, fmt.Errorf("HELMR_KEEP_MOVED must not be negative, got %s", c.KeepMoved))
 	}
 	if c.WorkspaceIdle < time.Second || c.WorkspaceIdle > 24*time.Hour {
 		errs = append(errs, fmt.Errorf("HELMR_WORKSPACE_IDLE must be between 1s and 24h, got %s", c.WorkspaceIdle))

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -188,6 +189,25 @@ func testWorkspaceMoves(t *testing.T, tier string) {
 	if data, err := workspaceFile(t, b.dataDir, ws, "notes.txt"); err != nil || !strings.Contains(string(data), m(4)) {
 		t.Errorf("B's copy after the failed restore: notes.txt %q, %v; want it as B left it", data, err)
 	}
+
+	// 7. A comes back told to keep no copy of a workspace that moved away
+	// (HELMR_KEEP_MOVED=0s): its copy of the canary workspace, which moved
+	// to B in step 4, unchanged since A saved it, goes.
+	if _, err := os.Stat(filepath.Join(a.dataDir, "workspaces", canary.WorkspaceID+".seq")); err != nil {
+		t.Fatalf("A has no copy of the canary workspace to remove: %v", err)
+	}
+	a2 := &workerProc{t: t, name: "A", bin: bin, server: server, env: append(slices.Clip(workerEnv), "HELMR_KEEP_MOVED=0s"), dataDir: a.dataDir}
+	a2.start()
+	waitFor(t, time.Minute, func() bool {
+		_, err := os.Stat(filepath.Join(a.dataDir, "workspaces", canary.WorkspaceID+".seq"))
+		return errors.Is(err, os.ErrNotExist)
+	})
+	for _, p := range []string{canary.WorkspaceID, canary.WorkspaceID + ".img"} {
+		if _, err := os.Stat(filepath.Join(a.dataDir, "workspaces", p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("A's copy of the workspace that moved away, %s: %v; want it removed", p, err)
+		}
+	}
+	a2.stop()
 }
 
 // checkSnapshotSealed checks that snap's blob is sealed: our header, no

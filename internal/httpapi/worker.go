@@ -140,10 +140,12 @@ func (s *Server) workerSecrets(w http.ResponseWriter, r *http.Request) error {
 }
 
 // workerDeletedWorkspaces tells a worker which of the workspaces it holds
-// files of were deleted (or are unknown), so it removes them.
+// files of were deleted (or are unknown), so it removes them, and, given
+// its host, which moved to another host.
 func (s *Server) workerDeletedWorkspaces(w http.ResponseWriter, r *http.Request) error {
 	var req struct {
-		IDs []string `json:"ids"`
+		IDs  []string `json:"ids"`
+		Host string   `json:"host"`
 	}
 	if err := decodeJSON(w, r, 4<<20, &req); err != nil {
 		return err
@@ -159,10 +161,19 @@ func (s *Server) workerDeletedWorkspaces(w http.ResponseWriter, r *http.Request)
 	if err != nil {
 		return err
 	}
+	moved := []string{}
+	if req.Host != "" {
+		if moved, err = st.MovedWorkspaces(r.Context(), req.Host, req.IDs); err != nil {
+			return err
+		}
+	}
 	if gone == nil {
 		gone = []string{}
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"deleted": gone})
+	if moved == nil {
+		moved = []string{}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"deleted": gone, "moved": moved})
 }
 
 // workerBuildSecret hands the worker building a run's image one build

@@ -139,16 +139,13 @@ type IDRows interface {
 
 // Gone returns the ids that rows (the live ones among ids) do not hold.
 func Gone(ids []string, rows IDRows) ([]string, error) {
-	live := map[string]bool{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		live[id] = true
-	}
-	if err := rows.Err(); err != nil {
+	found, err := IDs(rows)
+	if err != nil {
 		return nil, err
+	}
+	live := map[string]bool{}
+	for _, id := range found {
+		live[id] = true
 	}
 	var out []string
 	for _, id := range ids {
@@ -157,4 +154,17 @@ func Gone(ids []string, rows IDRows) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// IDs reads rows of one id each.
+func IDs(rows IDRows) ([]string, error) {
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
 }

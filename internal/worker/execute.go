@@ -122,6 +122,7 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 		if restored, err = w.fetchWorkspace(ctx, *l.Workspace); err != nil {
 			return failed(runs.ClassImagePreparation, "%v", err)
 		}
+		w.markUsed(l.Workspace.ID)
 	}
 	key := bootKey(w.cfg.Runtime.Name(), p)
 	// A workspace that earlier runs used boots with its files; a new one

@@ -186,12 +186,16 @@ func (c *Local) FinishOp(ctx context.Context, id string, res workspaces.OpResult
 	return c.Ops.Finish(ctx, id, res)
 }
 
-// DeletedWorkspaces implements ControlPlane.
-func (c *Local) DeletedWorkspaces(ctx context.Context, ids []string) ([]string, error) {
+// StaleWorkspaces implements ControlPlane.
+func (c *Local) StaleWorkspaces(ctx context.Context, host string, ids []string) (deleted, moved []string, err error) {
 	if c.Workspaces == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return c.Workspaces.DeletedWorkspaces(ctx, ids)
+	if deleted, err = c.Workspaces.DeletedWorkspaces(ctx, ids); err != nil {
+		return nil, nil, err
+	}
+	moved, err = c.Workspaces.MovedWorkspaces(ctx, host, ids)
+	return deleted, moved, err
 }
 
 // BuildSecret implements ControlPlane.

@@ -150,6 +150,7 @@ func (w *Worker) opBoxFor(ctx context.Context, op workspaces.Op) (*opBox, error)
 	if _, err := w.fetchWorkspace(ctx, op.Workspace); err != nil {
 		return fail(err)
 	}
+	w.markUsed(op.Workspace.ID)
 	switch existing := w.existingWorkspace(op.Workspace.ID); {
 	case strings.HasSuffix(existing, ".img"):
 		if ob.disk, err = disk.Mount(existing, wsDir, false); err != nil {

@@ -42,6 +42,22 @@ type localCopy struct {
 	// they changed since, or may have.
 	Saved       bool   `json:"saved"`
 	Fingerprint string `json:"fingerprint,omitempty"`
+	// Used: a run or operations sandbox has had the files since the
+	// record was written (see markUsed); a save clears it.
+	Used bool `json:"used,omitempty"`
+}
+
+// markUsed records that a run or operations sandbox is about to have
+// workspace id's files. The caller holds the workspace (lockWorkspace).
+func (w *Worker) markUsed(id string) {
+	c := w.readCopy(id)
+	if c.Used {
+		return
+	}
+	c.Used = true
+	if err := w.writeCopy(id, c); err != nil {
+		w.log.Warn("record a workspace copy", "workspace_id", id, "err", err)
+	}
 }
 
 func (w *Worker) copyFile(id string) string { return w.WorkspaceDir(id) + ".seq" }
@@ -170,6 +186,60 @@ func (w *Worker) dropLocalFiles(id string) error {
 	return errors.Join(errs...)
 }
 
+// dropMoved removes this worker's copy of workspace id, which moved to
+// another host, once it was last saved or restored KeepMoved ago, if the
+// copy is a snapshot as saved or restored here and unchanged since (no
+// run or operation had it since, and the fingerprint, if the save could
+// take one, is the same): the workspace went on from that snapshot or a
+// later one. A copy with changes no snapshot holds (a run that stopped
+// with its worker) is kept for whoever wants them, with a warning, once
+// per worker process. was is the copy's record before the control plane
+// said it moved: a copy used since is left alone.
+func (w *Worker) dropMoved(ctx context.Context, id string, was localCopy) {
+	if _, busy := w.wsRuns.Load(id); busy {
+		return
+	}
+	w.opMu.Lock()
+	_, open := w.opBoxes[id]
+	w.opMu.Unlock()
+	if open {
+		return
+	}
+	unlock := w.lockWorkspace(id)
+	defer unlock()
+	files := w.existingWorkspace(id)
+	if files == "" {
+		_ = os.Remove(w.copyFile(id))
+		return
+	}
+	local := w.readCopy(id)
+	if local != was {
+		return // used here since the control plane was asked
+	}
+	if fi, err := os.Stat(w.copyFile(id)); err == nil && time.Since(fi.ModTime()) < w.cfg.KeepMoved {
+		return // kept a while: an older version, should the newer snapshot be lost
+	}
+	same := local.Saved && !local.Used
+	if same && local.Fingerprint != "" {
+		same = !strings.HasSuffix(files, ".img") || untilDetached(ctx, files) == nil
+		if same {
+			fp, err := w.fingerprintOf(files)
+			same = err == nil && fp.Sum == local.Fingerprint
+		}
+	}
+	if !same {
+		if _, warned := w.keptMoved.LoadOrStore(id, true); !warned {
+			w.log.Warn("a workspace moved to another host; this worker keeps its copy, whose changes no snapshot holds", "workspace_id", id, "files", files, "derives_from_snapshot", local.Seq)
+		}
+		return
+	}
+	if err := w.dropLocalFiles(id); err != nil {
+		w.log.Warn("remove the copy of a workspace that moved", "workspace_id", id, "err", err)
+		return
+	}
+	w.log.Info("removed the copy of a workspace that moved to another host", "workspace_id", id, "snapshot", local.Seq)
+}
+
 // saveWorkspace seals and uploads this worker's copy of workspace id as
 // its next snapshot, unless it is unchanged since its last one. It
 // returns the snapshot (nil if none was made) and what it did for a run's
@@ -192,6 +262,12 @@ func (w *Worker) saveWorkspace(ctx context.Context, id string) (*workspaces.Snap
 		w.log.Warn("fingerprint a workspace", "workspace_id", id, "err", fpErr)
 	}
 	if fpErr == nil && local.Saved && local.Seq > 0 && local.Fingerprint != "" && local.Fingerprint == fp.Sum {
+		if local.Used {
+			local.Used = false
+			if err := w.writeCopy(id, local); err != nil {
+				w.log.Warn("record a workspace copy", "workspace_id", id, "err", err)
+			}
+		}
 		return nil, fmt.Sprintf("workspace %s unchanged since its snapshot %d: not uploaded again", id, local.Seq), nil
 	}
 	seq := local.Seq + 1

@@ -377,3 +377,86 @@ func TestSnapshotDiskRoundTrip(t *testing.T) {
 		t.Errorf("restored image allocates %d bytes (%v): its holes were filled", st.Blocks*512, err)
 	}
 }
+
+// TestSweepDropsMovedCopies: a worker removes its copy of a workspace
+// that moved to another host once it was saved KeepMoved ago, if the copy
+// is unchanged since it was saved; a copy with unsaved changes, a copy
+// used while the control plane answered, and a recent one (KeepMoved not
+// over) stay.
+func TestSweepDropsMovedCopies(t *testing.T) {
+	old := racyWindow
+	racyWindow = 0 // the files are written just before each save
+	t.Cleanup(func() { racyWindow = old })
+	ctl := &fakeControl{snaps: newFakeSnapshots()}
+	w := newTestWorker(t, &fakeRuntime{}, ctl)
+	w.cfg.CheckpointKey = &checkpoints.Key{4}
+	write := func(ws, data string) {
+		t.Helper()
+		if err := os.MkdirAll(w.WorkspaceDir(ws), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(w.WorkspaceDir(ws), "f.txt"), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	saved := func(ws string) {
+		t.Helper()
+		write(ws, "saved")
+		if snap, _, err := w.saveWorkspace(t.Context(), ws); err != nil || snap == nil {
+			t.Fatalf("save %s = %+v, %v", ws, snap, err)
+		}
+	}
+	has := func(ws string) bool { return w.existingWorkspace(ws) != "" }
+
+	saved("ws_clean")
+	saved("ws_changed")
+	write("ws_changed", "changed after its snapshot")
+	saved("ws_used")
+	saved("ws_local") // not moved: never dropped
+	// Saved right after a write: no fingerprint, so only "no run or
+	// operation had it since" tells the copy is its snapshot.
+	racyWindow = time.Hour
+	saved("ws_racy")
+	saved("ws_racy_used")
+	racyWindow = 0
+	if c := w.readCopy("ws_racy"); c.Fingerprint != "" || !c.Saved {
+		t.Fatalf("a save right after a write recorded %+v, want no fingerprint", c)
+	}
+	w.markUsed("ws_racy_used") // a run that stopped with its worker, say
+	ctl.moved = []string{"ws_clean", "ws_changed", "ws_racy", "ws_racy_used"}
+
+	w.cfg.KeepMoved = time.Hour
+	w.sweepWorkspaces()
+	if !has("ws_clean") || !has("ws_changed") || !has("ws_racy") {
+		t.Fatalf("within KeepMoved the sweep removed a moved copy: clean %v, changed %v, racy %v", has("ws_clean"), has("ws_changed"), has("ws_racy"))
+	}
+	w.cfg.KeepMoved = 0
+	w.sweepWorkspaces()
+	if has("ws_clean") {
+		t.Error("the unchanged copy of a moved workspace is still there")
+	}
+	if _, err := os.Stat(w.copyFile("ws_clean")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("its record is still there: %v", err)
+	}
+	if !has("ws_changed") || !has("ws_racy_used") || !has("ws_local") {
+		t.Errorf("the sweep removed a copy with unsaved changes (%v), one used since its save (%v) or one that did not move (%v)",
+			!has("ws_changed"), !has("ws_racy_used"), !has("ws_local"))
+	}
+	if has("ws_racy") {
+		t.Error("the copy of a moved workspace saved without a fingerprint, and not used since, is still there")
+	}
+	// Used (saved again) after the control plane was asked: left alone.
+	was := w.readCopy("ws_used")
+	write("ws_used", "newer")
+	if snap, _, err := w.saveWorkspace(t.Context(), "ws_used"); err != nil || snap == nil {
+		t.Fatal(err)
+	}
+	w.dropMoved(t.Context(), "ws_used", was)
+	if !has("ws_used") {
+		t.Error("dropMoved removed a copy saved since the control plane said it moved")
+	}
+	w.dropMoved(t.Context(), "ws_used", w.readCopy("ws_used"))
+	if has("ws_used") {
+		t.Error("dropMoved kept an unchanged copy it was asked about")
+	}
+}

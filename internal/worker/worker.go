@@ -79,9 +79,10 @@ type ControlPlane interface {
 	FinishOp(ctx context.Context, id string, res workspaces.OpResult) error
 	// OpOutput sends a piece of a streamed operation's output.
 	OpOutput(ctx context.Context, id string, out workspaces.OpOutput) error
-	// DeletedWorkspaces returns which of the workspaces ids (whose files
-	// this worker holds) were deleted, or are unknown.
-	DeletedWorkspaces(ctx context.Context, ids []string) ([]string, error)
+	// StaleWorkspaces returns which of the workspaces ids (whose files
+	// this worker, of host, holds) were deleted or are unknown, and which
+	// moved to another host.
+	StaleWorkspaces(ctx context.Context, host string, ids []string) (deleted, moved []string, err error)
 	// BuildSecret returns a build secret the run's image names (the run
 	// must be this worker's and under way).
 	BuildSecret(ctx context.Context, runID, name string) ([]byte, error)
@@ -140,10 +141,15 @@ type Config struct {
 	// WorkspaceIdle is how long a workspace's sandbox for direct
 	// operations stays up after its last one (default DefaultWorkspaceIdle).
 	WorkspaceIdle time.Duration
-	Runtime       sandbox.Runtime
-	Images        *images.Resolver
-	Control       ControlPlane
-	Logger        *slog.Logger
+	// KeepMoved is how long the worker keeps its copy of a workspace that
+	// moved to another host after the copy was last saved or restored
+	// (an older version, should the newer snapshot be lost); 0: it
+	// removes the copy at its next sweep. See dropMoved.
+	KeepMoved time.Duration
+	Runtime   sandbox.Runtime
+	Images    *images.Resolver
+	Control   ControlPlane
+	Logger    *slog.Logger
 	// Adapter is the guest adapter bundle (tsbundle.Adapter()).
 	Adapter []byte
 	// CancelPoll is how often a running run's status is checked.
@@ -192,9 +198,12 @@ type Worker struct {
 	disks  *disk.Factory   // workspace disks, under a quota
 	// sized: disk factories for workspaces with their own quota (see
 	// disksFor), by size.
-	sizedMu sync.Mutex
-	sized   map[int64]*disk.Factory
-	nodeOK  sync.Map // image digest → its node's version, once checked
+	// keptMoved: workspaces that moved away whose copy here is kept
+	// (changes no snapshot holds), warned of once.
+	keptMoved sync.Map
+	sizedMu   sync.Mutex
+	sized     map[int64]*disk.Factory
+	nodeOK    sync.Map // image digest → its node's version, once checked
 
 	gcMu   sync.Mutex
 	gcLast time.Time // when the layer cache was last collected
@@ -398,8 +407,11 @@ func hostID(dataDir string) (string, error) {
 }
 
 // sweepWorkspaces removes the files of the workspaces this worker holds
-// that the control plane says were deleted. (A workspace an unfinished
-// run holds cannot be deleted, so none of these is in use.)
+// that the control plane says were deleted (a workspace an unfinished
+// run holds cannot be deleted, so none of these is in use), and its
+// copies of workspaces that moved to another host, where their files
+// are a snapshot this worker uploaded or restored, unchanged since: a
+// copy with changes no snapshot holds is kept, saying so (see dropMoved).
 func (w *Worker) sweepWorkspaces() {
 	ents, err := os.ReadDir(filepath.Join(w.cfg.DataDir, "workspaces"))
 	if err != nil {
@@ -419,10 +431,17 @@ func (w *Worker) sweepWorkspaces() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	gone, err := w.cfg.Control.DeletedWorkspaces(ctx, ids)
+	before := map[string]localCopy{} // a copy used while the control plane answers is not dropped
+	for _, id := range ids {
+		before[id] = w.readCopy(id)
+	}
+	gone, moved, err := w.cfg.Control.StaleWorkspaces(ctx, w.cfg.Capabilities.Host, ids)
 	if err != nil {
-		w.log.Warn("ask which workspaces were deleted", "err", err)
+		w.log.Warn("ask which workspaces were deleted or moved", "err", err)
 		return
+	}
+	for _, id := range moved {
+		w.dropMoved(ctx, id, before[id])
 	}
 	for _, id := range gone {
 		if err := w.dropLocalFiles(id); err != nil {

@@ -36,6 +36,7 @@ import (
 // reports.
 type fakeControl struct {
 	snaps    *fakeSnapshots // nil: the control plane keeps no snapshots
+	moved    []string       // workspaces StaleWorkspaces says moved away
 	secrets  map[string][]byte
 	notes    []runs.SystemData
 	mu       sync.Mutex
@@ -74,9 +75,11 @@ func (f *fakeControl) NextOp(ctx context.Context, _, _ string) (workspaces.Op, e
 	<-ctx.Done()
 	return workspaces.Op{}, workspaces.ErrNoOp
 }
-func (f *fakeControl) FinishOp(context.Context, string, workspaces.OpResult) error   { return nil }
-func (f *fakeControl) OpOutput(context.Context, string, workspaces.OpOutput) error   { return nil }
-func (f *fakeControl) DeletedWorkspaces(context.Context, []string) ([]string, error) { return nil, nil }
+func (f *fakeControl) FinishOp(context.Context, string, workspaces.OpResult) error { return nil }
+func (f *fakeControl) OpOutput(context.Context, string, workspaces.OpOutput) error { return nil }
+func (f *fakeControl) StaleWorkspaces(context.Context, string, []string) ([]string, []string, error) {
+	return nil, f.moved, nil
+}
 func (f *fakeControl) Logs(context.Context, string, []runs.LogData, time.Time) error { return nil }
 func (f *fakeControl) Finish(_ context.Context, _ string, o runs.Outcome) error {
 	f.mu.Lock()

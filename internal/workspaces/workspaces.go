@@ -111,6 +111,9 @@ type Store interface {
 	DeleteWorkspace(ctx context.Context, id string, at time.Time) error
 	// DeletedWorkspaces returns which of ids are deleted (or unknown).
 	DeletedWorkspaces(ctx context.Context, ids []string) ([]string, error)
+	// MovedWorkspaces returns which of ids are live workspaces whose
+	// files are now on a host other than host (they moved away from it).
+	MovedWorkspaces(ctx context.Context, host string, ids []string) ([]string, error)
 	// RecordSnapshot makes snap the latest snapshot of workspace id,
 	// provided it is live, on host, and its latest snapshot is numbered
 	// snap.Seq-1 (none: 0); it returns the one it replaced (nil if none),

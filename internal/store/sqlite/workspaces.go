@@ -141,6 +141,25 @@ func (s *Store) DeletedWorkspaces(ctx context.Context, ids []string) ([]string, 
 	return store.Gone(ids, rows)
 }
 
+// MovedWorkspaces returns which of ids are live and held by a host other
+// than host.
+func (s *Store) MovedWorkspaces(ctx context.Context, host string, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	args := []any{host}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT id FROM workspaces WHERE deleted_at IS NULL AND host <> '' AND host <> ? AND id IN (?`+
+		strings.Repeat(", ?", len(ids)-1)+`) ORDER BY id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("moved workspaces: %w", err)
+	}
+	defer rows.Close()
+	return store.IDs(rows)
+}
+
 // RecordSnapshot makes snap the workspace's latest snapshot if the
 // workspace is live, on host, and at snapshot snap.Seq-1.
 func (s *Store) RecordSnapshot(ctx context.Context, id, host string, snap workspaces.Snapshot) (*workspaces.Snapshot, error) {

@@ -55,6 +55,13 @@ func testWorkspaces(t *testing.T, s Store) {
 		t.Errorf("after UseWorkspace: %+v, want w1, run_1, used at %v", got, at(5))
 	}
 	wantErr(t, "UseWorkspace(missing)", s.UseWorkspace(ctx, "ws_missing", "r", "w", at(5)), workspaces.ErrNotFound)
+	ids := []string{made[0].ID, made[1].ID, "ws_unknown"}
+	if moved, err := s.MovedWorkspaces(ctx, "w1", ids); err != nil || len(moved) != 0 {
+		t.Errorf("MovedWorkspaces(w1) = %v, %v; want none: its one workspace with a host is on w1", moved, err)
+	}
+	if moved, err := s.MovedWorkspaces(ctx, "w2", ids); err != nil || !slices.Equal(moved, []string{made[0].ID}) {
+		t.Errorf("MovedWorkspaces(w2) = %v, %v; want the one on w1 (not the one on no host yet, nor the unknown)", moved, err)
+	}
 
 	if err := s.DeleteWorkspace(ctx, made[0].ID, at(6)); err != nil {
 		t.Fatal(err)
@@ -68,6 +75,9 @@ func testWorkspaces(t *testing.T, s Store) {
 	}
 	if list, _ := s.ListWorkspaces(ctx, "p", "dev", 0); len(list) != 1 || list[0].ID != made[1].ID {
 		t.Errorf("ListWorkspaces after a delete = %+v, want only %s", list, made[1].ID)
+	}
+	if moved, err := s.MovedWorkspaces(ctx, "w2", ids); err != nil || len(moved) != 0 {
+		t.Errorf("MovedWorkspaces(w2) after the delete = %v, %v; want none (a deleted one is for DeletedWorkspaces)", moved, err)
 	}
 	gone, err := s.DeletedWorkspaces(ctx, []string{made[0].ID, made[1].ID, "ws_unknown"})
 	if err != nil || !slices.Equal(gone, []string{made[0].ID, "ws_unknown"}) {
