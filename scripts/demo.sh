@@ -34,7 +34,7 @@ for ws in "$HELMR_DATA_DIR"/workspaces/*; do
     mount -o loop,ro "$ws" "$tmp/ws"
     ls "$tmp/ws"
     umount "$tmp/ws"
-  else
+  elif [ -d "$ws" ]; then # (workspaces/ID.seq records which snapshot a copy is)
     ls "$ws"
   fi
 done
