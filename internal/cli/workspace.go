@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/client"
+	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
@@ -47,16 +48,19 @@ func runWorkspace(ctx context.Context, a *App, args []string) error {
 			return a.printJSON(list)
 		}
 		tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSANDBOX\tTASK\tHOST\tLAST RUN\tUSED\tSNAPSHOT")
+		fmt.Fprintln(tw, "ID\tSANDBOX\tTASK\tHOST\tLAST RUN\tUSED\tQUOTA\tSNAPSHOT")
 		for _, w := range list {
-			used, snap := "never", "-"
+			used, snap, quota := "never", "-", "worker's"
+			if w.QuotaBytes > 0 {
+				quota = deployments.FormatSize(w.QuotaBytes)
+			}
 			if w.UsedAt != nil {
 				used = w.UsedAt.Local().Format(time.DateTime)
 			}
 			if w.Snapshot != nil {
 				snap = fmt.Sprint(w.Snapshot.Seq)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, orDash(w.Sandbox), w.TaskID, orDash(w.Host), orDash(w.LastRunID), used, snap)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, orDash(w.Sandbox), w.TaskID, orDash(w.Host), orDash(w.LastRunID), used, quota, snap)
 		}
 		return tw.Flush()
 	case args[0] == "show" && len(pos) == 1:
@@ -82,7 +86,7 @@ func runWorkspace(ctx context.Context, a *App, args []string) error {
 		}
 		q := "the worker's quota"
 		if ws.QuotaBytes > 0 {
-			q = "a quota of " + quota
+			q = "a quota of " + deployments.FormatSize(ws.QuotaBytes)
 		}
 		fmt.Fprintf(a.Stdout, "created workspace %s for sandbox %s (task %s) in %s/%s, with %s\n", ws.ID, orDash(ws.Sandbox), ws.TaskID, ws.Project, ws.Env, q)
 		return nil

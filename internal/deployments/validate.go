@@ -377,6 +377,20 @@ func ParseDisk(what, s string) (int64, error) {
 	return n * mult, nil
 }
 
+// FormatSize writes n bytes in the largest binary unit that divides it
+// ("10Gi"), else as a byte count.
+func FormatSize(n int64) string {
+	for _, u := range []struct {
+		s string
+		v int64
+	}{{"Ti", 1 << 40}, {"Gi", 1 << 30}, {"Mi", 1 << 20}, {"Ki", 1 << 10}} {
+		if n >= u.v && n%u.v == 0 {
+			return strconv.FormatInt(n/u.v, 10) + u.s
+		}
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
+}
+
 // ParseMemory parses "512Mi", "4Gi", "1G" or a byte count.
 func ParseMemory(s string) (int64, error) {
 	m := memoryPattern.FindStringSubmatch(s)

@@ -144,6 +144,10 @@ func testWorkspaceOwnQuota(t *testing.T, tier string) {
 			t.Errorf("workspace create --quota %s = exit %d %q, want %q", bad.quota, code, errOut, bad.want)
 		}
 	}
+	if out := d.mustHelmr("workspace", "list", "--project", "workspace"); !strings.Contains(out, "QUOTA") || !strings.Contains(out, " 16Mi ") ||
+		!strings.Contains(out, " 24Mi ") || !strings.Contains(out, " worker's ") {
+		t.Errorf("workspace list:\n%s\nwant a QUOTA column with 16Mi, 24Mi and the worker's", out)
+	}
 	list, err := d.api.ListWorkspaces(t.Context(), "workspace", "dev")
 	if err != nil {
 		t.Fatal(err)

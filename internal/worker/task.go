@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/checkpoints"
+	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox"
 )
@@ -239,7 +240,7 @@ func (b *booted) sandboxNotes() []runs.SystemData {
 	defer b.mu.Unlock()
 	var out []runs.SystemData
 	if b.disk != nil && b.disk.Full() {
-		out = append(out, runs.SystemData{Message: fmt.Sprintf("the workspace reached its quota of %s: writes to it failed with ENOSPC (no space left on device)", humanBytes(b.disk.Size)),
+		out = append(out, runs.SystemData{Message: fmt.Sprintf("the workspace reached its quota of %s: writes to it failed with ENOSPC (no space left on device)", deployments.FormatSize(b.disk.Size)),
 			Attrs: map[string]string{"limit": "workspace", "quota": strconv.FormatInt(b.disk.Size, 10)}})
 	}
 	for _, d := range b.denials {
@@ -247,19 +248,6 @@ func (b *booted) sandboxNotes() []runs.SystemData {
 			Attrs: map[string]string{"egress": "denied", "proto": d.Proto, "dest": d.Dest}})
 	}
 	return out
-}
-
-// humanBytes writes n in the largest binary unit that divides it (10Gi).
-func humanBytes(n int64) string {
-	for _, u := range []struct {
-		s string
-		v int64
-	}{{"Ti", 1 << 40}, {"Gi", 1 << 30}, {"Mi", 1 << 20}, {"Ki", 1 << 10}} {
-		if n >= u.v && n%u.v == 0 {
-			return strconv.FormatInt(n/u.v, 10) + u.s
-		}
-	}
-	return strconv.FormatInt(n, 10) + " bytes"
 }
 
 // startEnv is the environment the adapter adds for the task: the run's ids
