@@ -15,22 +15,14 @@ package apikeys
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-)
 
-// Errors callers branch on.
-var (
-	ErrNotFound = errors.New("API key not found")
-	ErrInvalid  = errors.New("invalid API key request")
-	// ErrUnauthenticated: the credential is missing, malformed, unknown,
-	// expired or revoked.
-	ErrUnauthenticated = errors.New("unauthenticated")
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 // Grant is a permission an API key carries.
@@ -73,7 +65,7 @@ func (g Grant) Valid() bool { return slices.Contains(Grants, g) }
 func ParseGrants(names []string) ([]Grant, error) {
 	gs, err := parseGrants(names)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, errdefs.Invalidf("API key request: %w", err)
 	}
 	return gs, nil
 }
@@ -144,12 +136,12 @@ const TouchInterval = time.Minute
 type Store interface {
 	// CreateAPIKey stores a new key (its ID set by the caller).
 	CreateAPIKey(ctx context.Context, k Key) error
-	// GetAPIKey returns the key with id, or ErrNotFound.
+	// GetAPIKey returns the key with id, or errdefs.ErrNotFound.
 	GetAPIKey(ctx context.Context, id string) (Key, error)
 	// ListAPIKeys returns every key, oldest first.
 	ListAPIKeys(ctx context.Context) ([]Key, error)
 	// RevokeAPIKey marks the key revoked at at and returns it; a key
-	// revoked before keeps its first revocation time. ErrNotFound for an
+	// revoked before keeps its first revocation time. errdefs.ErrNotFound for an
 	// unknown id.
 	RevokeAPIKey(ctx context.Context, id string, at time.Time) (Key, error)
 	// TouchAPIKey sets the key's last-used time to at, unless it is
@@ -166,7 +158,7 @@ var ttlPattern = regexp.MustCompile(`^(?:[1-9][0-9]{0,3}d|[1-9][0-9]{0,4}h|[1-9]
 func ParseTTL(s string) (time.Duration, error) {
 	d, err := parseTTL(s)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return 0, errdefs.Invalidf("API key request: %w", err)
 	}
 	return d, nil
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 func TestParseGrants(t *testing.T) {
@@ -13,8 +15,8 @@ func TestParseGrants(t *testing.T) {
 		t.Errorf("ParseGrants(runs:read,runs:create,runs:read) = %v, %v; want [runs:create runs:read]", got, err)
 	}
 	for _, bad := range [][]string{nil, {"runs:write"}, {"runs:read", ""}, {"RUNS:READ"}} {
-		if _, err := ParseGrants(bad); !errors.Is(err, ErrInvalid) {
-			t.Errorf("ParseGrants(%q) error = %v, want ErrInvalid", bad, err)
+		if _, err := ParseGrants(bad); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("ParseGrants(%q) error = %v, want errdefs.ErrInvalid", bad, err)
 		}
 	}
 	if _, err := ParseGrants([]string{"admin"}); err == nil || !strings.Contains(err.Error(), `unknown grant "admin"`) || !strings.Contains(err.Error(), "tasks:deploy") {
@@ -29,8 +31,8 @@ func TestParseTTL(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "0d", "-1d", "30", "1w", "d", "10000d", "999999999999999999d", "soon", "+5d", "05d", "1h30m", "1.5h", "300ms", " 1d"} {
-		if got, err := ParseTTL(bad); !errors.Is(err, ErrInvalid) {
-			t.Errorf("ParseTTL(%q) = %v, %v; want ErrInvalid", bad, got, err)
+		if got, err := ParseTTL(bad); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("ParseTTL(%q) = %v, %v; want errdefs.ErrInvalid", bad, got, err)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 // CacheTTL is how long a verified key is served from memory before it is
@@ -91,7 +92,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Key, string, e
 		for i, e := range errs {
 			msgs[i] = e.Error()
 		}
-		return Key{}, "", fmt.Errorf("%w: %s", ErrInvalid, strings.Join(msgs, "; "))
+		return Key{}, "", errdefs.Invalidf("API key request: %s", strings.Join(msgs, "; "))
 	}
 	id, secret, token := newKey(KindAPI)
 	k := Key{ID: id, Kind: KindAPI, Project: req.Project, Env: req.Env, Name: req.Name, Grants: grants,
@@ -132,7 +133,7 @@ func (s *Service) CreateWorker(ctx context.Context, req CreateWorkerRequest) (Ke
 		expires = &at
 	}
 	if len(msgs) > 0 {
-		return Key{}, "", fmt.Errorf("%w: %s", ErrInvalid, strings.Join(msgs, "; "))
+		return Key{}, "", errdefs.Invalidf("API key request: %s", strings.Join(msgs, "; "))
 	}
 	id, secret, token := newKey(KindWorker)
 	k := Key{ID: id, Kind: KindWorker, Name: req.Name, Grants: []Grant{}, SecretHash: hash(secret), CreatedAt: now, ExpiresAt: expires}
@@ -164,7 +165,7 @@ func (s *Service) Revoke(ctx context.Context, id string) (Key, error) {
 }
 
 // Authenticate returns the principal a bearer credential stands for, or
-// an error wrapping ErrUnauthenticated that never repeats the credential.
+// an error wrapping errdefs.ErrUnauthenticated that never repeats the credential.
 func (s *Service) Authenticate(ctx context.Context, token string) (Principal, error) {
 	th := sha256.Sum256([]byte(token))
 	if s.ownerHash != nil && subtle.ConstantTimeCompare(th[:], s.ownerHash) == 1 {
@@ -172,24 +173,24 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Principal, er
 	}
 	kind, id, secret, ok := parseKey(token)
 	if !ok {
-		return Principal{}, fmt.Errorf("%w: the credential is neither the owner credential nor an API key (hk_...) or worker credential (hw_...)", ErrUnauthenticated)
+		return Principal{}, fmt.Errorf("%w: the credential is neither the owner credential nor an API key (hk_...) or worker credential (hw_...)", errdefs.ErrUnauthenticated)
 	}
 	k, err := s.lookup(ctx, id)
-	if errors.Is(err, ErrNotFound) {
-		return Principal{}, fmt.Errorf("%w: unknown API key", ErrUnauthenticated)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return Principal{}, fmt.Errorf("%w: unknown API key", errdefs.ErrUnauthenticated)
 	}
 	if err != nil {
 		return Principal{}, err
 	}
 	if subtle.ConstantTimeCompare(hash(secret), k.SecretHash) != 1 || k.Kind != kind {
-		return Principal{}, fmt.Errorf("%w: unknown API key", ErrUnauthenticated)
+		return Principal{}, fmt.Errorf("%w: unknown API key", errdefs.ErrUnauthenticated)
 	}
 	now := s.now()
 	switch {
 	case k.RevokedAt != nil:
-		return Principal{}, fmt.Errorf("%w: API key %s was revoked", ErrUnauthenticated, k.ID)
+		return Principal{}, fmt.Errorf("%w: API key %s was revoked", errdefs.ErrUnauthenticated, k.ID)
 	case k.ExpiresAt != nil && !now.Before(*k.ExpiresAt):
-		return Principal{}, fmt.Errorf("%w: API key %s expired at %s", ErrUnauthenticated, k.ID, k.ExpiresAt.Format(time.RFC3339))
+		return Principal{}, fmt.Errorf("%w: API key %s expired at %s", errdefs.ErrUnauthenticated, k.ID, k.ExpiresAt.Format(time.RFC3339))
 	}
 	if k.LastUsedAt == nil || now.Sub(*k.LastUsedAt) >= TouchInterval {
 		s.touch(ctx, k.ID, now)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/store/sqlite"
 )
 
@@ -52,8 +53,8 @@ func TestCreateAuthenticateRevoke(t *testing.T) {
 	wrongSecret := tok[:len(tok)-1] + map[bool]string{true: "a", false: "b"}[tok[len(tok)-1] != 'a']
 	for name, bad := range map[string]string{"empty": "", "malformed": "hk_nope", "wrong secret": wrongSecret,
 		"unknown id": "hk_0000000000000000_" + tok[len(tok)-52:], "owner prefix": owner[:len(owner)-1]} {
-		if _, err := s.Authenticate(ctx, bad); !errors.Is(err, apikeys.ErrUnauthenticated) {
-			t.Errorf("Authenticate(%s) error = %v, want ErrUnauthenticated", name, err)
+		if _, err := s.Authenticate(ctx, bad); !errors.Is(err, errdefs.ErrUnauthenticated) {
+			t.Errorf("Authenticate(%s) error = %v, want errdefs.ErrUnauthenticated", name, err)
 		} else if strings.Contains(err.Error(), bad) && bad != "" {
 			t.Errorf("Authenticate(%s) error %q repeats the credential", name, err)
 		}
@@ -61,11 +62,11 @@ func TestCreateAuthenticateRevoke(t *testing.T) {
 	if _, err := s.Revoke(ctx, k.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Authenticate(ctx, tok); !errors.Is(err, apikeys.ErrUnauthenticated) || !strings.Contains(err.Error(), "revoked") {
+	if _, err := s.Authenticate(ctx, tok); !errors.Is(err, errdefs.ErrUnauthenticated) || !strings.Contains(err.Error(), "revoked") {
 		t.Errorf("Authenticate(revoked key) error = %v, want revoked", err)
 	}
-	if _, err := s.Revoke(ctx, "nope"); !errors.Is(err, apikeys.ErrNotFound) {
-		t.Errorf("Revoke(nope) error = %v, want ErrNotFound", err)
+	if _, err := s.Revoke(ctx, "nope"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Revoke(nope) error = %v, want errdefs.ErrNotFound", err)
 	}
 }
 
@@ -93,7 +94,7 @@ func TestExpiredKeyAndLastUsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	expTok := "hk_" + exp.ID + tok[len("hk_")+16:]
-	if _, err := s.Authenticate(ctx, expTok); !errors.Is(err, apikeys.ErrUnauthenticated) || !strings.Contains(err.Error(), "expired") {
+	if _, err := s.Authenticate(ctx, expTok); !errors.Is(err, errdefs.ErrUnauthenticated) || !strings.Contains(err.Error(), "expired") {
 		t.Errorf("Authenticate(expired key) error = %v, want expired", err)
 	}
 }
@@ -109,8 +110,8 @@ func TestCreateRefusesBadInput(t *testing.T) {
 		{Project: "p", Env: "", Grants: []string{"runs:read"}},
 		{Project: "p", Env: "prod", Name: "has space", Grants: []string{"runs:read"}},
 	} {
-		if _, tok, err := s.Create(ctx, req); !errors.Is(err, apikeys.ErrInvalid) || tok != "" {
-			t.Errorf("Create(%+v) = %q, %v; want ErrInvalid", req, tok, err)
+		if _, tok, err := s.Create(ctx, req); !errors.Is(err, errdefs.ErrInvalid) || tok != "" {
+			t.Errorf("Create(%+v) = %q, %v; want errdefs.ErrInvalid", req, tok, err)
 		}
 	}
 	if ks, _ := st.ListAPIKeys(ctx); len(ks) != 0 {
@@ -130,10 +131,10 @@ func TestWorkerCredential(t *testing.T) {
 		t.Errorf("Authenticate(worker credential) = %+v, %v; want a worker without grants or scope", p, err)
 	}
 	// The same id and secret under the other prefix is no key.
-	if _, err := s.Authenticate(ctx, "hk_"+tok[3:]); !errors.Is(err, apikeys.ErrUnauthenticated) {
-		t.Errorf("Authenticate(worker credential as hk_) error = %v, want ErrUnauthenticated", err)
+	if _, err := s.Authenticate(ctx, "hk_"+tok[3:]); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("Authenticate(worker credential as hk_) error = %v, want errdefs.ErrUnauthenticated", err)
 	}
-	if _, _, err := s.CreateWorker(ctx, apikeys.CreateWorkerRequest{ExpiresIn: "1y"}); !errors.Is(err, apikeys.ErrInvalid) {
-		t.Errorf("CreateWorker(expires 1y) error = %v, want ErrInvalid", err)
+	if _, _, err := s.CreateWorker(ctx, apikeys.CreateWorkerRequest{ExpiresIn: "1y"}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("CreateWorker(expires 1y) error = %v, want errdefs.ErrInvalid", err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 // SessionTTL is how long an owner session lasts.
@@ -33,10 +35,10 @@ func NewSessions(ownerToken string) *Sessions {
 }
 
 // Login checks the owner credential and returns a new session token and
-// its expiry; any other credential is ErrUnauthenticated.
+// its expiry; any other credential is errdefs.ErrUnauthenticated.
 func (s *Sessions) Login(credential string) (string, time.Time, error) {
 	if subtle.ConstantTimeCompare(hash(credential), s.ownerHash) != 1 {
-		return "", time.Time{}, fmt.Errorf("%w: only the owner credential signs in", ErrUnauthenticated)
+		return "", time.Time{}, fmt.Errorf("%w: only the owner credential signs in", errdefs.ErrUnauthenticated)
 	}
 	tok := "hks_" + random(32)
 	now := s.now()
@@ -70,9 +72,9 @@ func (s *Sessions) Authenticate(token string) (Principal, time.Time, error) {
 	s.mu.Unlock()
 	switch {
 	case !ok:
-		return Principal{}, time.Time{}, fmt.Errorf("%w: unknown or ended session: sign in again at /dev/login", ErrUnauthenticated)
+		return Principal{}, time.Time{}, fmt.Errorf("%w: unknown or ended session: sign in again at /dev/login", errdefs.ErrUnauthenticated)
 	case !s.now().Before(exp):
-		return Principal{}, time.Time{}, fmt.Errorf("%w: the session expired: sign in again at /dev/login", ErrUnauthenticated)
+		return Principal{}, time.Time{}, fmt.Errorf("%w: the session expired: sign in again at /dev/login", errdefs.ErrUnauthenticated)
 	}
 	return Principal{Owner: true}, exp, nil
 }

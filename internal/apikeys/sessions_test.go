@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 func TestSessions(t *testing.T) {
@@ -11,8 +13,8 @@ func TestSessions(t *testing.T) {
 	s := NewSessions(owner)
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	s.now = func() time.Time { return now }
-	if _, _, err := s.Login(owner + "x"); !errors.Is(err, ErrUnauthenticated) {
-		t.Errorf("Login(wrong) error = %v, want ErrUnauthenticated", err)
+	if _, _, err := s.Login(owner + "x"); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("Login(wrong) error = %v, want errdefs.ErrUnauthenticated", err)
 	}
 	tok, exp, err := s.Login(owner)
 	if err != nil || !exp.Equal(now.Add(SessionTTL)) {
@@ -22,13 +24,13 @@ func TestSessions(t *testing.T) {
 		t.Errorf("Authenticate(session) = %+v, %v; want the owner", p, err)
 	}
 	now = now.Add(SessionTTL)
-	if _, _, err := s.Authenticate(tok); !errors.Is(err, ErrUnauthenticated) {
-		t.Errorf("Authenticate(expired session) error = %v, want ErrUnauthenticated", err)
+	if _, _, err := s.Authenticate(tok); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("Authenticate(expired session) error = %v, want errdefs.ErrUnauthenticated", err)
 	}
 	tok, _, _ = s.Login(owner)
 	s.Logout(tok)
-	if _, _, err := s.Authenticate(tok); !errors.Is(err, ErrUnauthenticated) {
-		t.Errorf("Authenticate(after logout) error = %v, want ErrUnauthenticated", err)
+	if _, _, err := s.Authenticate(tok); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("Authenticate(after logout) error = %v, want errdefs.ErrUnauthenticated", err)
 	}
 	for range maxSessions + 10 {
 		now = now.Add(time.Second)

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 // DirBlobs is a Blobs in a directory of the control plane's host
@@ -32,7 +34,7 @@ func NewDirBlobs(dir string) (*DirBlobs, error) {
 
 func (d *DirBlobs) path(id string) (string, error) {
 	if !blobIDPattern.MatchString(id) {
-		return "", fmt.Errorf("blob id %q: %w", id, ErrNotFound)
+		return "", fmt.Errorf("blob id %q: %w", id, errdefs.ErrNotFound)
 	}
 	return filepath.Join(d.dir, id), nil
 }
@@ -75,7 +77,7 @@ func (d *DirBlobs) Get(_ context.Context, id string) (io.ReadCloser, error) {
 	}
 	f, err := os.Open(p)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("get blob %s: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("get blob %s: %w", id, errdefs.ErrNotFound)
 	}
 	return f, err
 }

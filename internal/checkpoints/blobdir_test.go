@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"testing"
+
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 type failingReader struct{ n int }
@@ -59,8 +61,8 @@ func TestDirBlobs(t *testing.T) {
 	if err := d.Delete(ctx, "ck_1"); err != nil {
 		t.Fatalf("Delete() = %v", err)
 	}
-	if _, err := d.Get(ctx, "ck_1"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Get(deleted) = %v, want ErrNotFound", err)
+	if _, err := d.Get(ctx, "ck_1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Get(deleted) = %v, want errdefs.ErrNotFound", err)
 	}
 	if err := d.Delete(ctx, "ck_1"); err != nil {
 		t.Errorf("Delete(deleted) = %v, want nil", err)

@@ -15,9 +15,6 @@ import (
 // Prefix starts checkpoint ids.
 const Prefix = "ck_"
 
-// ErrNotFound: no such checkpoint (or blob).
-var ErrNotFound = errors.New("checkpoint not found")
-
 // Checkpoint is a parked run's saved sandbox and workspace: one sealed blob
 // (see Seal) under its id in the blob store, and what a worker must be to
 // restore it.
@@ -90,7 +87,7 @@ type Filter struct {
 }
 
 // Store keeps checkpoint records. Get returns an error wrapping
-// ErrNotFound for an unknown id.
+// errdefs.ErrNotFound for an unknown id.
 type Store interface {
 	CreateCheckpoint(ctx context.Context, c Checkpoint) error
 	GetCheckpoint(ctx context.Context, id string) (Checkpoint, error)
@@ -100,7 +97,7 @@ type Store interface {
 }
 
 // Blobs holds sealed checkpoint bytes by checkpoint id. Get of an unknown
-// id returns an error wrapping ErrNotFound.
+// id returns an error wrapping errdefs.ErrNotFound.
 type Blobs interface {
 	// Put stores r's bytes under id, replacing any; a failed Put leaves
 	// nothing under id.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/errdefs/errhttp"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/waitpoints"
@@ -45,17 +46,11 @@ type APIError struct {
 
 func (e *APIError) Error() string { return e.Message }
 
-// Is maps API errors to domain sentinels so callers can branch on them.
+// Is maps API errors to the errdefs kind of their status, so callers
+// branch on them as on the domain's own errors.
 func (e *APIError) Is(target error) bool {
-	switch e.Status {
-	case http.StatusNotFound:
-		return target == runs.ErrNotFound || target == deployments.ErrNotFound || target == workspaces.ErrNotFound
-	case http.StatusConflict:
-		return target == runs.ErrConflict || target == workspaces.ErrConflict
-	case http.StatusBadRequest:
-		return target == runs.ErrInvalid
-	}
-	return false
+	k := errhttp.Kind(e.Status)
+	return k != nil && target == k
 }
 
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) (int, error) {

@@ -5,7 +5,6 @@ package deployments
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 )
 
@@ -123,7 +122,7 @@ type Store interface {
 	// with its files and build run ID, and returns it with ID, Version,
 	// CreatedAt and Status (READY without a build run, else BUILDING) set.
 	CreateDeployment(ctx context.Context, d Deployment) (Deployment, error)
-	// GetDeployment returns ErrNotFound for an unknown id. Files are not loaded.
+	// GetDeployment returns errdefs.ErrNotFound for an unknown id. Files are not loaded.
 	GetDeployment(ctx context.Context, id string) (Deployment, error)
 	// GetDeploymentFiles returns the deployment's files by path.
 	GetDeploymentFiles(ctx context.Context, id string) (map[string][]byte, error)
@@ -133,13 +132,7 @@ type Store interface {
 	// ordered by task ID; an empty list (no error) when nothing is deployed.
 	CurrentTasks(ctx context.Context, project, env string) ([]Task, error)
 	// GetTask returns the task as the latest READY deployment of
-	// project/env defines it (with its image build, if any); ErrNotFound when that deployment does not define it, even
+	// project/env defines it (with its image build, if any); errdefs.ErrNotFound when that deployment does not define it, even
 	// if an older one did (a task dropped by a deploy can no longer run).
 	GetTask(ctx context.Context, project, env, taskID string) (Task, error)
 }
-
-// Errors returned by stores and validation.
-var (
-	ErrNotFound = errors.New("not found")
-	ErrInvalid  = errors.New("invalid")
-)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/sandbox"
 )
 
@@ -25,7 +26,7 @@ func (e FieldError) String() string {
 	return fmt.Sprintf("task %q: %s: %s", e.Task, e.Field, e.Message)
 }
 
-// ValidationError lists every problem found in a manifest. It wraps ErrInvalid.
+// ValidationError lists every problem found in a manifest. It wraps errdefs.ErrInvalid.
 type ValidationError struct{ Problems []FieldError }
 
 func (e *ValidationError) Error() string {
@@ -36,8 +37,8 @@ func (e *ValidationError) Error() string {
 	return "invalid deployment: " + strings.Join(parts, "; ")
 }
 
-// Unwrap makes errors.Is(err, ErrInvalid) hold.
-func (e *ValidationError) Unwrap() error { return ErrInvalid }
+// Unwrap makes errors.Is(err, errdefs.ErrInvalid) hold.
+func (e *ValidationError) Unwrap() error { return errdefs.ErrInvalid }
 
 var (
 	idPattern      = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`)

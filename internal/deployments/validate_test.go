@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 func imageTask(img *ImageManifest) Manifest {
@@ -42,8 +44,8 @@ func TestValidateCredentials(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("Validate = %v, want an ErrInvalid containing %q", err, tc.want)
+			if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate = %v, want an errdefs.ErrInvalid containing %q", err, tc.want)
 			}
 		})
 	}
@@ -103,8 +105,8 @@ func TestValidateSecretDeclarations(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("Validate = %v, want an ErrInvalid containing %q", err, tc.want)
+			if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate = %v, want an errdefs.ErrInvalid containing %q", err, tc.want)
 			}
 		})
 	}
@@ -137,8 +139,8 @@ func TestValidateSandboxNames(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("Validate = %v, want an ErrInvalid containing %q", err, tc.want)
+			if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate = %v, want an errdefs.ErrInvalid containing %q", err, tc.want)
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 // The API key endpoints are the owner's: a key never sees, makes or
@@ -19,7 +20,7 @@ type CreateAPIKeyResponse struct {
 
 func (s *Server) keys() (*apikeys.Service, error) {
 	if s.cfg.APIKeys == nil {
-		return nil, &Error{Status: http.StatusServiceUnavailable, Code: "apikeys_unavailable", Message: "this control plane does not manage API keys"}
+		return nil, errdefs.Unavailablef("this control plane does not manage API keys")
 	}
 	return s.cfg.APIKeys, nil
 }

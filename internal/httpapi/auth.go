@@ -10,6 +10,7 @@ import (
 
 	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 )
 
@@ -40,7 +41,7 @@ func (a Access) valid() bool {
 }
 
 // Authenticator turns a bearer credential into the principal it stands
-// for; an unknown, expired or revoked one is apikeys.ErrUnauthenticated.
+// for; an unknown, expired or revoked one is errdefs.ErrUnauthenticated.
 type Authenticator interface {
 	Authenticate(ctx context.Context, token string) (apikeys.Principal, error)
 }
@@ -63,21 +64,13 @@ func (s *Server) guard(access Access, h handlerFunc) handlerFunc {
 			return err
 		}
 		if access == AccessOwner && !p.Owner {
-			return forbidden("only the owner credential manages API keys: an API key cannot create, list or revoke keys")
+			return errdefs.Forbiddenf("only the owner credential manages API keys: an API key cannot create, list or revoke keys")
 		}
 		if g := apikeys.Grant(access); access != AccessOwner && !p.Has(g) {
-			return forbidden(fmt.Sprintf("%s lacks the %s grant this request needs", p, g))
+			return errdefs.Forbiddenf("%s lacks the %s grant this request needs", p, g)
 		}
 		return h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	}
-}
-
-func unauthorized(msg string) *Error {
-	return &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: msg}
-}
-
-func forbidden(msg string) *Error {
-	return &Error{Status: http.StatusForbidden, Code: "forbidden", Message: msg}
 }
 
 // authenticate reads the request's bearer credential.
@@ -92,20 +85,16 @@ func (s *Server) authenticate(r *http.Request) (apikeys.Principal, error) {
 		}
 	}
 	if h == "" {
-		return apikeys.Principal{}, unauthorized("this request needs a credential: Authorization: Bearer <API key or owner credential>")
+		return apikeys.Principal{}, errdefs.Unauthenticatedf("this request needs a credential: Authorization: Bearer <API key or owner credential>")
 	}
 	tok, ok := strings.CutPrefix(h, "Bearer ")
 	if !ok || tok == "" {
-		return apikeys.Principal{}, unauthorized(`the Authorization header must read "Bearer <API key or owner credential>"`)
+		return apikeys.Principal{}, errdefs.Unauthenticatedf(`the Authorization header must read "Bearer <API key or owner credential>"`)
 	}
 	if s.auth == nil {
-		return apikeys.Principal{}, unauthorized("this control plane has no credentials configured")
+		return apikeys.Principal{}, errdefs.Unauthenticatedf("this control plane has no credentials configured")
 	}
-	p, err := s.auth.Authenticate(r.Context(), tok)
-	if errors.Is(err, apikeys.ErrUnauthenticated) {
-		return apikeys.Principal{}, unauthorized(err.Error())
-	}
-	return p, err
+	return s.auth.Authenticate(r.Context(), tok)
 }
 
 // authorize checks that the request's principal may act on the project
@@ -113,10 +102,10 @@ func (s *Server) authenticate(r *http.Request) (apikeys.Principal, error) {
 func authorize(ctx context.Context, project, env string) error {
 	p, ok := ctx.Value(principalKey{}).(apikeys.Principal)
 	if !ok {
-		return unauthorized("this request needs a credential")
+		return errdefs.Unauthenticatedf("this request needs a credential")
 	}
 	if !p.InScope(project, env) {
-		return forbidden(fmt.Sprintf("%s is scoped to %s/%s, not %s/%s", p, p.Project, p.Env, project, env))
+		return errdefs.Forbiddenf("%s is scoped to %s/%s, not %s/%s", p, p.Project, p.Env, project, env)
 	}
 	return nil
 }
@@ -126,12 +115,12 @@ func authorize(ctx context.Context, project, env string) error {
 // is not found, exactly as a missing one, so that ids do not reveal what
 // exists elsewhere.
 func authorizeRun(ctx context.Context, r runs.Run) error {
-	return authorizeObject(ctx, r.Project, r.Env, fmt.Errorf("get run %s: %w", r.ID, runs.ErrNotFound))
+	return authorizeObject(ctx, r.Project, r.Env, fmt.Errorf("get run %s: %w", r.ID, errdefs.ErrNotFound))
 }
 
 // authorizeDeployment is authorizeRun for deployments.
 func authorizeDeployment(ctx context.Context, d deployments.Deployment) error {
-	return authorizeObject(ctx, d.Project, d.Env, fmt.Errorf("get deployment %s: %w", d.ID, deployments.ErrNotFound))
+	return authorizeObject(ctx, d.Project, d.Env, fmt.Errorf("get deployment %s: %w", d.ID, errdefs.ErrNotFound))
 }
 
 // authorizeObject lets a request see an object of project/env it addressed
@@ -146,8 +135,7 @@ func authorizeObject(ctx context.Context, project, env string, notFound error) e
 
 // hidden replaces a scope refusal with notFound; other errors stay.
 func hidden(err, notFound error) error {
-	var he *Error
-	if errors.As(err, &he) && he.Status == http.StatusForbidden {
+	if errors.Is(err, errdefs.ErrForbidden) {
 		return notFound
 	}
 	return err
@@ -166,14 +154,14 @@ func (s *Server) worker(h handlerFunc) handlerFunc {
 		case s.auth != nil:
 			if _, isWorker := apikeys.WorkerCredentialID(tok); isWorker {
 				var err error
-				if p, err = s.auth.Authenticate(r.Context(), tok); err != nil && !errors.Is(err, apikeys.ErrUnauthenticated) {
+				if p, err = s.auth.Authenticate(r.Context(), tok); err != nil && !errors.Is(err, errdefs.ErrUnauthenticated) {
 					return err
 				}
 			}
 		}
 		if !p.Worker {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="helmr-worker"`)
-			return unauthorized("a valid worker token or worker credential is required")
+			return errdefs.Unauthenticatedf("a valid worker token or worker credential is required")
 		}
 		return h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	}
@@ -184,7 +172,7 @@ func (s *Server) worker(h handlerFunc) handlerFunc {
 func actAs(ctx context.Context, workerID string) error {
 	p, _ := ctx.Value(principalKey{}).(apikeys.Principal)
 	if pre := p.WorkerPrefix(); pre != "" && !strings.HasPrefix(workerID, pre) {
-		return forbidden(fmt.Sprintf("%s acts only as worker IDs starting %q, not %q", p, pre, workerID))
+		return errdefs.Forbiddenf("%s acts only as worker IDs starting %q, not %q", p, pre, workerID)
 	}
 	return nil
 }
@@ -199,7 +187,7 @@ func (s *Server) heldRun(r *http.Request) (runs.Run, error) {
 	}
 	p, _ := r.Context().Value(principalKey{}).(apikeys.Principal)
 	if pre := p.WorkerPrefix(); pre != "" && !strings.HasPrefix(run.WorkerID, pre) {
-		return runs.Run{}, fmt.Errorf("get run %s: %w", run.ID, runs.ErrNotFound)
+		return runs.Run{}, fmt.Errorf("get run %s: %w", run.ID, errdefs.ErrNotFound)
 	}
 	return run, nil
 }

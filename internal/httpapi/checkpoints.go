@@ -6,13 +6,14 @@ import (
 	"net/http"
 
 	"github.com/helmr/helmr/internal/checkpoints"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/worker"
 )
 
 // checkpointBlobs returns the blob store, or 503 without one.
 func (s *Server) checkpointBlobs() (checkpoints.Blobs, error) {
 	if s.cfg.Blobs == nil || s.cfg.Checkpoints == nil {
-		return nil, &Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "this control plane keeps no checkpoints (no blob store)"}
+		return nil, errdefs.Unavailablef("this control plane keeps no checkpoints (no blob store)")
 	}
 	return s.cfg.Blobs, nil
 }
@@ -32,14 +33,14 @@ func (s *Server) workerPutCheckpoint(w http.ResponseWriter, r *http.Request) err
 	id := r.PathValue("ck")
 	if c, err := s.cfg.Checkpoints.GetCheckpoint(r.Context(), id); err == nil {
 		if c.RunID != run.ID {
-			return &Error{Status: http.StatusConflict, Code: "conflict", Message: "checkpoint " + id + " belongs to another run"}
+			return errdefs.Conflictf("checkpoint %s belongs to another run", id)
 		}
-	} else if !errors.Is(err, checkpoints.ErrNotFound) {
+	} else if !errors.Is(err, errdefs.ErrNotFound) {
 		return err
 	}
 	n, err := blobs.Put(r.Context(), id, r.Body)
-	if errors.Is(err, checkpoints.ErrNotFound) {
-		return badRequest("checkpoint id " + id + " is malformed (want ck_ and up to 60 of [0-9a-z])")
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return errdefs.Invalidf("checkpoint id %s is malformed (want ck_ and up to 60 of [0-9a-z])", id)
 	}
 	if err != nil {
 		return err
@@ -63,7 +64,7 @@ func (s *Server) workerGetCheckpoint(w http.ResponseWriter, r *http.Request) err
 		return err
 	}
 	if c.RunID != run.ID {
-		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "checkpoint " + c.ID + " not found for run " + run.ID}
+		return errdefs.NotFoundf("checkpoint %s not found for run %s", c.ID, run.ID)
 	}
 	rc, err := blobs.Get(r.Context(), c.ID)
 	if err != nil {

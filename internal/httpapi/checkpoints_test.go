@@ -12,7 +12,7 @@ import (
 
 	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/client"
-	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 // raw sends body as a worker with token and returns the status and body.
@@ -105,7 +105,7 @@ func TestWorkerCheckpointRoutes(t *testing.T) {
 	if !bytes.Equal(got, blob) {
 		t.Errorf("client GetCheckpoint() = %d bytes, want %d", len(got), len(blob))
 	}
-	if _, err := cp.GetCheckpoint(t.Context(), other, "ck_02"); !errors.Is(err, runs.ErrNotFound) {
+	if _, err := cp.GetCheckpoint(t.Context(), other, "ck_02"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("client GetCheckpoint(another run) = %v, want not found", err)
 	}
 }
@@ -156,7 +156,7 @@ func TestParkAndRequeue(t *testing.T) {
 	if st, body := e.call("DELETE", "/v1/worker/runs/"+runID+"/checkpoints/ck_01", nil, w...); st != http.StatusNoContent {
 		t.Errorf("drop checkpoint = %d %v", st, body)
 	}
-	if _, err := e.blobs.Get(t.Context(), "ck_01"); !errors.Is(err, checkpoints.ErrNotFound) {
+	if _, err := e.blobs.Get(t.Context(), "ck_01"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("blob after drop: %v, want gone", err)
 	}
 	_, evs := e.call("GET", "/v1/runs/"+runID+"/events", nil)

@@ -1,11 +1,11 @@
 package httpapi
 
 import (
-	"fmt"
 	"net/http"
 	"strconv"
 
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/store"
 )
@@ -35,7 +35,7 @@ func (s *Server) createDeployment(w http.ResponseWriter, r *http.Request) error 
 		req.Env = "dev"
 	}
 	if !deployments.ValidName(req.Env) {
-		return badRequest(fmt.Sprintf("env %q is not a valid name (1-128 letters, digits, '.', '_' or '-')", req.Env))
+		return errdefs.Invalidf("env %q is not a valid name (1-128 letters, digits, '.', '_' or '-')", req.Env)
 	}
 	if err := authorize(r.Context(), req.Manifest.Project, req.Env); err != nil {
 		return err
@@ -44,7 +44,7 @@ func (s *Server) createDeployment(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	if req.NoCache && !req.Build {
-		return badRequest("noCache applies to a deployment built ahead of time: set build too")
+		return errdefs.Invalidf("noCache applies to a deployment built ahead of time: set build too")
 	}
 	in := deployments.Deployment{Project: req.Manifest.Project, Env: req.Env, Manifest: req.Manifest, Files: req.Files}
 	if req.Build {
@@ -130,7 +130,7 @@ func intParam(r *http.Request, name string, def int) (int, error) {
 	}
 	n, err := strconv.Atoi(q.Get(name))
 	if err != nil || n < 0 || n > maxListLimit {
-		return 0, badRequest(fmt.Sprintf("%s must be an integer from 0 to %d", name, maxListLimit))
+		return 0, errdefs.Invalidf("%s must be an integer from 0 to %d", name, maxListLimit)
 	}
 	return n, nil
 }

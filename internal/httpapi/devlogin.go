@@ -2,13 +2,13 @@ package httpapi
 
 import (
 	"errors"
-	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
 	"time"
 
 	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 // Owner sessions (helmr dev only): a person signs in at /dev/login with the
@@ -42,7 +42,7 @@ var loginPage = template.Must(template.New("login").Parse(`<!doctype html>
 
 func (s *Server) sessions() (*apikeys.Sessions, error) {
 	if s.cfg.Sessions == nil {
-		return nil, &Error{Status: http.StatusNotFound, Code: "not_found", Message: "owner sessions are served by helmr dev only"}
+		return nil, errdefs.NotFoundf("owner sessions are served by helmr dev only")
 	}
 	return s.cfg.Sessions, nil
 }
@@ -76,15 +76,15 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	if err := r.ParseForm(); err != nil {
-		return badRequest("the body must be a form with the field credential")
+		return errdefs.Invalidf("the body must be a form with the field credential")
 	}
 	tok, exp, err := ss.Login(r.PostForm.Get("credential"))
-	if errors.Is(err, apikeys.ErrUnauthenticated) {
+	if errors.Is(err, errdefs.ErrUnauthenticated) {
 		if isForm(r) {
 			http.Redirect(w, r, "/dev/login?failed=1", http.StatusSeeOther)
 			return nil
 		}
-		return unauthorized("only this helmr dev's owner credential signs in")
+		return errdefs.Unauthenticatedf("only this helmr dev's owner credential signs in")
 	}
 	if err != nil {
 		return err
@@ -122,11 +122,11 @@ func isForm(r *http.Request) bool {
 func (s *Server) sessionPrincipal(r *http.Request, c *http.Cookie) (apikeys.Principal, error) {
 	p, _, err := s.cfg.Sessions.Authenticate(c.Value)
 	if err != nil {
-		return apikeys.Principal{}, unauthorized(err.Error())
+		return apikeys.Principal{}, err
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		if r.Header.Get(CSRFHeader) != "1" {
-			return apikeys.Principal{}, forbidden(fmt.Sprintf("a request signed in by session cookie that is not GET or HEAD needs the header %s: 1 (cross-site request forgery check)", CSRFHeader))
+			return apikeys.Principal{}, errdefs.Forbiddenf("a request signed in by session cookie that is not GET or HEAD needs the header %s: 1 (cross-site request forgery check)", CSRFHeader)
 		}
 		if err := sameOrigin(r); err != nil {
 			return apikeys.Principal{}, err
@@ -143,7 +143,7 @@ func sameOrigin(r *http.Request) error {
 	}
 	u, err := url.Parse(o)
 	if err != nil || u.Host != r.Host {
-		return forbidden(fmt.Sprintf("cross-site request from %q refused", o))
+		return errdefs.Forbiddenf("cross-site request from %q refused", o)
 	}
 	return nil
 }

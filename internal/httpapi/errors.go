@@ -7,17 +7,14 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/helmr/helmr/internal/apikeys"
-	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/deployments"
-	"github.com/helmr/helmr/internal/runs"
-	"github.com/helmr/helmr/internal/vault"
-	"github.com/helmr/helmr/internal/waitpoints"
-	"github.com/helmr/helmr/internal/workspaces"
+	"github.com/helmr/helmr/internal/errdefs"
+	"github.com/helmr/helmr/internal/errdefs/errhttp"
 )
 
-// Error is what a client sees: an HTTP status, a stable code and a message.
-// Err, if set, is logged and never shown.
+// Error is an answer with a status of the transport's own, outside the
+// domain's kinds (SWE-ReX's 422 for a request its schema refuses). Err, if
+// set, is logged and never shown.
 type Error struct {
 	Status  int
 	Code    string
@@ -28,31 +25,23 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Message }
 
-func badRequest(msg string) *Error {
-	return &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: msg}
-}
-
-// toHTTP maps domain errors to transport errors, in one place.
+// toHTTP maps an error to what the client sees, in one place: the status
+// and code of its errdefs kind (errhttp), its message; an error of no kind
+// is a 500 whose message is never shown.
 func toHTTP(err error) *Error {
 	var he *Error
 	if errors.As(err, &he) {
 		return he
 	}
 	var ve *deployments.ValidationError
-	switch {
-	case errors.As(err, &ve):
+	if errors.As(err, &ve) {
 		return &Error{Status: http.StatusUnprocessableEntity, Code: "deployment_build", Message: err.Error(), Details: ve.Problems}
-	case errors.Is(err, runs.ErrNotFound), errors.Is(err, deployments.ErrNotFound), errors.Is(err, vault.ErrNotFound),
-		errors.Is(err, waitpoints.ErrNotFound), errors.Is(err, workspaces.ErrNotFound), errors.Is(err, apikeys.ErrNotFound),
-		errors.Is(err, checkpoints.ErrNotFound):
-		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: err.Error()}
-	case errors.Is(err, runs.ErrConflict), errors.Is(err, waitpoints.ErrConflict), errors.Is(err, workspaces.ErrConflict):
-		return &Error{Status: http.StatusConflict, Code: "conflict", Message: err.Error()}
-	case errors.Is(err, runs.ErrInvalid), errors.Is(err, deployments.ErrInvalid), errors.Is(err, vault.ErrInvalid),
-		errors.Is(err, waitpoints.ErrInvalid), errors.Is(err, workspaces.ErrInvalid), errors.Is(err, apikeys.ErrInvalid):
-		return &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: err.Error()}
 	}
-	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error", Err: err}
+	status, code := errhttp.Status(err)
+	if status == http.StatusInternalServerError {
+		return &Error{Status: status, Code: code, Message: "internal error", Err: err}
+	}
+	return &Error{Status: status, Code: code, Message: err.Error()}
 }
 
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
@@ -93,12 +82,12 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, max int64, v any) error 
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: "request body too large"}
+			return errdefs.TooLargef("request body too large")
 		}
-		return badRequest("request body is not valid JSON: " + err.Error())
+		return errdefs.Invalidf("request body is not valid JSON: %v", err)
 	}
 	if dec.More() {
-		return badRequest("request body has trailing data after the JSON value")
+		return errdefs.Invalidf("request body has trailing data after the JSON value")
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 )
 
@@ -31,7 +32,7 @@ func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request) error {
 	key := req.IdempotencyKey
 	if h := r.Header.Get("Idempotency-Key"); h != "" {
 		if key != "" && key != h {
-			return badRequest("the Idempotency-Key header and body field differ")
+			return errdefs.Invalidf("the Idempotency-Key header and body field differ")
 		}
 		key = h
 	}
@@ -60,11 +61,11 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if q.Has("status") && !runs.Status(q.Get("status")).Valid() {
-		return badRequest(fmt.Sprintf("unknown status %q (one of QUEUED, STARTING, RUNNING, WAITING, COMPLETED, FAILED, TIMED_OUT, CANCELED)", q.Get("status")))
+		return errdefs.Invalidf("unknown status %q (one of QUEUED, STARTING, RUNNING, WAITING, COMPLETED, FAILED, TIMED_OUT, CANCELED)", q.Get("status"))
 	}
 	kind := q.Get("kind")
 	if kind != "" && kind != runs.KindTask && kind != runs.KindBuild {
-		return badRequest(fmt.Sprintf("unknown kind %q (task or build)", kind))
+		return errdefs.Invalidf("unknown kind %q (task or build)", kind)
 	}
 	page, err := s.cfg.Runs.List(r.Context(), runs.Filter{
 		Project: project, Env: env, TaskID: q.Get("task"), Status: runs.Status(q.Get("status")), Kind: kind,
@@ -165,7 +166,7 @@ func afterParam(r *http.Request) (int64, error) {
 func cursorParam(v string) (int64, error) {
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
-		return 0, badRequest(fmt.Sprintf("cursor %q must be a non-negative event sequence number", v))
+		return 0, errdefs.Invalidf("cursor %q must be a non-negative event sequence number", v)
 	}
 	return n, nil
 }
@@ -187,7 +188,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "streaming unsupported"}
+		return fmt.Errorf("streaming unsupported")
 	}
 	changed, unsubscribe := s.cfg.Runs.Broker().Subscribe(id)
 	defer unsubscribe()

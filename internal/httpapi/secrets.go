@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/vault"
 )
 
@@ -13,8 +14,7 @@ import (
 
 func (s *Server) secretsVault() (*vault.Vault, error) {
 	if s.cfg.Vault == nil {
-		return nil, &Error{Status: http.StatusServiceUnavailable, Code: "vault_unavailable",
-			Message: "this control plane has no vault: start it with HELMR_MASTER_KEY or HELMR_MASTER_KEY_FILE"}
+		return nil, errdefs.Unavailablef("this control plane has no vault: start it with HELMR_MASTER_KEY or HELMR_MASTER_KEY_FILE")
 	}
 	return s.cfg.Vault, nil
 }
@@ -34,7 +34,7 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) error {
 	dec := json.NewDecoder(io.LimitReader(r.Body, 2*vault.MaxValueBytes+1024))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil || body.Value == nil {
-		return badRequest(`the body must be {"value": "..."}`)
+		return errdefs.Invalidf(`the body must be {"value": "..."}`)
 	}
 	m, err := v.Set(r.Context(), project, env, r.PathValue("name"), []byte(*body.Value))
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/otlp"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/vault"
@@ -251,13 +252,13 @@ func scope(r *http.Request) (project, env string, err error) {
 		env = "dev"
 	}
 	if project == "" {
-		return "", "", badRequest("the project query parameter is required")
+		return "", "", errdefs.Invalidf("the project query parameter is required")
 	}
 	if !deployments.ValidName(project) {
-		return "", "", badRequest(fmt.Sprintf("project %q is not a valid name (1-128 letters, digits, '.', '_' or '-')", project))
+		return "", "", errdefs.Invalidf("project %q is not a valid name (1-128 letters, digits, '.', '_' or '-')", project)
 	}
 	if !deployments.ValidName(env) {
-		return "", "", badRequest(fmt.Sprintf("env %q is not a valid name (1-128 letters, digits, '.', '_' or '-')", env))
+		return "", "", errdefs.Invalidf("env %q is not a valid name (1-128 letters, digits, '.', '_' or '-')", env)
 	}
 	if err := authorize(r.Context(), project, env); err != nil {
 		return "", "", err

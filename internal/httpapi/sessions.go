@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 )
 
@@ -35,12 +36,12 @@ func (s *Server) append(w http.ResponseWriter, r *http.Request, stream string) e
 		return err
 	}
 	if len(req.Data) == 0 {
-		return badRequest("data is required (any JSON value, null included)")
+		return errdefs.Invalidf("data is required (any JSON value, null included)")
 	}
 	key := req.IdempotencyKey
 	if h := r.Header.Get("Idempotency-Key"); h != "" {
 		if key != "" && key != h {
-			return badRequest("the Idempotency-Key header and body field differ")
+			return errdefs.Invalidf("the Idempotency-Key header and body field differ")
 		}
 		key = h
 	}
@@ -77,7 +78,7 @@ func (s *Server) streamRecords(stream string) handlerFunc {
 		}
 		flusher, ok := w.(http.Flusher)
 		if !ok {
-			return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "streaming unsupported"}
+			return fmt.Errorf("streaming unsupported")
 		}
 		changed, unsubscribe := s.cfg.Runs.Broker().Subscribe(id)
 		defer unsubscribe()

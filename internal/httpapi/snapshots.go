@@ -4,6 +4,8 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 // snapshotRequest reads a worker's workspace snapshot request: the
@@ -12,14 +14,14 @@ import (
 func snapshotRequest(r *http.Request) (workerID string, seq int64, err error) {
 	workerID = r.URL.Query().Get("workerId")
 	if workerID == "" {
-		return "", 0, badRequest("the workerId query parameter is required")
+		return "", 0, errdefs.Invalidf("the workerId query parameter is required")
 	}
 	if err := actAs(r.Context(), workerID); err != nil {
 		return "", 0, err
 	}
 	seq, perr := strconv.ParseInt(r.PathValue("seq"), 10, 64)
 	if perr != nil || seq < 1 {
-		return "", 0, badRequest("snapshot number " + r.PathValue("seq") + " is not a positive integer")
+		return "", 0, errdefs.Invalidf("snapshot number %s is not a positive integer", r.PathValue("seq"))
 	}
 	return workerID, seq, nil
 }

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/client"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/workers"
 	"github.com/helmr/helmr/internal/workspaces"
@@ -86,7 +86,7 @@ func TestWorkerSnapshotRoutes(t *testing.T) {
 	if err != nil || snap.Seq != 2 || snap.Size != int64(len(two)) {
 		t.Fatalf("client PutWorkspaceSnapshot(2) = %+v, %v", snap, err)
 	}
-	if _, err := e.blobs.Get(t.Context(), first); !errors.Is(err, checkpoints.ErrNotFound) {
+	if _, err := e.blobs.Get(t.Context(), first); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("snapshot 1's blob after snapshot 2 = %v, want deleted", err)
 	}
 	rc, err := cp.GetWorkspaceSnapshot(t.Context(), workerA, ws, 2)
@@ -98,7 +98,7 @@ func TestWorkerSnapshotRoutes(t *testing.T) {
 	if !bytes.Equal(data, two) {
 		t.Errorf("client GetWorkspaceSnapshot(2) = %q, want %q", data, two)
 	}
-	if _, err := cp.GetWorkspaceSnapshot(t.Context(), workerA, ws, 1); !errors.Is(err, workspaces.ErrConflict) {
+	if _, err := cp.GetWorkspaceSnapshot(t.Context(), workerA, ws, 1); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("client GetWorkspaceSnapshot(1, replaced) = %v, want a conflict", err)
 	}
 	st, view := e.call("GET", "/v1/workspaces/"+ws, nil)
@@ -116,10 +116,10 @@ func TestWorkerSnapshotRoutes(t *testing.T) {
 	if st, body := e.call("DELETE", "/v1/workspaces/"+ws, nil); st != http.StatusNoContent {
 		t.Fatalf("DELETE workspace = %d %v", st, body)
 	}
-	if _, err := e.blobs.Get(t.Context(), snap.BlobID); !errors.Is(err, checkpoints.ErrNotFound) {
+	if _, err := e.blobs.Get(t.Context(), snap.BlobID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("the deleted workspace's snapshot blob = %v, want deleted", err)
 	}
-	if _, err := cp.PutWorkspaceSnapshot(t.Context(), workerA, ws, 3, bytes.NewReader(two)); !errors.Is(err, workspaces.ErrNotFound) {
+	if _, err := cp.PutWorkspaceSnapshot(t.Context(), workerA, ws, 3, bytes.NewReader(two)); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("client PutWorkspaceSnapshot(deleted workspace) = %v, want not found", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
@@ -130,10 +131,10 @@ func decodeSwerex(r *http.Request, v any) error {
 	const max = 2 * MaxFileBytes // a write_file's content, JSON-escaped
 	data, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 	if err != nil {
-		return badRequest("read the request body: " + err.Error())
+		return errdefs.Invalidf("read the request body: %v", err)
 	}
 	if len(data) > max {
-		return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("a request body is at most %d bytes", max)}
+		return errdefs.TooLargef("a request body is at most %d bytes", max)
 	}
 	if len(bytes.TrimSpace(data)) == 0 || string(bytes.TrimSpace(data)) == "null" {
 		return nil
@@ -162,7 +163,7 @@ func (s *Server) swerexCreateSession(r *http.Request, ws workspaces.Workspace, r
 		return nil, err
 	}
 	if req.SessionType != "bash" {
-		return nil, badRequest(fmt.Sprintf("session_type %q: only bash sessions exist", req.SessionType))
+		return nil, errdefs.Invalidf("session_type %q: only bash sessions exist", req.SessionType)
 	}
 	rt.mu.Lock()
 	_, exists := rt.sessions[req.Session]
@@ -216,7 +217,7 @@ func (s *Server) swerexRunInSession(r *http.Request, ws workspaces.Workspace, rt
 		return map[string]any{"output": "", "exit_code": 0, "failure_reason": "", "expect_string": "", "session_type": "bash"}, nil
 	case "bash":
 	default:
-		return nil, badRequest(fmt.Sprintf("action_type %q: bash or bash_interrupt", req.ActionType))
+		return nil, errdefs.Invalidf("action_type %q: bash or bash_interrupt", req.ActionType)
 	}
 	if req.Interactive || req.Quit {
 		return nil, &swerexError{"swerex.exceptions.SwerexException", "interactive commands are not supported by Helmr's SWE-ReX runtime: each command runs to its end"}
@@ -368,7 +369,7 @@ func (s *Server) swerexExecute(r *http.Request, ws workspaces.Workspace, _ *swer
 		exec.Argv = []string{"sh", "-c", script + str}
 	}
 	if err := checkExec(exec); err != nil {
-		return nil, badRequest(err.Error())
+		return nil, errdefs.Invalidf("%w", err)
 	}
 	res, err := s.execIn(r.Context(), s.cfg.Workspaces, ws, exec, opTrace{kind: "swerex.execute"})
 	if err != nil {
@@ -399,9 +400,8 @@ func (s *Server) swerexReadFile(r *http.Request, ws workspaces.Workspace, _ *swe
 	}
 	res, err := s.execOutput(r.Context(), s.cfg.Workspaces, ws, workspaces.ExecRequest{Argv: []string{"base64", "-w0", "--", req.Path}},
 		opTrace{kind: "swerex.read_file", request: map[string]any{"path": req.Path}}, maxFileBase64, fmt.Sprintf("%s is larger than %d bytes: read it in parts with execute", req.Path, MaxFileBytes))
-	var he *Error
-	if errors.As(err, &he) && he.Status == http.StatusRequestEntityTooLarge {
-		return nil, &swerexError{"swerex.exceptions.SwerexException", he.Message}
+	if errors.Is(err, errdefs.ErrTooLarge) {
+		return nil, &swerexError{"swerex.exceptions.SwerexException", err.Error()}
 	}
 	if err != nil {
 		return nil, err
@@ -411,7 +411,7 @@ func (s *Server) swerexReadFile(r *http.Request, ws workspaces.Workspace, _ *swe
 	}
 	data, err := base64.StdEncoding.DecodeString(strings.TrimSpace(res.Stdout))
 	if err != nil {
-		return nil, &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: req.Path + " came back garbled: " + err.Error()}
+		return nil, errdefs.Upstreamf("%s came back garbled: %v", req.Path, err)
 	}
 	return map[string]any{"content": string(data)}, nil
 }
@@ -437,7 +437,7 @@ func (s *Server) swerexWriteFile(r *http.Request, ws workspaces.Workspace, _ *sw
 // directory.
 func (s *Server) swerexPut(r *http.Request, ws workspaces.Workspace, p string, data []byte) error {
 	if len(data) > MaxFileBytes {
-		return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("%s: %d bytes, more than the %d one write takes", p, len(data), MaxFileBytes)}
+		return errdefs.TooLargef("%s: %d bytes, more than the %d one write takes", p, len(data), MaxFileBytes)
 	}
 	res, err := s.execStdin(r.Context(), s.cfg.Workspaces, ws, workspaces.ExecRequest{
 		Argv:  []string{"sh", "-c", `mkdir -p "$(dirname "$1")" && base64 -d > "$1"`, "sh", p},
@@ -469,7 +469,7 @@ func (s *Server) swerexUpload(r *http.Request, ws workspaces.Workspace, _ *swere
 		return nil, err
 	}
 	if len(data) > MaxFileBytes {
-		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("an upload is at most %d bytes", MaxFileBytes)}
+		return nil, errdefs.TooLargef("an upload is at most %d bytes", MaxFileBytes)
 	}
 	if r.FormValue("unzip") != "true" && r.FormValue("unzip") != "True" {
 		return map[string]any{}, s.swerexPut(r, ws, target, data)
@@ -529,7 +529,7 @@ func zipToTar(data []byte) ([]byte, error) {
 			return nil, &swerexError{"zipfile.BadZipFile", fmt.Sprintf("%s: %v", zf.Name, err)}
 		}
 		if total += int64(len(content)); total > MaxFileBytes {
-			return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("the zip unpacks to more than %d bytes", MaxFileBytes)}
+			return nil, errdefs.TooLargef("the zip unpacks to more than %d bytes", MaxFileBytes)
 		}
 		mode := int64(zf.Mode().Perm())
 		if zf.Mode()&fs.ModeSymlink != 0 || mode == 0 {

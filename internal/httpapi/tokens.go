@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/waitpoints"
 )
@@ -32,7 +33,7 @@ type CancelRequest struct {
 
 func (s *Server) waits() (*waitpoints.Service, error) {
 	if s.cfg.Waits == nil {
-		return nil, &Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "waitpoints are not enabled on this server"}
+		return nil, errdefs.Unavailablef("waitpoints are not enabled on this server")
 	}
 	return s.cfg.Waits, nil
 }
@@ -53,7 +54,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	key := req.IdempotencyKey
 	if h := r.Header.Get("Idempotency-Key"); h != "" {
 		if key != "" && key != h {
-			return badRequest("the Idempotency-Key header and body field differ")
+			return errdefs.Invalidf("the Idempotency-Key header and body field differ")
 		}
 		key = h
 	}
@@ -84,7 +85,7 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) error {
 	}
 	q := r.URL.Query()
 	if q.Has("status") && !waitpoints.Status(q.Get("status")).Valid() {
-		return badRequest(fmt.Sprintf("unknown status %q (one of WAITING, COMPLETED, TIMED_OUT, CANCELED)", q.Get("status")))
+		return errdefs.Invalidf("unknown status %q (one of WAITING, COMPLETED, TIMED_OUT, CANCELED)", q.Get("status"))
 	}
 	page, err := ws.List(r.Context(), waitpoints.Filter{Project: project, Env: env, Status: waitpoints.Status(q.Get("status")),
 		RunID: q.Get("run"), Tag: q.Get("tag"), Limit: limit, Cursor: q.Get("cursor")})
@@ -113,7 +114,7 @@ func (s *Server) visibleWaitpoint(r *http.Request, ws *waitpoints.Service) (wait
 	if err != nil {
 		return waitpoints.Waitpoint{}, err
 	}
-	if err := authorizeObject(r.Context(), wp.Project, wp.Env, fmt.Errorf("get waitpoint %s: %w", wp.ID, waitpoints.ErrNotFound)); err != nil {
+	if err := authorizeObject(r.Context(), wp.Project, wp.Env, fmt.Errorf("get waitpoint %s: %w", wp.ID, errdefs.ErrNotFound)); err != nil {
 		return waitpoints.Waitpoint{}, err
 	}
 	return wp, nil
@@ -169,9 +170,9 @@ func (s *Server) tokenCallback(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: "request body too large"}
+			return errdefs.TooLargef("request body too large")
 		}
-		return badRequest("read the request body: " + err.Error())
+		return errdefs.Invalidf("read the request body: %v", err)
 	}
 	wp, err := ws.Callback(r.Context(), r.PathValue("id"), r.PathValue("secret"), body)
 	if err != nil {

@@ -4,14 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
-	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
@@ -47,11 +46,11 @@ func (s *Server) execStdin(ctx context.Context, st workspaces.Store, ws workspac
 		rest = rest[len(part):]
 		res, err := s.execIn(ctx, st, ws, workspaces.ExecRequest{Argv: []string{"sh", "-c", `cat >> "$1" && pwd -P`, "sh", stage}, Stdin: part}, opTrace{quiet: true})
 		if err == nil && res.ExitCode != 0 {
-			err = &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: "stage the input in the workspace: " + strings.TrimSpace(res.Stderr)}
+			err = errdefs.Upstreamf("stage the input in the workspace: %s", strings.TrimSpace(res.Stderr))
 		}
 		if dir == "" && err == nil {
 			if dir = strings.TrimSpace(res.Stdout); !stagedPath.MatchString(dir) {
-				err = &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: fmt.Sprintf("stage the input in the workspace: it is at %q", res.Stdout)}
+				err = errdefs.Upstreamf("stage the input in the workspace: it is at %q", res.Stdout)
 			}
 		}
 		if err != nil {
@@ -141,7 +140,7 @@ echo "$(wc -c <"$t") $t"`, "sh"}, argv...)
 	sizeStr, tmp, _ := strings.Cut(strings.TrimSpace(first.Stdout), " ")
 	size, perr := strconv.Atoi(sizeStr)
 	if perr != nil || !stagedPath.MatchString(tmp) || strings.Contains(tmp, "..") {
-		return res, &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: fmt.Sprintf("staging the output gave %q", first.Stdout)}
+		return res, errdefs.Upstreamf("staging the output gave %q", first.Stdout)
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -149,14 +148,14 @@ echo "$(wc -c <"$t") $t"`, "sh"}, argv...)
 		_, _ = s.execIn(cctx, st, ws, workspaces.ExecRequest{Argv: []string{"rm", "-f", "--", tmp}}, opTrace{quiet: true})
 	}()
 	if size > max {
-		return res, &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: tooLarge}
+		return res, errdefs.TooLargef("%s", tooLarge)
 	}
 	var out strings.Builder
 	out.Grow(size)
 	for off := 0; off < size; off += transferPart {
 		part, err := s.execIn(ctx, st, ws, workspaces.ExecRequest{Argv: []string{"sh", "-c", `tail -c +$(($2 + 1)) -- "$1" | head -c "$3"`, "sh", tmp, strconv.Itoa(off), strconv.Itoa(transferPart)}}, opTrace{quiet: true})
 		if err == nil && (part.ExitCode != 0 || part.StdoutTruncated) {
-			err = &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: fmt.Sprintf("read back the output at %d: exit %d: %s", off, part.ExitCode, strings.TrimSpace(part.Stderr))}
+			err = errdefs.Upstreamf("read back the output at %d: exit %d: %s", off, part.ExitCode, strings.TrimSpace(part.Stderr))
 		}
 		if err != nil {
 			return res, err
@@ -164,7 +163,7 @@ echo "$(wc -c <"$t") $t"`, "sh"}, argv...)
 		out.WriteString(part.Stdout)
 	}
 	if out.Len() != size {
-		return res, &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: fmt.Sprintf("read back %d of %d bytes of output", out.Len(), size)}
+		return res, errdefs.Upstreamf("read back %d of %d bytes of output", out.Len(), size)
 	}
 	res.Stdout, res.StdoutTruncated = out.String(), false
 	res.Stderr = first.Stderr

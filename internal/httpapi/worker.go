@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/worker"
@@ -26,7 +27,7 @@ func (s *Server) workerLease(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if req.WorkerID == "" {
-		return badRequest("workerId is required")
+		return errdefs.Invalidf("workerId is required")
 	}
 	if err := actAs(r.Context(), req.WorkerID); err != nil {
 		return err
@@ -151,7 +152,7 @@ func (s *Server) workerDeletedWorkspaces(w http.ResponseWriter, r *http.Request)
 		return err
 	}
 	if len(req.IDs) > 100000 {
-		return badRequest("at most 100000 workspace ids at once")
+		return errdefs.Invalidf("at most 100000 workspace ids at once")
 	}
 	st, err := s.workspaceStore()
 	if err != nil {
@@ -277,7 +278,7 @@ func (s *Server) workerNextOp(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if req.WorkerID == "" || req.Host == "" {
-		return badRequest("workerId and host are required")
+		return errdefs.Invalidf("workerId and host are required")
 	}
 	if err := actAs(r.Context(), req.WorkerID); err != nil {
 		return err
@@ -306,7 +307,7 @@ func (s *Server) workerOpOutput(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if out.Stream != "stdout" && out.Stream != "stderr" {
-		return badRequest("stream must be stdout or stderr")
+		return errdefs.Invalidf("stream must be stdout or stderr")
 	}
 	if err := s.control.OpOutput(r.Context(), r.PathValue("id"), out); err != nil {
 		return err

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
-	"github.com/helmr/helmr/internal/vault"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
@@ -26,7 +26,7 @@ import (
 // keeps none.
 func (s *Server) workspaceStore() (workspaces.Store, error) {
 	if s.cfg.Workspaces == nil {
-		return nil, &Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "this control plane keeps no workspaces"}
+		return nil, errdefs.Unavailablef("this control plane keeps no workspaces")
 	}
 	return s.cfg.Workspaces, nil
 }
@@ -70,23 +70,23 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) error {
 	var quota int64
 	if req.Quota != "" {
 		if quota, err = workspaces.ParseQuota(req.Quota); err != nil {
-			return badRequest(err.Error())
+			return errdefs.Invalidf("%w", err)
 		}
 	}
 	var task deployments.Task
 	switch {
 	case (req.Task == "") == (req.Sandbox == ""):
-		return badRequest("give one of task (a deployed task whose sandbox the workspace uses) or sandbox (the name of a deployed sandbox)")
+		return errdefs.Invalidf("give one of task (a deployed task whose sandbox the workspace uses) or sandbox (the name of a deployed sandbox)")
 	case req.Task != "":
 		if task, err = s.cfg.Deployments.GetTask(r.Context(), project, env, req.Task); err != nil {
 			return err
 		}
 		if task.Spec.Sandbox == nil {
-			return badRequest(fmt.Sprintf("task %s declares no sandbox", req.Task))
+			return errdefs.Invalidf("task %s declares no sandbox", req.Task)
 		}
 	default:
 		if !deployments.ValidName(req.Sandbox) {
-			return badRequest(fmt.Sprintf("sandbox %q: names are 1-128 letters, digits, '.', '_' or '-'", req.Sandbox))
+			return errdefs.Invalidf("sandbox %q: names are 1-128 letters, digits, '.', '_' or '-'", req.Sandbox)
 		}
 		if task, err = s.sandboxTask(r.Context(), project, env, req.Sandbox); err != nil {
 			return err
@@ -116,7 +116,7 @@ func (s *Server) sandboxTask(ctx context.Context, project, env, name string) (de
 			return t, nil
 		}
 	}
-	return deployments.Task{}, &Error{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no task deployed in %s/%s references a sandbox named %q", project, env, name)}
+	return deployments.Task{}, errdefs.NotFoundf("no task deployed in %s/%s references a sandbox named %q", project, env, name)
 }
 
 // workspaceTask returns the deployed task whose sandbox a workspace's
@@ -125,17 +125,19 @@ func (s *Server) sandboxTask(ctx context.Context, project, env, name string) (de
 // that does), or, for a workspace without one, its task's.
 func (s *Server) workspaceTask(ctx context.Context, ws workspaces.Workspace) (deployments.Task, error) {
 	task, err := s.cfg.Deployments.GetTask(ctx, ws.Project, ws.Env, ws.TaskID)
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return deployments.Task{}, err
+	}
 	if err == nil && (ws.Sandbox == "" || (task.Spec.Sandbox != nil && task.Spec.Sandbox.Name == ws.Sandbox)) {
 		return task, nil
 	}
 	if ws.Sandbox == "" {
-		return deployments.Task{}, &Error{Status: http.StatusConflict, Code: "conflict", Message: fmt.Sprintf("workspace %s runs in the sandbox of task %s, which %s/%s no longer deploys", ws.ID, ws.TaskID, ws.Project, ws.Env)}
+		return deployments.Task{}, errdefs.Conflictf("workspace %s runs in the sandbox of task %s, which %s/%s no longer deploys", ws.ID, ws.TaskID, ws.Project, ws.Env)
 	}
 	task, err = s.sandboxTask(ctx, ws.Project, ws.Env, ws.Sandbox)
 	if err != nil {
-		var he *Error
-		if errors.As(err, &he) && he.Status == http.StatusNotFound {
-			return deployments.Task{}, &Error{Status: http.StatusConflict, Code: "conflict", Message: fmt.Sprintf("workspace %s runs in sandbox %s, which %s/%s no longer deploys", ws.ID, ws.Sandbox, ws.Project, ws.Env)}
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return deployments.Task{}, errdefs.Conflictf("workspace %s runs in sandbox %s, which %s/%s no longer deploys", ws.ID, ws.Sandbox, ws.Project, ws.Env)
 		}
 		return deployments.Task{}, err
 	}
@@ -162,7 +164,7 @@ func (s *Server) requestWorkspace(r *http.Request) (workspaces.Store, workspaces
 	if err != nil {
 		return nil, ws, err
 	}
-	return st, ws, authorizeObject(r.Context(), ws.Project, ws.Env, fmt.Errorf("get workspace %s: %w", ws.ID, workspaces.ErrNotFound))
+	return st, ws, authorizeObject(r.Context(), ws.Project, ws.Env, fmt.Errorf("get workspace %s: %w", ws.ID, errdefs.ErrNotFound))
 }
 
 // deleteWorkspace marks a workspace deleted: no run may attach to it
@@ -206,7 +208,7 @@ func (s *Server) execWorkspace(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := checkExec(req); err != nil {
-		return badRequest(err.Error())
+		return errdefs.Invalidf("%w", err)
 	}
 	res, err := s.execIn(r.Context(), st, ws, req, opTrace{kind: "exec"})
 	if err != nil {
@@ -228,7 +230,7 @@ func (s *Server) execWorkspaceStream(w http.ResponseWriter, r *http.Request) err
 		return err
 	}
 	if err := checkExec(req); err != nil {
-		return badRequest(err.Error())
+		return errdefs.Invalidf("%w", err)
 	}
 	flusher, ok := w.(http.Flusher)
 	if !ok {
@@ -263,7 +265,7 @@ func (s *Server) execIn(ctx context.Context, st workspaces.Store, ws workspaces.
 	began := time.Now()
 	defer func() { s.recordOp(ctx, ws, req, tr, began, res, err) }()
 	if ws.DeletedAt != nil {
-		return workspaces.ExecResult{}, &Error{Status: http.StatusConflict, Code: "conflict", Message: "workspace " + ws.ID + " was deleted"}
+		return workspaces.ExecResult{}, errdefs.Conflictf("workspace %s was deleted", ws.ID)
 	}
 	if err := s.cfg.Runs.WorkspaceFree(ctx, ws); err != nil {
 		return workspaces.ExecResult{}, err
@@ -295,10 +297,10 @@ func (s *Server) execIn(ctx context.Context, st workspaces.Store, ws workspaces.
 	}
 	opRes, err := s.cfg.Ops.DoStream(ctx, workspaces.Op{Workspace: ws, Task: task.Spec, DeploymentID: task.DeploymentID, Exec: &req, Secrets: secrets}, output)
 	if err != nil {
-		return workspaces.ExecResult{}, &Error{Status: http.StatusGatewayTimeout, Code: "no_worker", Message: err.Error()}
+		return workspaces.ExecResult{}, errdefs.Newf(errdefs.ErrTimeout, "%w", err)
 	}
 	if opRes.Error != "" {
-		return workspaces.ExecResult{}, &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: workspaces.Redact(opRes.Error, secrets)}
+		return workspaces.ExecResult{}, errdefs.Upstreamf("%s", workspaces.Redact(opRes.Error, secrets))
 	}
 	// The worker redacted already; a value never leaves here whatever a
 	// worker sends.
@@ -374,7 +376,7 @@ func (s *Server) trajectory(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if s.cfg.Trajectories == nil {
-		return &Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "this control plane keeps no trajectories"}
+		return errdefs.Unavailablef("this control plane keeps no trajectories")
 	}
 	after, err := intParam(r, "after", 0)
 	if err != nil {
@@ -398,12 +400,12 @@ func (s *Server) vaultRefs(ctx context.Context, ws workspaces.Workspace, req wor
 		return nil, nil
 	}
 	if s.cfg.Vault == nil {
-		return nil, &Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "the command refers to vault secrets, and this control plane has no vault"}
+		return nil, errdefs.Unavailablef("the command refers to vault secrets, and this control plane has no vault")
 	}
 	out, err := workspaces.SecretsFor(ctx, s.cfg.Vault, ws, req)
 	var se *workspaces.SecretError
-	if errors.As(err, &se) && errors.Is(err, vault.ErrNotFound) {
-		return nil, badRequest(fmt.Sprintf("${vault:%s}: no secret %s in %s/%s", se.Name, se.Name, ws.Project, ws.Env))
+	if errors.As(err, &se) && errors.Is(err, errdefs.ErrNotFound) {
+		return nil, errdefs.Invalidf("${vault:%s}: no secret %s in %s/%s", se.Name, se.Name, ws.Project, ws.Env)
 	}
 	return out, err
 }
@@ -484,7 +486,7 @@ func (s *Server) fileOp(r *http.Request, kind, rel, script string, data []byte, 
 		return workspaces.ExecResult{}, err
 	}
 	if err := checkRelPath(rel); err != nil {
-		return workspaces.ExecResult{}, badRequest(err.Error())
+		return workspaces.ExecResult{}, errdefs.Invalidf("%w", err)
 	}
 	req := workspaces.ExecRequest{Argv: []string{"sh", "-c", fileScript + script, "sh", rel}, Stdin: base64.StdEncoding.EncodeToString(data)}
 	tr := opTrace{kind: kind, request: map[string]any{"path": rel, "bytes": len(data)}}
@@ -500,13 +502,13 @@ func (s *Server) fileOp(r *http.Request, kind, rel, script string, data []byte, 
 	case 0:
 		return res, nil
 	case 77:
-		return res, badRequest(fmt.Sprintf("path %q leaves the workspace (through a symlink)", rel))
+		return res, errdefs.Invalidf("path %q leaves the workspace (through a symlink)", rel)
 	case 78:
-		return res, &Error{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("%s: %s", rel, strings.TrimSpace(res.Stderr))}
+		return res, errdefs.NotFoundf("%s: %s", rel, strings.TrimSpace(res.Stderr))
 	case 79:
-		return res, &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("%s is larger than %d bytes: %s", rel, MaxFileBytes, tooLarge)}
+		return res, errdefs.TooLargef("%s is larger than %d bytes: %s", rel, MaxFileBytes, tooLarge)
 	}
-	return res, &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: fmt.Sprintf("%s: exit %d: %s", rel, res.ExitCode, strings.TrimSpace(res.Stderr))}
+	return res, errdefs.Upstreamf("%s: exit %d: %s", rel, res.ExitCode, strings.TrimSpace(res.Stderr))
 }
 
 // fetch runs a file script that prints bytes base64-encoded and answers
@@ -517,11 +519,11 @@ func (s *Server) fetch(w http.ResponseWriter, r *http.Request, kind, rel, script
 		return err
 	}
 	if res.StdoutTruncated {
-		return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("%s is larger than %d bytes: %s", rel, MaxFileBytes, tooLarge)}
+		return errdefs.TooLargef("%s is larger than %d bytes: %s", rel, MaxFileBytes, tooLarge)
 	}
 	data, err := base64.StdEncoding.DecodeString(strings.TrimSpace(res.Stdout))
 	if err != nil {
-		return &Error{Status: http.StatusBadGateway, Code: "worker_error", Message: rel + " came back garbled: " + err.Error()}
+		return errdefs.Upstreamf("%s came back garbled: %v", rel, err)
 	}
 	w.Header().Set("Content-Type", ctype)
 	w.WriteHeader(http.StatusOK)
@@ -537,14 +539,14 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request, kind, rel, script s
 	}
 	data, err := io.ReadAll(io.LimitReader(r.Body, MaxFileBytes+1))
 	if err != nil {
-		return badRequest("read the request body: " + err.Error())
+		return errdefs.Invalidf("read the request body: %v", err)
 	}
 	if len(data) > MaxFileBytes {
-		return &Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("a file or tar sent through the API is at most %d bytes", MaxFileBytes)}
+		return errdefs.TooLargef("a file or tar sent through the API is at most %d bytes", MaxFileBytes)
 	}
 	if check != nil {
 		if err := check(data); err != nil {
-			return badRequest(err.Error())
+			return errdefs.Invalidf("%w", err)
 		}
 	}
 	if _, err := s.fileOp(r, kind, rel, script, data, ""); err != nil {

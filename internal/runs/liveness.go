@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/workers"
 )
 
 // Heartbeat records that a worker is alive, with its capabilities.
 func (s *Service) Heartbeat(ctx context.Context, workerID string, caps workers.Capabilities) error {
 	if workerID == "" {
-		return fmt.Errorf("heartbeat without a worker id: %w", ErrInvalid)
+		return fmt.Errorf("heartbeat without a worker id: %w", errdefs.ErrInvalid)
 	}
 	return s.workers.UpsertWorker(ctx, workers.Worker{ID: workerID, Capabilities: caps, LastSeen: s.now()})
 }

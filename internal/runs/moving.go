@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
@@ -61,7 +62,7 @@ func (s *Service) recentLiveHosts(ctx context.Context) (map[string]bool, error) 
 }
 
 // WorkerHost returns the host worker id last reported (live or not: a
-// stopping worker still saves the workspaces it holds); ErrNotFound if it
+// stopping worker still saves the workspaces it holds); errdefs.ErrNotFound if it
 // never reported one.
 func (s *Service) WorkerHost(ctx context.Context, id string) (string, error) {
 	ws, err := s.workers.ListWorkers(ctx, time.Time{})
@@ -73,7 +74,7 @@ func (s *Service) WorkerHost(ctx context.Context, id string) (string, error) {
 			return w.Capabilities.Host, nil
 		}
 	}
-	return "", fmt.Errorf("worker %s never reported a host: %w", id, ErrNotFound)
+	return "", fmt.Errorf("worker %s never reported a host: %w", id, errdefs.ErrNotFound)
 }
 
 // PlaceWorkspace returns the host a new run or direct operation of ws
@@ -139,7 +140,7 @@ func (s *Service) MoveStrandedRuns(ctx context.Context) (int, error) {
 				continue
 			}
 			if err := s.store.DropRunHost(ctx, r.ID, host); err != nil {
-				if !errors.Is(err, ErrConflict) {
+				if !errors.Is(err, errdefs.ErrConflict) {
 					return n, err
 				}
 				continue // leased or changed meanwhile

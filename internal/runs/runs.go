@@ -4,7 +4,6 @@ package runs
 
 import (
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/helmr/helmr/internal/workers"
@@ -190,12 +189,3 @@ type Page struct {
 	Runs       []Run  `json:"runs"`
 	NextCursor string `json:"nextCursor,omitempty"`
 }
-
-// Errors returned by stores and the service; the HTTP layer maps them once.
-var (
-	ErrNotFound = errors.New("not found")
-	// ErrConflict: a transition whose From does not hold, or a state that
-	// forbids the operation.
-	ErrConflict = errors.New("conflict")
-	ErrInvalid  = errors.New("invalid")
-)

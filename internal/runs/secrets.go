@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/vault"
 )
 
@@ -25,7 +26,7 @@ func (s *Service) checkBindings(ctx context.Context, req TriggerRequest, task de
 	declared := task.Spec.Secrets
 	for name := range req.Secrets {
 		if _, ok := declared[name]; !ok {
-			return fmt.Errorf("task %s declares no secret %q: %w", req.TaskID, name, ErrInvalid)
+			return fmt.Errorf("task %s declares no secret %q: %w", req.TaskID, name, errdefs.ErrInvalid)
 		}
 	}
 	var missing []string
@@ -37,25 +38,25 @@ func (s *Service) checkBindings(ctx context.Context, req TriggerRequest, task de
 	if len(missing) > 0 {
 		sort.Strings(missing)
 		return fmt.Errorf("task %s declares the secret(s) %s, which the run does not bind (helmr run %s --secret %s=vault:NAME): %w",
-			req.TaskID, strings.Join(missing, ", "), req.TaskID, missing[0], ErrInvalid)
+			req.TaskID, strings.Join(missing, ", "), req.TaskID, missing[0], errdefs.ErrInvalid)
 	}
 	for name, src := range req.Secrets {
 		scheme, ref, _ := strings.Cut(src, ":")
 		switch scheme {
 		case "vault":
 		case "env", "file":
-			return fmt.Errorf("secret %s: %q is a local source, which a control plane cannot read; store the value in the vault (printf '%%s' \"$VALUE\" | helmr secret set %s) and bind vault:%s: %w", name, src, name, name, ErrInvalid)
+			return fmt.Errorf("secret %s: %q is a local source, which a control plane cannot read; store the value in the vault (printf '%%s' \"$VALUE\" | helmr secret set %s) and bind vault:%s: %w", name, src, name, name, errdefs.ErrInvalid)
 		default:
-			return fmt.Errorf("secret %s: source %q: want vault:NAME: %w", name, src, ErrInvalid)
+			return fmt.Errorf("secret %s: source %q: want vault:NAME: %w", name, src, errdefs.ErrInvalid)
 		}
 		if !vault.ValidName(ref) {
-			return fmt.Errorf("secret %s: %q is not a vault secret name: %w", name, ref, ErrInvalid)
+			return fmt.Errorf("secret %s: %q is not a vault secret name: %w", name, ref, errdefs.ErrInvalid)
 		}
 		if s.Vault == nil {
-			return fmt.Errorf("secret %s: this control plane has no vault (HELMR_MASTER_KEY): %w", name, ErrInvalid)
+			return fmt.Errorf("secret %s: this control plane has no vault (HELMR_MASTER_KEY): %w", name, errdefs.ErrInvalid)
 		}
 		if _, err := s.Vault.Reveal(ctx, req.Project, req.Env, ref); err != nil {
-			return fmt.Errorf("secret %s: vault secret %s in %s/%s: %v: %w", name, ref, req.Project, req.Env, err, ErrInvalid)
+			return fmt.Errorf("secret %s: vault secret %s in %s/%s: %v: %w", name, ref, req.Project, req.Env, err, errdefs.ErrInvalid)
 		}
 	}
 	return nil
@@ -78,7 +79,7 @@ func (s *Service) checkPayload(ctx context.Context, req TriggerRequest) error {
 		}
 		quoted, _ := json.Marshal(string(v))
 		if bytes.Contains(req.Payload, v) || bytes.Contains(req.Payload, quoted[1:len(quoted)-1]) {
-			return fmt.Errorf("the payload contains the value of the secret %s: payloads are stored in plaintext as audit data; bind the secret to the run instead (--secret NAME=vault:%s): %w", m.Name, m.Name, ErrInvalid)
+			return fmt.Errorf("the payload contains the value of the secret %s: payloads are stored in plaintext as audit data; bind the secret to the run instead (--secret NAME=vault:%s): %w", m.Name, m.Name, errdefs.ErrInvalid)
 		}
 	}
 	return nil
@@ -121,7 +122,7 @@ func (s *Service) RunBuildSecret(ctx context.Context, runID, name string) ([]byt
 		return nil, err
 	}
 	if s.Deployments == nil || s.Vault == nil {
-		return nil, fmt.Errorf("this control plane cannot hand out build secrets (no vault): %w", ErrConflict)
+		return nil, fmt.Errorf("this control plane cannot hand out build secrets (no vault): %w", errdefs.ErrConflict)
 	}
 	d, err := s.Deployments.GetDeployment(ctx, r.DeploymentID)
 	if err != nil {
@@ -141,7 +142,7 @@ func (s *Service) RunBuildSecret(ctx context.Context, runID, name string) ([]byt
 			}
 		}
 	}
-	return nil, fmt.Errorf("the image of run %s names no build secret %q: %w", runID, name, ErrNotFound)
+	return nil, fmt.Errorf("the image of run %s names no build secret %q: %w", runID, name, errdefs.ErrNotFound)
 }
 
 // underway returns a run that is STARTING or RUNNING, the only states in
@@ -152,7 +153,7 @@ func (s *Service) underway(ctx context.Context, runID string) (Run, error) {
 		return Run{}, err
 	}
 	if r.Status != StatusStarting && r.Status != StatusRunning {
-		return Run{}, fmt.Errorf("run %s is %s: its secrets go only to the worker running it: %w", runID, r.Status, ErrConflict)
+		return Run{}, fmt.Errorf("run %s is %s: its secrets go only to the worker running it: %w", runID, r.Status, errdefs.ErrConflict)
 	}
 	return r, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/workers"
 	"github.com/helmr/helmr/internal/workspaces"
 )
@@ -94,17 +95,22 @@ func (s *Service) Trigger(ctx context.Context, req TriggerRequest) (Run, bool, e
 		req.Payload = json.RawMessage("null")
 	}
 	if len(req.Payload) > MaxPayloadBytes {
-		return Run{}, false, fmt.Errorf("payload is %d bytes, more than the %d allowed: %w", len(req.Payload), MaxPayloadBytes, ErrInvalid)
+		return Run{}, false, fmt.Errorf("payload is %d bytes, more than the %d allowed: %w", len(req.Payload), MaxPayloadBytes, errdefs.ErrInvalid)
 	}
 	if !json.Valid(req.Payload) {
-		return Run{}, false, fmt.Errorf("payload is not valid JSON: %w", ErrInvalid)
+		return Run{}, false, fmt.Errorf("payload is not valid JSON: %w", errdefs.ErrInvalid)
 	}
 	if len(req.IdempotencyKey) > 256 {
-		return Run{}, false, fmt.Errorf("idempotency key longer than 256 characters: %w", ErrInvalid)
+		return Run{}, false, fmt.Errorf("idempotency key longer than 256 characters: %w", errdefs.ErrInvalid)
 	}
 	task, err := s.tasks.GetTask(ctx, req.Project, req.Env, req.TaskID)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return Run{}, false, fmt.Errorf("task %q in %s/%s: %w", req.TaskID, req.Project, req.Env, errdefs.ErrNotFound)
+	}
 	if err != nil {
-		return Run{}, false, fmt.Errorf("task %q in %s/%s: %w", req.TaskID, req.Project, req.Env, ErrNotFound)
+		// Anything else (the store is down, say) is not the caller's
+		// mistake: no kind, so a 5xx.
+		return Run{}, false, fmt.Errorf("look up task %q in %s/%s: %w", req.TaskID, req.Project, req.Env, err)
 	}
 	if err := s.checkBindings(ctx, req, task); err != nil {
 		return Run{}, false, err
@@ -229,7 +235,7 @@ func (s *Service) Get(ctx context.Context, id string) (Run, error) { return s.st
 // List returns a page of runs.
 func (s *Service) List(ctx context.Context, f Filter) (Page, error) {
 	if f.Status != "" && !f.Status.Valid() {
-		return Page{}, fmt.Errorf("unknown status %q: %w", f.Status, ErrInvalid)
+		return Page{}, fmt.Errorf("unknown status %q: %w", f.Status, errdefs.ErrInvalid)
 	}
 	return s.store.ListRuns(ctx, f)
 }
@@ -260,7 +266,7 @@ func (s *Service) Cancel(ctx context.Context, id string) (Run, error) {
 			return cur, nil
 		}
 		if gerr == nil && cur.Status.Terminal() {
-			return Run{}, fmt.Errorf("run %s already finished as %s: %w", id, cur.Status, ErrConflict)
+			return Run{}, fmt.Errorf("run %s already finished as %s: %w", id, cur.Status, errdefs.ErrConflict)
 		}
 		return Run{}, err
 	}
@@ -295,7 +301,7 @@ func (s *Service) waitStep(ctx context.Context, id string, note SystemData, from
 		return Run{}, err
 	}
 	if cur.Status != from && cur.Status != to {
-		return Run{}, fmt.Errorf("run %s is %s, not %s or %s: %w", id, cur.Status, from, to, ErrConflict)
+		return Run{}, fmt.Errorf("run %s is %s, not %s or %s: %w", id, cur.Status, from, to, errdefs.ErrConflict)
 	}
 	now := s.now()
 	data, _ := json.Marshal(note)
@@ -303,10 +309,10 @@ func (s *Service) waitStep(ctx context.Context, id string, note SystemData, from
 		return Run{}, fmt.Errorf("record the wait of run %s: %w", id, err)
 	}
 	r, _, err := s.store.Transition(ctx, id, Transition{From: []Status{from}, To: to, Time: now})
-	if errors.Is(err, ErrConflict) {
+	if errors.Is(err, errdefs.ErrConflict) {
 		r, err = s.store.GetRun(ctx, id)
 		if err == nil && r.Status != to {
-			err = fmt.Errorf("run %s is %s, not %s: %w", id, r.Status, to, ErrConflict)
+			err = fmt.Errorf("run %s is %s, not %s: %w", id, r.Status, to, errdefs.ErrConflict)
 		}
 	}
 	s.broker.Publish(id)
@@ -342,7 +348,7 @@ func (s *Service) Lease(ctx context.Context, workerID string, caps workers.Capab
 func (s *Service) workspaceFor(ctx context.Context, req TriggerRequest, task deployments.Task) (ws workspaces.Workspace, fresh bool, err error) {
 	if s.Workspaces == nil {
 		if req.WorkspaceID != "" {
-			return ws, false, fmt.Errorf("this control plane keeps no workspaces: %w", ErrInvalid)
+			return ws, false, fmt.Errorf("this control plane keeps no workspaces: %w", errdefs.ErrInvalid)
 		}
 		return ws, false, nil
 	}
@@ -359,16 +365,19 @@ func (s *Service) workspaceFor(ctx context.Context, req TriggerRequest, task dep
 		return ws, true, nil
 	}
 	ws, err = s.Workspaces.GetWorkspace(ctx, req.WorkspaceID)
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return ws, false, fmt.Errorf("look up workspace %q: %w", req.WorkspaceID, err)
+	}
 	if err != nil || ws.Project != req.Project || ws.Env != req.Env {
-		return ws, false, fmt.Errorf("workspace %q in %s/%s: %w", req.WorkspaceID, req.Project, req.Env, ErrNotFound)
+		return ws, false, fmt.Errorf("workspace %q in %s/%s: %w", req.WorkspaceID, req.Project, req.Env, errdefs.ErrNotFound)
 	}
 	if ws.DeletedAt != nil {
-		return ws, false, fmt.Errorf("workspace %s was deleted: %w", ws.ID, ErrConflict)
+		return ws, false, fmt.Errorf("workspace %s was deleted: %w", ws.ID, errdefs.ErrConflict)
 	}
 	return ws, false, s.WorkspaceFree(ctx, ws)
 }
 
-// WorkspaceFree reports (ErrConflict) whether an unfinished run holds
+// WorkspaceFree reports (errdefs.ErrConflict) whether an unfinished run holds
 // ws: a workspace serves one run, or direct operations, at a time.
 func (s *Service) WorkspaceFree(ctx context.Context, ws workspaces.Workspace) error {
 	page, err := s.store.ListRuns(ctx, Filter{Project: ws.Project, Env: ws.Env, WorkspaceID: ws.ID, Limit: 1})
@@ -377,7 +386,7 @@ func (s *Service) WorkspaceFree(ctx context.Context, ws workspaces.Workspace) er
 	}
 	if len(page.Runs) > 0 && !page.Runs[0].Status.Terminal() {
 		return fmt.Errorf("workspace %s is in use by run %s (%s): a workspace serves one run at a time: %w",
-			ws.ID, page.Runs[0].ID, page.Runs[0].Status, ErrConflict)
+			ws.ID, page.Runs[0].ID, page.Runs[0].Status, errdefs.ErrConflict)
 	}
 	return nil
 }
@@ -425,10 +434,10 @@ type Outcome struct {
 }
 
 // Finish moves a started run to its terminal status. A run cancelled
-// meanwhile stays cancelled (ErrConflict).
+// meanwhile stays cancelled (errdefs.ErrConflict).
 func (s *Service) Finish(ctx context.Context, id string, o Outcome) (Run, error) {
 	if !o.Status.Terminal() {
-		return Run{}, fmt.Errorf("finish with non-terminal status %q: %w", o.Status, ErrInvalid)
+		return Run{}, fmt.Errorf("finish with non-terminal status %q: %w", o.Status, errdefs.ErrInvalid)
 	}
 	now := s.now()
 	if len(o.Notes) > 0 {
@@ -481,7 +490,7 @@ func (s *Service) failStarted(ctx context.Context, pick func(Run) (string, bool)
 					continue
 				}
 				_, err := s.Finish(ctx, r.ID, Outcome{Status: StatusFailed, Error: &Error{Class: ClassGuestRuntime, Message: msg}})
-				if err != nil && !errors.Is(err, ErrConflict) {
+				if err != nil && !errors.Is(err, errdefs.ErrConflict) {
 					return n, err
 				}
 				n++

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/store/sqlite"
 	"github.com/helmr/helmr/internal/workers"
@@ -320,8 +321,8 @@ func TestWorkspaceMoves(t *testing.T) {
 	if h, err := svc.WorkerHost(ctx, "a"); err != nil || h != "hA" {
 		t.Errorf("WorkerHost(a gone) = %q, %v; want hA still", h, err)
 	}
-	if _, err := svc.WorkerHost(ctx, "nobody"); !errors.Is(err, runs.ErrNotFound) {
-		t.Errorf("WorkerHost(nobody) = %v, want ErrNotFound", err)
+	if _, err := svc.WorkerHost(ctx, "nobody"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("WorkerHost(nobody) = %v, want errdefs.ErrNotFound", err)
 	}
 	if n, err := svc.MoveStrandedRuns(ctx); err != nil || n != 0 {
 		t.Errorf("MoveStrandedRuns() without a snapshot = %d, %v; want 0: the files are only on hA", n, err)
@@ -350,5 +351,31 @@ func TestWorkspaceMoves(t *testing.T) {
 	third := trigger(ws)
 	if third.Needs.Host != "" || moveNotes(third.ID) != 1 {
 		t.Errorf("a run triggered after its host went needs %q with %d notes, want no host and one note", third.Needs.Host, moveNotes(third.ID))
+	}
+}
+
+// TestTriggerStoreOutage: a task lookup that fails for any reason other
+// than "not found" (the database is closed) is an error of no kind (an
+// internal failure), never errdefs.ErrNotFound.
+func TestTriggerStoreOutage(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "helmr.db"), slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	svc := runs.NewService(st, st, st, runs.NewBroker(), slog.Default())
+	if _, err := st.CreateDeployment(ctx, deployments.Deployment{Project: "p", Env: "dev",
+		Manifest: deployments.Manifest{Project: "p", Tasks: []deployments.TaskManifest{goodTask("a")}},
+		Files:    map[string][]byte{"bundles/tasks/a.mjs": []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = svc.Trigger(ctx, runs.TriggerRequest{Project: "p", Env: "dev", TaskID: "nope", Payload: []byte("1")})
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("Trigger(unknown task) = %v, want ErrNotFound", err)
+	}
+	st.Close()
+	_, _, err = svc.Trigger(ctx, runs.TriggerRequest{Project: "p", Env: "dev", TaskID: "a", Payload: []byte("1")})
+	if err == nil || errdefs.Kind(err) != nil {
+		t.Errorf("Trigger with the store closed = %v (kind %v), want an error of no kind", err, errdefs.Kind(err))
 	}
 }

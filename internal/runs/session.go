@@ -42,17 +42,17 @@ type NewRecord struct {
 type SessionStore interface {
 	// AppendRecord appends rec to the run's stream. If rec.ID was appended
 	// to the stream before, it returns that record and created=false when
-	// its data is the same, and ErrConflict (wrapped) when not. A run that
-	// ended takes no more records (ErrConflict); an unknown run is
-	// ErrNotFound.
+	// its data is the same, and errdefs.ErrConflict (wrapped) when not. A run that
+	// ended takes no more records (errdefs.ErrConflict); an unknown run is
+	// errdefs.ErrNotFound.
 	AppendRecord(ctx context.Context, runID, stream string, rec NewRecord) (r Record, created bool, err error)
 	// ListRecords returns up to limit records of the stream with Seq >
-	// after, in order; ErrNotFound for an unknown run.
+	// after, in order; errdefs.ErrNotFound for an unknown run.
 	ListRecords(ctx context.Context, runID, stream string, after int64, limit int) ([]Record, error)
 	// SetMetadata sets (or replaces) one key of the run's metadata;
-	// ErrNotFound for an unknown run.
+	// errdefs.ErrNotFound for an unknown run.
 	SetMetadata(ctx context.Context, runID, key string, value json.RawMessage) error
 	// Metadata returns the run's metadata (empty, not nil, when none);
-	// ErrNotFound for an unknown run.
+	// errdefs.ErrNotFound for an unknown run.
 	Metadata(ctx context.Context, runID string) (map[string]json.RawMessage, error)
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 // Limits of session streams and metadata.
@@ -32,18 +34,18 @@ func (s *Service) sessionStore() (SessionStore, error) {
 
 // Append appends data (any JSON value) to a session stream of the run.
 // With an idempotency id, a repeat with the same data returns the first
-// record and created=false; with other data it is ErrConflict. A run that
-// ended takes no more records (ErrConflict).
+// record and created=false; with other data it is errdefs.ErrConflict. A run that
+// ended takes no more records (errdefs.ErrConflict).
 func (s *Service) Append(ctx context.Context, runID, stream, id string, data json.RawMessage) (Record, bool, error) {
 	ss, err := s.sessionStore()
 	if err != nil {
 		return Record{}, false, err
 	}
 	if !ValidStream(stream) {
-		return Record{}, false, fmt.Errorf("unknown session stream %q (input or output): %w", stream, ErrInvalid)
+		return Record{}, false, fmt.Errorf("unknown session stream %q (input or output): %w", stream, errdefs.ErrInvalid)
 	}
 	if len(id) > MaxRecordIDLength {
-		return Record{}, false, fmt.Errorf("idempotency id longer than %d characters: %w", MaxRecordIDLength, ErrInvalid)
+		return Record{}, false, fmt.Errorf("idempotency id longer than %d characters: %w", MaxRecordIDLength, errdefs.ErrInvalid)
 	}
 	compact, err := compactJSON(data, MaxRecordBytes, "record data")
 	if err != nil {
@@ -66,7 +68,7 @@ func (s *Service) Records(ctx context.Context, runID, stream string, after int64
 		return nil, err
 	}
 	if !ValidStream(stream) {
-		return nil, fmt.Errorf("unknown session stream %q (input or output): %w", stream, ErrInvalid)
+		return nil, fmt.Errorf("unknown session stream %q (input or output): %w", stream, errdefs.ErrInvalid)
 	}
 	return ss.ListRecords(ctx, runID, stream, after, limit)
 }
@@ -111,7 +113,7 @@ func (s *Service) SetMetadata(ctx context.Context, runID, key string, value json
 		return err
 	}
 	if key == "" || len(key) > MaxMetadataKeyLength {
-		return fmt.Errorf("metadata key must be 1-%d bytes: %w", MaxMetadataKeyLength, ErrInvalid)
+		return fmt.Errorf("metadata key must be 1-%d bytes: %w", MaxMetadataKeyLength, errdefs.ErrInvalid)
 	}
 	compact, err := compactJSON(value, MaxMetadataValueBytes, "metadata value")
 	if err != nil {
@@ -122,7 +124,7 @@ func (s *Service) SetMetadata(ctx context.Context, runID, key string, value json
 		return err
 	}
 	if _, ok := md[key]; !ok && len(md) >= MaxMetadataKeys {
-		return fmt.Errorf("run %s has %d metadata keys, the most allowed: %w", runID, MaxMetadataKeys, ErrInvalid)
+		return fmt.Errorf("run %s has %d metadata keys, the most allowed: %w", runID, MaxMetadataKeys, errdefs.ErrInvalid)
 	}
 	return ss.SetMetadata(ctx, runID, key, compact)
 }
@@ -143,11 +145,11 @@ func compactJSON(data json.RawMessage, max int, what string) (json.RawMessage, e
 		return json.RawMessage("null"), nil
 	}
 	if len(data) > max {
-		return nil, fmt.Errorf("%s is %d bytes, more than the %d allowed: %w", what, len(data), max, ErrInvalid)
+		return nil, fmt.Errorf("%s is %d bytes, more than the %d allowed: %w", what, len(data), max, errdefs.ErrInvalid)
 	}
 	var b bytes.Buffer
 	if err := json.Compact(&b, data); err != nil {
-		return nil, fmt.Errorf("%s is not valid JSON: %w", what, ErrInvalid)
+		return nil, fmt.Errorf("%s is not valid JSON: %w", what, errdefs.ErrInvalid)
 	}
 	return b.Bytes(), nil
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 // cursor is the keyset position of the last run of a page: lists are ordered
@@ -23,7 +23,7 @@ func EncodeCursor(t time.Time, id string) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// DecodeCursor reverses EncodeCursor; a malformed cursor is runs.ErrInvalid.
+// DecodeCursor reverses EncodeCursor; a malformed cursor is errdefs.ErrInvalid.
 func DecodeCursor(s string) (time.Time, string, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	var c cursor
@@ -31,7 +31,7 @@ func DecodeCursor(s string) (time.Time, string, error) {
 		err = json.Unmarshal(b, &c)
 	}
 	if err != nil || c.ID == "" {
-		return time.Time{}, "", fmt.Errorf("cursor %q: %w", s, runs.ErrInvalid)
+		return time.Time{}, "", fmt.Errorf("cursor %q: %w", s, errdefs.ErrInvalid)
 	}
 	return time.UnixMicro(c.T).UTC(), c.ID, nil
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/waitpoints"
 )
@@ -150,7 +151,7 @@ func DecodeTags(id, s string) ([]string, error) {
 // CheckResolution decides a ResolveWaitpoint on waitpoint w (its row
 // locked): apply (true) when w waits; for a resolved w, nil when it is
 // already resolved the same way (r.Status, and for a completion the same
-// data), else waitpoints.ErrConflict.
+// data), else errdefs.ErrConflict.
 func CheckResolution(w waitpoints.Waitpoint, r waitpoints.Resolution) (bool, error) {
 	if w.Status == waitpoints.StatusWaiting {
 		return true, nil
@@ -162,7 +163,7 @@ func CheckResolution(w waitpoints.Waitpoint, r waitpoints.Resolution) (bool, err
 	if w.Status == r.Status {
 		what = "it was completed with other data"
 	}
-	return false, fmt.Errorf("%s waitpoint %s: %s: %w", strings.ToLower(verb(r.Status)), w.ID, what, waitpoints.ErrConflict)
+	return false, fmt.Errorf("%s waitpoint %s: %s: %w", strings.ToLower(verb(r.Status)), w.ID, what, errdefs.ErrConflict)
 }
 
 func verb(s waitpoints.Status) string {
@@ -183,19 +184,19 @@ const (
 
 // CheckRepeat decides an append whose idempotency id the stream already
 // holds as first: the first record (nil) when the data is the same, else
-// runs.ErrConflict.
+// errdefs.ErrConflict.
 func CheckRepeat(first runs.Record, rec runs.NewRecord) error {
 	if string(first.Data) == string(rec.Data) {
 		return nil
 	}
 	return fmt.Errorf("append to the %s of run %s: idempotency id %q was used with other data (record %d): %w",
-		first.Stream, first.RunID, rec.ID, first.Seq, runs.ErrConflict)
+		first.Stream, first.RunID, rec.ID, first.Seq, errdefs.ErrConflict)
 }
 
 // CheckOpen refuses appends to the streams of a run that ended.
 func CheckOpen(runID, stream string, status runs.Status) error {
 	if status.Terminal() {
-		return fmt.Errorf("append to the %s of run %s: the run is %s: %w", stream, runID, status, runs.ErrConflict)
+		return fmt.Errorf("append to the %s of run %s: the run is %s: %w", stream, runID, status, errdefs.ErrConflict)
 	}
 	return nil
 }

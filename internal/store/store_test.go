@@ -7,7 +7,7 @@ import (
 	"testing/fstest"
 	"time"
 
-	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 func TestNewIDSortsByTime(t *testing.T) {
@@ -29,7 +29,7 @@ func TestCursorRoundTrip(t *testing.T) {
 		t.Errorf("DecodeCursor(EncodeCursor(%v, %q)) = %v, %q, %v", at, "run_x", gotT, gotID, err)
 	}
 	for _, bad := range []string{"!", "e30", "bm90anNvbg"} {
-		if _, _, err := DecodeCursor(bad); !errors.Is(err, runs.ErrInvalid) {
+		if _, _, err := DecodeCursor(bad); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("DecodeCursor(%q) error = %v, want ErrInvalid", bad, err)
 		}
 	}

@@ -6,29 +6,30 @@ import (
 	"slices"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 )
 
 // ValidateTransition rejects a transition no run could take: an empty From
-// or an unknown To. Both are runs.ErrInvalid.
+// or an unknown To. Both are errdefs.ErrInvalid.
 func ValidateTransition(t runs.Transition) error {
 	if len(t.From) == 0 {
-		return fmt.Errorf("transition to %s: empty from: %w", t.To, runs.ErrInvalid)
+		return fmt.Errorf("transition to %s: empty from: %w", t.To, errdefs.ErrInvalid)
 	}
 	if !t.To.Valid() {
-		return fmt.Errorf("transition to %q: unknown status: %w", t.To, runs.ErrInvalid)
+		return fmt.Errorf("transition to %q: unknown status: %w", t.To, errdefs.ErrInvalid)
 	}
 	return nil
 }
 
-// ApplyTransition checks that r's status is in t.From (runs.ErrConflict,
+// ApplyTransition checks that r's status is in t.From (errdefs.ErrConflict,
 // wrapped, if not), then sets r's status and every non-empty field of t, and
 // returns the status event with sequence number r.LastSeq+1, which it also
 // records in r.LastSeq. The caller holds r's row locked.
 func ApplyTransition(r *runs.Run, t runs.Transition) (runs.Event, error) {
 	if !slices.Contains(t.From, r.Status) {
 		return runs.Event{}, fmt.Errorf("transition run %s from %s to %s (want from %v): %w",
-			r.ID, r.Status, t.To, t.From, runs.ErrConflict)
+			r.ID, r.Status, t.To, t.From, errdefs.ErrConflict)
 	}
 	data, err := json.Marshal(runs.StatusData{From: r.Status, To: t.To, Error: t.Error})
 	if err != nil {

@@ -8,16 +8,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/workers"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
 // ValidateNeed rejects needs no worker could meet or compare against: a
-// negative, NaN or infinite CPU, or negative memory (runs.ErrInvalid).
+// negative, NaN or infinite CPU, or negative memory (errdefs.ErrInvalid).
 func ValidateNeed(n workers.Need) error {
 	if n.CPU < 0 || math.IsNaN(n.CPU) || math.IsInf(n.CPU, 0) || n.MemoryBytes < 0 {
-		return fmt.Errorf("needs %g vCPUs and %d bytes of memory: %w", n.CPU, n.MemoryBytes, runs.ErrInvalid)
+		return fmt.Errorf("needs %g vCPUs and %d bytes of memory: %w", n.CPU, n.MemoryBytes, errdefs.ErrInvalid)
 	}
 	return nil
 }
@@ -97,10 +98,10 @@ const (
 // when unset, and the fields every workspace needs.
 func NewWorkspace(w workspaces.Workspace) (workspaces.Workspace, error) {
 	if w.Project == "" || w.Env == "" || w.TaskID == "" {
-		return workspaces.Workspace{}, fmt.Errorf("create workspace: project, env and task are required: %w", workspaces.ErrInvalid)
+		return workspaces.Workspace{}, fmt.Errorf("create workspace: project, env and task are required: %w", errdefs.ErrInvalid)
 	}
 	if w.QuotaBytes != 0 && (w.QuotaBytes < workspaces.MinQuota || w.QuotaBytes > workspaces.MaxQuota) {
-		return workspaces.Workspace{}, fmt.Errorf("create workspace: quota %d bytes is outside 8Mi to 16Ti: %w", w.QuotaBytes, workspaces.ErrInvalid)
+		return workspaces.Workspace{}, fmt.Errorf("create workspace: quota %d bytes is outside 8Mi to 16Ti: %w", w.QuotaBytes, errdefs.ErrInvalid)
 	}
 	if w.ID == "" {
 		w.ID = NewID(workspaces.Prefix)
@@ -119,13 +120,13 @@ func CheckSnapshot(w workspaces.Workspace, host string, snap workspaces.Snapshot
 	}
 	switch {
 	case w.DeletedAt != nil:
-		return fmt.Errorf("it was deleted: %w", workspaces.ErrNotFound)
+		return fmt.Errorf("it was deleted: %w", errdefs.ErrNotFound)
 	case snap.BlobID == "" || snap.Size <= 0:
-		return fmt.Errorf("a snapshot needs its blob and size: %w", workspaces.ErrInvalid)
+		return fmt.Errorf("a snapshot needs its blob and size: %w", errdefs.ErrInvalid)
 	case host == "" || w.Host != host:
-		return fmt.Errorf("its files are on host %q, not %q: %w", w.Host, host, workspaces.ErrConflict)
+		return fmt.Errorf("its files are on host %q, not %q: %w", w.Host, host, errdefs.ErrConflict)
 	case snap.Seq != cur+1:
-		return fmt.Errorf("its latest snapshot is %d: %w", cur, workspaces.ErrConflict)
+		return fmt.Errorf("its latest snapshot is %d: %w", cur, errdefs.ErrConflict)
 	}
 	return nil
 }

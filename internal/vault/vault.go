@@ -25,12 +25,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 // Errors callers branch on.
 var (
-	ErrNotFound = errors.New("secret not found")
-	ErrInvalid  = errors.New("invalid secret")
 	// ErrMasterKey: the master key does not open the stored data keys.
 	ErrMasterKey = errors.New("the master key does not open the vault's data keys")
 )
@@ -81,11 +81,11 @@ type Store interface {
 	RewrapDataKeys(ctx context.Context, keys []DataKey) error
 	// PutSecret inserts or replaces a secret (by project, env, name).
 	PutSecret(ctx context.Context, s Secret) (Secret, error)
-	// GetSecret returns a secret, or ErrNotFound.
+	// GetSecret returns a secret, or errdefs.ErrNotFound.
 	GetSecret(ctx context.Context, project, env, name string) (Secret, error)
 	// ListSecrets returns a project environment's secrets by name.
 	ListSecrets(ctx context.Context, project, env string) ([]Secret, error)
-	// DeleteSecret removes a secret, or returns ErrNotFound.
+	// DeleteSecret removes a secret, or returns errdefs.ErrNotFound.
 	DeleteSecret(ctx context.Context, project, env, name string) error
 }
 
@@ -214,10 +214,10 @@ func (v *Vault) RotateMasterKey(ctx context.Context, newMaster []byte) error {
 // Set seals value as project/env/name, replacing an earlier value.
 func (v *Vault) Set(ctx context.Context, project, env, name string, value []byte) (Meta, error) {
 	if !ValidName(name) {
-		return Meta{}, fmt.Errorf("%w: name %q: letters, digits and '_', not starting with a digit, at most 128", ErrInvalid, name)
+		return Meta{}, errdefs.Invalidf("secret name %q: letters, digits and '_', not starting with a digit, at most 128", name)
 	}
 	if len(value) == 0 || len(value) > MaxValueBytes {
-		return Meta{}, fmt.Errorf("%w: %s: a value is 1 to %d bytes, got %d", ErrInvalid, name, MaxValueBytes, len(value))
+		return Meta{}, errdefs.Invalidf("secret %s: a value is 1 to %d bytes, got %d", name, MaxValueBytes, len(value))
 	}
 	v.mu.Lock()
 	ver, a := v.cur, v.keys[v.cur]

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/vault/vaulttest"
 )
@@ -68,7 +69,7 @@ func (m *memStore) GetSecret(_ context.Context, p, e, n string) (vault.Secret, e
 	defer m.mu.Unlock()
 	s, ok := m.secrets[id(p, e, n)]
 	if !ok {
-		return s, vault.ErrNotFound
+		return s, errdefs.ErrNotFound
 	}
 	return s, nil
 }
@@ -90,7 +91,7 @@ func (m *memStore) DeleteSecret(_ context.Context, p, e, n string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.secrets[id(p, e, n)]; !ok {
-		return vault.ErrNotFound
+		return errdefs.ErrNotFound
 	}
 	delete(m.secrets, id(p, e, n))
 	return nil

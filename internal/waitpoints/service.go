@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 )
 
@@ -122,7 +123,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Waitpoint, boo
 
 func validateCreate(req *CreateRequest) error {
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%s: %w", fmt.Sprintf(format, a...), ErrInvalid)
+		return fmt.Errorf("%s: %w", fmt.Sprintf(format, a...), errdefs.ErrInvalid)
 	}
 	if !req.Kind.Valid() {
 		return bad("unknown kind %q (human, token or timer)", req.Kind)
@@ -182,14 +183,14 @@ func (s *Service) Get(ctx context.Context, id string) (Waitpoint, error) {
 // List returns a page of waitpoints.
 func (s *Service) List(ctx context.Context, f Filter) (Page, error) {
 	if f.Status != "" && !f.Status.Valid() {
-		return Page{}, fmt.Errorf("unknown status %q (WAITING, COMPLETED, TIMED_OUT or CANCELED): %w", f.Status, ErrInvalid)
+		return Page{}, fmt.Errorf("unknown status %q (WAITING, COMPLETED, TIMED_OUT or CANCELED): %w", f.Status, errdefs.ErrInvalid)
 	}
 	return s.store.ListWaitpoints(ctx, f)
 }
 
 // Complete completes a waiting waitpoint with data (JSON; empty is null). Completing again with the same data returns it
 // unchanged; with other data, or a waitpoint canceled or timed out, is
-// ErrConflict. A human wait's data must fit its schema (see checkData).
+// errdefs.ErrConflict. A human wait's data must fit its schema (see checkData).
 func (s *Service) Complete(ctx context.Context, id string, data json.RawMessage) (Waitpoint, error) {
 	w, err := s.Get(ctx, id)
 	if err != nil {
@@ -200,7 +201,7 @@ func (s *Service) Complete(ctx context.Context, id string, data json.RawMessage)
 
 func (s *Service) complete(ctx context.Context, w Waitpoint, data json.RawMessage) (Waitpoint, error) {
 	if w.Kind == KindTimer {
-		return Waitpoint{}, fmt.Errorf("waitpoint %s is a timer: it completes when it fires (cancel it to end it early): %w", w.ID, ErrInvalid)
+		return Waitpoint{}, fmt.Errorf("waitpoint %s is a timer: it completes when it fires (cancel it to end it early): %w", w.ID, errdefs.ErrInvalid)
 	}
 	canon, err := canonical(data)
 	if err != nil {
@@ -208,7 +209,7 @@ func (s *Service) complete(ctx context.Context, w Waitpoint, data json.RawMessag
 	}
 	if len(w.Schema) > 0 {
 		if err := checkData(w.Schema, canon); err != nil {
-			return Waitpoint{}, fmt.Errorf("data for waitpoint %s does not match its schema: %v: %w", w.ID, err, ErrInvalid)
+			return Waitpoint{}, fmt.Errorf("data for waitpoint %s does not match its schema: %v: %w", w.ID, err, errdefs.ErrInvalid)
 		}
 	}
 	return s.resolve(ctx, w.ID, Resolution{Status: StatusCompleted, Data: canon, Time: s.now()})
@@ -216,7 +217,7 @@ func (s *Service) complete(ctx context.Context, w Waitpoint, data json.RawMessag
 
 // Cancel cancels a waiting waitpoint; the waiting task
 // gets a canceled result with reason. Canceling a canceled waitpoint
-// returns it; one completed or timed out is ErrConflict.
+// returns it; one completed or timed out is errdefs.ErrConflict.
 func (s *Service) Cancel(ctx context.Context, id, reason string) (Waitpoint, error) {
 	w, err := s.Get(ctx, id)
 	if err != nil {
@@ -227,7 +228,7 @@ func (s *Service) Cancel(ctx context.Context, id, reason string) (Waitpoint, err
 
 func (s *Service) cancel(ctx context.Context, w Waitpoint, reason string) (Waitpoint, error) {
 	if len(reason) > MaxDisplayTextBytes {
-		return Waitpoint{}, fmt.Errorf("reason is longer than %d bytes: %w", MaxDisplayTextBytes, ErrInvalid)
+		return Waitpoint{}, fmt.Errorf("reason is longer than %d bytes: %w", MaxDisplayTextBytes, errdefs.ErrInvalid)
 	}
 	if w.Status == StatusCanceled {
 		return w, nil
@@ -251,7 +252,7 @@ func (s *Service) resolve(ctx context.Context, id string, r Resolution) (Waitpoi
 }
 
 // Callback completes waitpoint id with body when secret is its callback
-// secret. A wrong secret is ErrNotFound, like an unknown id, so the
+// secret. A wrong secret is errdefs.ErrNotFound, like an unknown id, so the
 // endpoint tells nothing to whoever guesses.
 func (s *Service) Callback(ctx context.Context, id, secret string, body json.RawMessage) (Waitpoint, error) {
 	w, err := s.store.GetWaitpoint(ctx, id)
@@ -259,7 +260,7 @@ func (s *Service) Callback(ctx context.Context, id, secret string, body json.Raw
 		return Waitpoint{}, err
 	}
 	if w.CallbackHash == "" || subtle.ConstantTimeCompare([]byte(hashSecret(secret)), []byte(w.CallbackHash)) != 1 {
-		return Waitpoint{}, fmt.Errorf("waitpoint %s with this callback secret: %w", id, ErrNotFound)
+		return Waitpoint{}, fmt.Errorf("waitpoint %s with this callback secret: %w", id, errdefs.ErrNotFound)
 	}
 	return s.complete(ctx, w, body)
 }
@@ -282,7 +283,7 @@ func (s *Service) humanWait(ctx context.Context, runID string) (Waitpoint, error
 	}
 	switch len(found) {
 	case 0:
-		return Waitpoint{}, fmt.Errorf("run %s (%s) is not waiting for a human: %w", runID, r.Status, ErrConflict)
+		return Waitpoint{}, fmt.Errorf("run %s (%s) is not waiting for a human: %w", runID, r.Status, errdefs.ErrConflict)
 	case 1:
 		return found[0], nil
 	}
@@ -291,7 +292,7 @@ func (s *Service) humanWait(ctx context.Context, runID string) (Waitpoint, error
 		ids[i] = w.ID
 	}
 	return Waitpoint{}, fmt.Errorf("run %s waits for %d humans (%s): complete one with helmr token complete: %w",
-		runID, len(found), strings.Join(ids, ", "), ErrConflict)
+		runID, len(found), strings.Join(ids, ", "), errdefs.ErrConflict)
 }
 
 // Approve completes the human wait run id is waiting on with data.
@@ -326,7 +327,7 @@ func (s *Service) CancelForRun(ctx context.Context, r runs.Run) error {
 	var errs []error
 	for _, w := range page.Waitpoints {
 		_, err := s.resolve(ctx, w.ID, Resolution{Status: StatusCanceled, Reason: "the run ended (" + string(r.Status) + ")", Time: s.now()})
-		if err != nil && !errors.Is(err, ErrConflict) {
+		if err != nil && !errors.Is(err, errdefs.ErrConflict) {
 			errs = append(errs, err)
 		}
 	}
@@ -340,17 +341,17 @@ func canonical(data json.RawMessage) (json.RawMessage, error) {
 		return json.RawMessage("null"), nil
 	}
 	if len(data) > MaxDataBytes {
-		return nil, fmt.Errorf("data is %d bytes, more than the %d allowed: %w", len(data), MaxDataBytes, ErrInvalid)
+		return nil, fmt.Errorf("data is %d bytes, more than the %d allowed: %w", len(data), MaxDataBytes, errdefs.ErrInvalid)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil || dec.More() {
-		return nil, fmt.Errorf("data is not valid JSON: %w", ErrInvalid)
+		return nil, fmt.Errorf("data is not valid JSON: %w", errdefs.ErrInvalid)
 	}
 	out, err := json.Marshal(v)
 	if err != nil {
-		return nil, fmt.Errorf("data: %v: %w", err, ErrInvalid)
+		return nil, fmt.Errorf("data: %v: %w", err, errdefs.ErrInvalid)
 	}
 	return out, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/store/sqlite"
 	"github.com/helmr/helmr/internal/waitpoints"
@@ -94,11 +95,11 @@ func TestCompleteTwice(t *testing.T) {
 	if again, err := f.waits.Complete(ctx, w.ID, json.RawMessage(`{"a":[true],"b":1}`)); err != nil || again.Status != waitpoints.StatusCompleted {
 		t.Errorf("Complete(same data) = %s, %v; want COMPLETED, no error", again.Status, err)
 	}
-	if _, err := f.waits.Complete(ctx, w.ID, json.RawMessage(`{"a":[false]}`)); !errors.Is(err, waitpoints.ErrConflict) {
-		t.Errorf("Complete(other data) error = %v, want ErrConflict", err)
+	if _, err := f.waits.Complete(ctx, w.ID, json.RawMessage(`{"a":[false]}`)); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("Complete(other data) error = %v, want errdefs.ErrConflict", err)
 	}
-	if _, err := f.waits.Cancel(ctx, w.ID, ""); !errors.Is(err, waitpoints.ErrConflict) {
-		t.Errorf("Cancel(completed) error = %v, want ErrConflict", err)
+	if _, err := f.waits.Cancel(ctx, w.ID, ""); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("Cancel(completed) error = %v, want errdefs.ErrConflict", err)
 	}
 }
 
@@ -106,11 +107,11 @@ func TestBadInput(t *testing.T) {
 	f := newFixture(t)
 	ctx := t.Context()
 	w := f.token(t, waitpoints.CreateRequest{})
-	if _, err := f.waits.Complete(ctx, w.ID, json.RawMessage(`{"a":`)); !errors.Is(err, waitpoints.ErrInvalid) {
-		t.Errorf("Complete(malformed JSON) error = %v, want ErrInvalid", err)
+	if _, err := f.waits.Complete(ctx, w.ID, json.RawMessage(`{"a":`)); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("Complete(malformed JSON) error = %v, want errdefs.ErrInvalid", err)
 	}
-	if _, err := f.waits.Complete(ctx, "wp_nope", nil); !errors.Is(err, waitpoints.ErrNotFound) {
-		t.Errorf("Complete(unknown) error = %v, want ErrNotFound", err)
+	if _, err := f.waits.Complete(ctx, "wp_nope", nil); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Complete(unknown) error = %v, want errdefs.ErrNotFound", err)
 	}
 	for _, req := range []waitpoints.CreateRequest{
 		{Kind: "nope"},
@@ -123,8 +124,8 @@ func TestBadInput(t *testing.T) {
 		{Kind: waitpoints.KindToken, Tags: []string{""}},
 	} {
 		req.Project, req.Env = "p", "dev"
-		if _, _, err := f.waits.Create(ctx, req); !errors.Is(err, waitpoints.ErrInvalid) {
-			t.Errorf("Create(%+v) error = %v, want ErrInvalid", req, err)
+		if _, _, err := f.waits.Create(ctx, req); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("Create(%+v) error = %v, want errdefs.ErrInvalid", req, err)
 		}
 	}
 }
@@ -142,8 +143,8 @@ func TestCancelAndCallback(t *testing.T) {
 	if got.CallbackURL != "" || strings.Contains(got.CallbackHash, secret) {
 		t.Errorf("a stored waitpoint shows its callback secret: %+v", got)
 	}
-	if _, err := f.waits.Callback(ctx, w.ID, strings.Repeat("0", 64), json.RawMessage(`1`)); !errors.Is(err, waitpoints.ErrNotFound) {
-		t.Errorf("Callback(wrong secret) error = %v, want ErrNotFound", err)
+	if _, err := f.waits.Callback(ctx, w.ID, strings.Repeat("0", 64), json.RawMessage(`1`)); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Callback(wrong secret) error = %v, want errdefs.ErrNotFound", err)
 	}
 	if got, err := f.waits.Callback(ctx, w.ID, secret, json.RawMessage(`{"via":"callback"}`)); err != nil || string(got.Data) != `{"via":"callback"}` {
 		t.Errorf("Callback(secret) = %s, %v", got.Data, err)
@@ -160,8 +161,8 @@ func TestCancelAndCallback(t *testing.T) {
 	if _, err := f.waits.Cancel(ctx, c.ID, "again"); err != nil {
 		t.Errorf("Cancel(canceled) error = %v, want none", err)
 	}
-	if _, err := f.waits.Complete(ctx, c.ID, json.RawMessage(`1`)); !errors.Is(err, waitpoints.ErrConflict) {
-		t.Errorf("Complete(canceled) error = %v, want ErrConflict", err)
+	if _, err := f.waits.Complete(ctx, c.ID, json.RawMessage(`1`)); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("Complete(canceled) error = %v, want errdefs.ErrConflict", err)
 	}
 }
 
@@ -188,8 +189,8 @@ func TestExpire(t *testing.T) {
 	if res := waitpoints.ResultOf(mustGet(t, f, tok.ID)); res.OK || !res.TimedOut {
 		t.Errorf("ResultOf(timed out) = %+v", res)
 	}
-	if _, err := f.waits.Complete(ctx, tok.ID, nil); !errors.Is(err, waitpoints.ErrConflict) {
-		t.Errorf("Complete(timed out) error = %v, want ErrConflict", err)
+	if _, err := f.waits.Complete(ctx, tok.ID, nil); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("Complete(timed out) error = %v, want errdefs.ErrConflict", err)
 	}
 	// Await expires a due waitpoint itself, at once.
 	soon := f.token(t, waitpoints.CreateRequest{TimeoutSeconds: 1})
@@ -213,8 +214,8 @@ func TestRunWaitsForHuman(t *testing.T) {
 	f := newFixture(t)
 	ctx := t.Context()
 	r := f.running(t)
-	if _, err := f.waits.Approve(ctx, r.ID, nil); !errors.Is(err, waitpoints.ErrConflict) {
-		t.Errorf("Approve(run not waiting) error = %v, want ErrConflict", err)
+	if _, err := f.waits.Approve(ctx, r.ID, nil); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("Approve(run not waiting) error = %v, want errdefs.ErrConflict", err)
 	}
 	h, err := f.waits.CreateForRun(ctx, r.ID, waitpoints.CreateRequest{Kind: waitpoints.KindHuman, DisplayText: "Ship it?",
 		Schema: json.RawMessage(`{"type":"object","required":["ok"],"properties":{"ok":{"type":"boolean"}}}`)})
@@ -237,8 +238,8 @@ func TestRunWaitsForHuman(t *testing.T) {
 		waited <- w
 	}()
 	for _, bad := range []string{`{"ok":"yes"}`, `{}`, `[true]`} {
-		if _, err := f.waits.Approve(ctx, r.ID, json.RawMessage(bad)); !errors.Is(err, waitpoints.ErrInvalid) {
-			t.Errorf("Approve(%s) error = %v, want ErrInvalid (schema)", bad, err)
+		if _, err := f.waits.Approve(ctx, r.ID, json.RawMessage(bad)); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("Approve(%s) error = %v, want errdefs.ErrInvalid (schema)", bad, err)
 		}
 	}
 	if _, err := f.waits.Approve(ctx, r.ID, json.RawMessage(`{"ok":true}`)); err != nil {
@@ -283,8 +284,8 @@ func TestRejectAndRunCancel(t *testing.T) {
 	if w := mustGet(t, f, tok.ID); w.Status != waitpoints.StatusCanceled {
 		t.Errorf("the canceled run's token is %s, want CANCELED", w.Status)
 	}
-	if _, err := f.waits.CreateForRun(ctx, r.ID, waitpoints.CreateRequest{Kind: waitpoints.KindToken}); !errors.Is(err, waitpoints.ErrConflict) {
-		t.Errorf("CreateForRun(canceled run) error = %v, want ErrConflict", err)
+	if _, err := f.waits.CreateForRun(ctx, r.ID, waitpoints.CreateRequest{Kind: waitpoints.KindToken}); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("CreateForRun(canceled run) error = %v, want errdefs.ErrConflict", err)
 	}
 }
 

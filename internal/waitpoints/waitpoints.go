@@ -7,7 +7,6 @@ package waitpoints
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 )
 
@@ -116,32 +115,23 @@ type Store interface {
 	// a waitpoint of the same project and env holds it, it returns that
 	// one and created=false instead.
 	CreateWaitpoint(ctx context.Context, w Waitpoint) (wp Waitpoint, created bool, err error)
-	// GetWaitpoint returns ErrNotFound for an unknown id.
+	// GetWaitpoint returns errdefs.ErrNotFound for an unknown id.
 	GetWaitpoint(ctx context.Context, id string) (Waitpoint, error)
 	// ListWaitpoints returns waitpoints matching f, newest first.
 	ListWaitpoints(ctx context.Context, f Filter) (Page, error)
 	// ResolveWaitpoint moves a WAITING waitpoint to r.Status with r's data
 	// or reason. A waitpoint already in r.Status with the same data (byte
 	// for byte: callers canonicalize it) is returned with changed=false;
-	// any other resolved waitpoint is ErrConflict (wrapped); an unknown id
-	// ErrNotFound.
+	// any other resolved waitpoint is errdefs.ErrConflict (wrapped); an unknown id
+	// errdefs.ErrNotFound.
 	ResolveWaitpoint(ctx context.Context, id string, r Resolution) (wp Waitpoint, changed bool, err error)
 	// MarkWaited records when the waitpoint's run began waiting on it
-	// (the first time only); ErrNotFound for an unknown id.
+	// (the first time only); errdefs.ErrNotFound for an unknown id.
 	MarkWaited(ctx context.Context, id string, at time.Time) (Waitpoint, error)
 	// DueWaitpoints returns up to limit WAITING waitpoints whose TimeoutAt
 	// is at or before now, earliest first.
 	DueWaitpoints(ctx context.Context, now time.Time, limit int) ([]Waitpoint, error)
 }
-
-// Errors returned by stores and the service; the HTTP layer maps them once.
-var (
-	ErrNotFound = errors.New("waitpoint not found")
-	// ErrConflict: the waitpoint was already resolved otherwise (completed
-	// with other data, canceled, timed out).
-	ErrConflict = errors.New("waitpoint conflict")
-	ErrInvalid  = errors.New("invalid waitpoint request")
-)
 
 // Result is what a task's wait resolves to (the adapter's answer to
 // wait.human and wait.forToken): {ok:true,data}, {ok:false,timedOut:true}

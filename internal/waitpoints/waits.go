@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 )
 
@@ -22,7 +23,7 @@ func (s *Service) BeginWait(ctx context.Context, runID, id string) (Waitpoint, e
 		return Waitpoint{}, err
 	}
 	if w.Project != r.Project || w.Env != r.Env {
-		return Waitpoint{}, fmt.Errorf("waitpoint %s in %s/%s: %w", id, r.Project, r.Env, ErrNotFound)
+		return Waitpoint{}, fmt.Errorf("waitpoint %s in %s/%s: %w", id, r.Project, r.Env, errdefs.ErrNotFound)
 	}
 	if w, err = s.store.MarkWaited(ctx, id, s.now()); err != nil {
 		return Waitpoint{}, err
@@ -92,7 +93,7 @@ func (s *Service) Await(ctx context.Context, id string, max time.Duration) (Wait
 		if w.TimeoutAt != nil {
 			d := w.TimeoutAt.Sub(s.now())
 			if d <= 0 {
-				if _, err := s.expire(ctx, w); err != nil && !errors.Is(err, ErrConflict) {
+				if _, err := s.expire(ctx, w); err != nil && !errors.Is(err, errdefs.ErrConflict) {
 					return Waitpoint{}, err
 				}
 				continue
@@ -133,7 +134,7 @@ func (s *Service) Expire(ctx context.Context) (int, error) {
 			return n, err
 		}
 		for _, w := range due {
-			if _, err := s.expire(ctx, w); err != nil && !errors.Is(err, ErrConflict) {
+			if _, err := s.expire(ctx, w); err != nil && !errors.Is(err, errdefs.ErrConflict) {
 				return n, err
 			}
 			n++
@@ -200,7 +201,7 @@ func (s *Service) CreateForRun(ctx context.Context, runID string, req CreateRequ
 		return Waitpoint{}, err
 	}
 	if r.Status != runs.StatusRunning && r.Status != runs.StatusWaiting {
-		return Waitpoint{}, fmt.Errorf("run %s is %s: only a running run creates waitpoints: %w", runID, r.Status, ErrConflict)
+		return Waitpoint{}, fmt.Errorf("run %s is %s: only a running run creates waitpoints: %w", runID, r.Status, errdefs.ErrConflict)
 	}
 	req.Project, req.Env, req.RunID = r.Project, r.Env, r.ID
 	w, _, err := s.Create(ctx, req)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/runs"
 )
@@ -40,7 +41,7 @@ func (w *Worker) executeBuild(ctx context.Context, l Lease) *runs.Outcome {
 	note := runs.SystemData{Message: fmt.Sprintf("building the images of deployment version %d on the %s tier", l.Run.DeploymentVersion, w.cfg.Runtime.Name()),
 		Attrs: map[string]string{"tier": w.cfg.Runtime.Name(), "worker": w.cfg.ID, "noCache": fmt.Sprint(opts.NoCache)}}
 	if err := w.cfg.Control.Started(ctx, l.Run.ID, w.cfg.ID, w.cfg.Runtime.Name(), note); err != nil {
-		if errors.Is(err, runs.ErrConflict) {
+		if errors.Is(err, errdefs.ErrConflict) {
 			return nil // canceled before it started
 		}
 		return failed(runs.ClassDeploymentBuild, "report start: %v", err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox"
@@ -39,7 +40,7 @@ func (w *Worker) execute(ctx context.Context, l Lease) {
 	// how its runs ended.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := w.cfg.Control.Finish(rctx, l.Run.ID, *o); err != nil && !errors.Is(err, runs.ErrConflict) {
+	if err := w.cfg.Control.Finish(rctx, l.Run.ID, *o); err != nil && !errors.Is(err, errdefs.ErrConflict) {
 		log.Error("report outcome failed", "err", err)
 	}
 	log.Info("run finished", "status", o.Status)
@@ -185,7 +186,7 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 		note.Attrs["workspaceSnapshot"] = fmt.Sprint(l.Workspace.Snapshot.Seq)
 	}
 	if err := w.cfg.Control.Started(ctx, l.Run.ID, w.cfg.ID, w.cfg.Runtime.Name(), note); err != nil {
-		if errors.Is(err, runs.ErrConflict) {
+		if errors.Is(err, errdefs.ErrConflict) {
 			return nil
 		}
 		return failed(runs.ClassGuestRuntime, "report start: %v", err)

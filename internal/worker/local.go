@@ -11,6 +11,7 @@ import (
 
 	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/workers"
@@ -54,7 +55,7 @@ func (c *Local) Lease(ctx context.Context, workerID string, caps workers.Capabil
 		if err == nil {
 			return c.leaseFor(ctx, run)
 		}
-		if !errors.Is(err, runs.ErrNotFound) {
+		if !errors.Is(err, errdefs.ErrNotFound) {
 			return Lease{}, err
 		}
 		select {
@@ -173,7 +174,7 @@ func (c *Local) log() *slog.Logger {
 // OpOutput implements ControlPlane.
 func (c *Local) OpOutput(ctx context.Context, id string, out workspaces.OpOutput) error {
 	if c.Ops == nil {
-		return fmt.Errorf("workspace operation %s: %w", id, workspaces.ErrNotFound)
+		return fmt.Errorf("workspace operation %s: %w", id, errdefs.ErrNotFound)
 	}
 	return c.Ops.Output(ctx, id, out)
 }
@@ -181,7 +182,7 @@ func (c *Local) OpOutput(ctx context.Context, id string, out workspaces.OpOutput
 // FinishOp implements ControlPlane.
 func (c *Local) FinishOp(ctx context.Context, id string, res workspaces.OpResult) error {
 	if c.Ops == nil {
-		return fmt.Errorf("workspace operation %s: %w", id, workspaces.ErrNotFound)
+		return fmt.Errorf("workspace operation %s: %w", id, errdefs.ErrNotFound)
 	}
 	return c.Ops.Finish(ctx, id, res)
 }
@@ -255,7 +256,7 @@ func (c *Local) PutCheckpoint(ctx context.Context, runID, checkpointID string, r
 		return 0, errNoBlobs
 	}
 	if ck, err := c.Checkpoints.GetCheckpoint(ctx, checkpointID); err == nil && ck.RunID != runID {
-		return 0, fmt.Errorf("put checkpoint %s: belongs to another run: %w", checkpointID, runs.ErrConflict)
+		return 0, fmt.Errorf("put checkpoint %s: belongs to another run: %w", checkpointID, errdefs.ErrConflict)
 	}
 	return c.Blobs.Put(ctx, checkpointID, r)
 }
@@ -270,7 +271,7 @@ func (c *Local) GetCheckpoint(ctx context.Context, runID, checkpointID string) (
 		return nil, err
 	}
 	if ck.RunID != runID {
-		return nil, fmt.Errorf("get checkpoint %s of run %s: %w", checkpointID, runID, checkpoints.ErrNotFound)
+		return nil, fmt.Errorf("get checkpoint %s of run %s: %w", checkpointID, runID, errdefs.ErrNotFound)
 	}
 	return c.Blobs.Get(ctx, checkpointID)
 }
@@ -285,14 +286,14 @@ func (c *Local) Park(ctx context.Context, runID string, req ParkRequest) error {
 	}
 	ck := *req.Checkpoint
 	if ck.RunID != runID {
-		return fmt.Errorf("park run %s with a checkpoint of run %s: %w", runID, ck.RunID, runs.ErrInvalid)
+		return fmt.Errorf("park run %s with a checkpoint of run %s: %w", runID, ck.RunID, errdefs.ErrInvalid)
 	}
 	r, err := c.Runs.Get(ctx, runID)
 	if err != nil {
 		return err
 	}
 	if r.Status != runs.StatusWaiting {
-		return fmt.Errorf("park run %s: it is %s, not WAITING: %w", runID, r.Status, runs.ErrConflict)
+		return fmt.Errorf("park run %s: it is %s, not WAITING: %w", runID, r.Status, errdefs.ErrConflict)
 	}
 	rc, err := c.Blobs.Get(ctx, ck.ID)
 	if err != nil {
@@ -300,7 +301,7 @@ func (c *Local) Park(ctx context.Context, runID string, req ParkRequest) error {
 	}
 	rc.Close()
 	if err := c.Checkpoints.CreateCheckpoint(ctx, ck); err != nil {
-		return fmt.Errorf("park run %s: %w: %w", runID, runs.ErrInvalid, err)
+		return fmt.Errorf("park run %s: %w: %w", runID, errdefs.ErrInvalid, err)
 	}
 	if err := c.Runs.Note(ctx, runID, req.Note); err != nil {
 		return err
@@ -326,7 +327,7 @@ func (c *Local) DropCheckpoint(ctx context.Context, runID, checkpointID string) 
 		return err
 	}
 	if ck.RunID != runID {
-		return fmt.Errorf("drop checkpoint %s of run %s: %w", checkpointID, runID, checkpoints.ErrNotFound)
+		return fmt.Errorf("drop checkpoint %s of run %s: %w", checkpointID, runID, errdefs.ErrNotFound)
 	}
 	if err := c.Checkpoints.DeleteCheckpoint(ctx, checkpointID); err != nil {
 		return err
@@ -349,10 +350,10 @@ func (c *Local) snapshotTarget(ctx context.Context, workerID, wsID string) (work
 		return ws, "", err
 	}
 	if ws.DeletedAt != nil {
-		return ws, "", fmt.Errorf("workspace %s was deleted: %w", wsID, workspaces.ErrNotFound)
+		return ws, "", fmt.Errorf("workspace %s was deleted: %w", wsID, errdefs.ErrNotFound)
 	}
 	if ws.Host != host {
-		return ws, "", fmt.Errorf("workspace %s is on host %q, not worker %s's %q: %w", wsID, ws.Host, workerID, host, workspaces.ErrConflict)
+		return ws, "", fmt.Errorf("workspace %s is on host %q, not worker %s's %q: %w", wsID, ws.Host, workerID, host, errdefs.ErrConflict)
 	}
 	return ws, host, nil
 }
@@ -364,7 +365,7 @@ func (c *Local) PutWorkspaceSnapshot(ctx context.Context, workerID, wsID string,
 		return workspaces.Snapshot{}, err
 	}
 	if cur := latestSeq(ws); seq != cur+1 {
-		return workspaces.Snapshot{}, fmt.Errorf("snapshot %d of workspace %s: its latest is %d: %w", seq, wsID, cur, workspaces.ErrConflict)
+		return workspaces.Snapshot{}, fmt.Errorf("snapshot %d of workspace %s: its latest is %d: %w", seq, wsID, cur, errdefs.ErrConflict)
 	}
 	snap := workspaces.Snapshot{Seq: seq, BlobID: workspaces.SnapshotPrefix + newCheckpointSuffix()}
 	if snap.Size, err = c.Blobs.Put(ctx, snap.BlobID, r); err != nil {
@@ -393,7 +394,7 @@ func (c *Local) GetWorkspaceSnapshot(ctx context.Context, workerID, wsID string,
 		return nil, err
 	}
 	if ws.Snapshot == nil || ws.Snapshot.Seq != seq {
-		return nil, fmt.Errorf("snapshot %d of workspace %s: its latest is %d: %w", seq, wsID, latestSeq(ws), workspaces.ErrConflict)
+		return nil, fmt.Errorf("snapshot %d of workspace %s: its latest is %d: %w", seq, wsID, latestSeq(ws), errdefs.ErrConflict)
 	}
 	return c.Blobs.Get(ctx, ws.Snapshot.BlobID)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/checkpoints"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox"
 	"github.com/helmr/helmr/internal/sandbox/disk"
@@ -45,7 +46,7 @@ func (w *Worker) resume(ctx context.Context, l Lease, p prepared, files map[stri
 			"restoreMs": fmt.Sprint(took.Milliseconds())},
 	}
 	if err := w.cfg.Control.Started(ctx, l.Run.ID, w.cfg.ID, w.cfg.Runtime.Name(), note); err != nil {
-		if errors.Is(err, runs.ErrConflict) {
+		if errors.Is(err, errdefs.ErrConflict) {
 			return nil
 		}
 		return failed(runs.ClassGuestRuntime, "report start: %v", err)

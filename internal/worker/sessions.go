@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 // sessionParams are the params of the session.* and metadata.* requests.
@@ -63,7 +63,7 @@ func (rw *runWaits) nextInput(ctx context.Context, after int64) (any, error) {
 			return map[string]any{"records": recs}, nil
 		case err == nil:
 			backoff = 100 * time.Millisecond // none yet (or the run ended: ctx ends soon)
-		case errors.Is(err, runs.ErrNotFound), errors.Is(err, runs.ErrInvalid):
+		case errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrInvalid):
 			return nil, err
 		default:
 			rw.w.log.Warn("read session input", "run_id", rw.runID, "err", err)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/checkpoints"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
@@ -39,7 +40,7 @@ func (f *fakeSnapshots) put(ws string, seq int64, r io.Reader) (workspaces.Snaps
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if cur := f.latest[ws].Seq; seq != cur+1 {
-		return workspaces.Snapshot{}, fmt.Errorf("snapshot %d after %d: %w", seq, cur, workspaces.ErrConflict)
+		return workspaces.Snapshot{}, fmt.Errorf("snapshot %d after %d: %w", seq, cur, errdefs.ErrConflict)
 	}
 	s := workspaces.Snapshot{Seq: seq, BlobID: fmt.Sprintf("wss_%d", seq), Size: int64(len(data)), CreatedAt: time.Now()}
 	f.latest[ws], f.blobs[ws] = s, data
@@ -50,7 +51,7 @@ func (f *fakeSnapshots) get(ws string, seq int64) (io.ReadCloser, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.latest[ws].Seq != seq {
-		return nil, fmt.Errorf("snapshot %d is not the latest: %w", seq, workspaces.ErrConflict)
+		return nil, fmt.Errorf("snapshot %d is not the latest: %w", seq, errdefs.ErrConflict)
 	}
 	return io.NopCloser(bytes.NewReader(f.blobs[ws])), nil
 }
@@ -297,7 +298,7 @@ func TestWorkspaceMovesBetweenWorkers(t *testing.T) {
 	c := newWorker(key)
 	c.writeCopy(ws, localCopy{Seq: 1})
 	write(c, "notes.txt", "old\n")
-	if _, _, err := c.saveWorkspace(t.Context(), ws); !errors.Is(err, workspaces.ErrConflict) {
+	if _, _, err := c.saveWorkspace(t.Context(), ws); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("save from a copy of snapshot 1 after snapshot 2 = %v, want a conflict", err)
 	}
 

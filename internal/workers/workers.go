@@ -5,7 +5,6 @@ package workers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -86,7 +85,3 @@ type Store interface {
 	// ListWorkers returns the workers seen at or after since, by id.
 	ListWorkers(ctx context.Context, since time.Time) ([]Worker, error)
 }
-
-// ErrInvalid is returned for a worker record that cannot be stored (an
-// empty id, say).
-var ErrInvalid = errors.New("invalid worker")

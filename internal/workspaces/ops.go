@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/redact"
 )
 
@@ -96,9 +97,9 @@ type OpQueue interface {
 	// run; ErrNoOp when there is none.
 	TakeQueuedOp(ctx context.Context, host string, at time.Time) (id string, op []byte, err error)
 	// FinishQueuedOp stores the result (JSON) of a taken operation;
-	// ErrNotFound once dropped.
+	// errdefs.ErrNotFound once dropped.
 	FinishQueuedOp(ctx context.Context, id string, result []byte) error
-	// AppendQueuedOutput stores a piece of its output (JSON); ErrNotFound
+	// AppendQueuedOutput stores a piece of its output (JSON); errdefs.ErrNotFound
 	// once dropped.
 	AppendQueuedOutput(ctx context.Context, id string, out []byte) error
 	// QueuedResult returns the result, once there is one.
@@ -543,13 +544,13 @@ func mustJSON(v any) []byte {
 }
 
 // Output delivers a piece of a streamed operation's output; an operation
-// nobody waits for any more is ErrNotFound.
+// nobody waits for any more is errdefs.ErrNotFound.
 func (o *Ops) Output(ctx context.Context, id string, out OpOutput) error {
 	o.mu.Lock()
 	p, ok := o.taken[id]
 	o.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("workspace operation %s: %w", id, ErrNotFound)
+		return fmt.Errorf("workspace operation %s: %w", id, errdefs.ErrNotFound)
 	}
 	if p.remote {
 		return o.Shared.AppendQueuedOutput(ctx, id, mustJSON(out))
@@ -561,14 +562,14 @@ func (o *Ops) Output(ctx context.Context, id string, out OpOutput) error {
 }
 
 // Finish delivers a worker's result for operation id; an operation nobody
-// waits for any more (its request ended) is ErrNotFound.
+// waits for any more (its request ended) is errdefs.ErrNotFound.
 func (o *Ops) Finish(ctx context.Context, id string, res OpResult) error {
 	o.mu.Lock()
 	p, ok := o.taken[id]
 	delete(o.taken, id)
 	o.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("workspace operation %s: %w", id, ErrNotFound)
+		return fmt.Errorf("workspace operation %s: %w", id, errdefs.ErrNotFound)
 	}
 	if p.remote {
 		return o.Shared.FinishQueuedOp(ctx, id, mustJSON(res))

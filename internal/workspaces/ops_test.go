@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 // TestOps hands operations to workers of the right host, queued or to a
@@ -69,8 +71,8 @@ func TestOps(t *testing.T) {
 	if n := len(o.queue); n != 0 {
 		t.Errorf("%d operations queued after their requests ended", n)
 	}
-	if err := o.Finish(ctx, "op_unknown", OpResult{}); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Finish(unknown) = %v, want ErrNotFound", err)
+	if err := o.Finish(ctx, "op_unknown", OpResult{}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Finish(unknown) = %v, want errdefs.ErrNotFound", err)
 	}
 }
 

@@ -11,7 +11,6 @@ package workspaces
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -99,7 +98,7 @@ func SealID(id string, seq int64) string {
 type Store interface {
 	// CreateWorkspace stores w (ID and CreatedAt assigned when empty).
 	CreateWorkspace(ctx context.Context, w Workspace) (Workspace, error)
-	// GetWorkspace returns ErrNotFound for an unknown id (deleted ones are
+	// GetWorkspace returns errdefs.ErrNotFound for an unknown id (deleted ones are
 	// returned, with DeletedAt set).
 	GetWorkspace(ctx context.Context, id string) (Workspace, error)
 	// ListWorkspaces returns the live workspaces of project/env, newest
@@ -107,7 +106,7 @@ type Store interface {
 	ListWorkspaces(ctx context.Context, project, env string, limit int) ([]Workspace, error)
 	// UseWorkspace records that run runID uses the workspace on host.
 	UseWorkspace(ctx context.Context, id, runID, host string, at time.Time) error
-	// DeleteWorkspace marks it deleted; ErrNotFound when unknown.
+	// DeleteWorkspace marks it deleted; errdefs.ErrNotFound when unknown.
 	DeleteWorkspace(ctx context.Context, id string, at time.Time) error
 	// DeletedWorkspaces returns which of ids are deleted (or unknown).
 	DeletedWorkspaces(ctx context.Context, ids []string) ([]string, error)
@@ -117,19 +116,11 @@ type Store interface {
 	// RecordSnapshot makes snap the latest snapshot of workspace id,
 	// provided it is live, on host, and its latest snapshot is numbered
 	// snap.Seq-1 (none: 0); it returns the one it replaced (nil if none),
-	// whose blob the caller deletes. ErrNotFound for an unknown or
-	// deleted workspace, ErrConflict when the host or number does not
+	// whose blob the caller deletes. errdefs.ErrNotFound for an unknown or
+	// deleted workspace, errdefs.ErrConflict when the host or number does not
 	// hold (a newer snapshot, or the workspace moved).
 	RecordSnapshot(ctx context.Context, id, host string, snap Snapshot) (*Snapshot, error)
 }
-
-// Errors.
-var (
-	ErrNotFound = errors.New("workspace not found")
-	ErrInvalid  = errors.New("invalid workspace")
-	// ErrConflict: the workspace is not in the state a change needs.
-	ErrConflict = errors.New("workspace conflict")
-)
 
 // OpRecord is one entry of a workspace's trajectory: a direct operation,
 // its request (credential placeholders, never values), its redacted

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/store"
 )
 
@@ -41,7 +42,7 @@ func scanAPIKey(sc scanner) (apikeys.Key, error) {
 func (s *Store) GetAPIKey(ctx context.Context, id string) (apikeys.Key, error) {
 	k, err := scanAPIKey(s.pool.QueryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE id = $1`, id))
 	if isNoRows(err) {
-		return apikeys.Key{}, fmt.Errorf("get API key %s: %w", id, apikeys.ErrNotFound)
+		return apikeys.Key{}, fmt.Errorf("get API key %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return apikeys.Key{}, fmt.Errorf("get API key %s: %w", id, err)
@@ -74,7 +75,7 @@ func (s *Store) RevokeAPIKey(ctx context.Context, id string, at time.Time) (apik
 		return apikeys.Key{}, fmt.Errorf("revoke API key %s: %w", id, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return apikeys.Key{}, fmt.Errorf("revoke API key %s: %w", id, apikeys.ErrNotFound)
+		return apikeys.Key{}, fmt.Errorf("revoke API key %s: %w", id, errdefs.ErrNotFound)
 	}
 	return s.GetAPIKey(ctx, id)
 }

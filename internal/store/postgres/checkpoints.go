@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/helmr/helmr/internal/checkpoints"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/store"
 )
 
@@ -41,7 +42,7 @@ func scanCheckpoint(sc scanner) (checkpoints.Checkpoint, error) {
 func (s *Store) GetCheckpoint(ctx context.Context, id string) (checkpoints.Checkpoint, error) {
 	c, err := scanCheckpoint(s.pool.QueryRow(ctx, `SELECT `+checkpointColumns+` FROM checkpoints WHERE id = $1`, id))
 	if isNoRows(err) {
-		return c, fmt.Errorf("get checkpoint %s: %w", id, checkpoints.ErrNotFound)
+		return c, fmt.Errorf("get checkpoint %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return c, fmt.Errorf("get checkpoint %s: %w", id, err)

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/store"
 )
 
@@ -17,7 +18,7 @@ import (
 // serializes two unrelated project/envs).
 func (s *Store) CreateDeployment(ctx context.Context, d deployments.Deployment) (deployments.Deployment, error) {
 	if d.Project == "" || d.Env == "" {
-		return deployments.Deployment{}, fmt.Errorf("create deployment: project and env are required: %w", deployments.ErrInvalid)
+		return deployments.Deployment{}, fmt.Errorf("create deployment: project and env are required: %w", errdefs.ErrInvalid)
 	}
 	if d.ID == "" {
 		d.ID = store.NewID(store.DeploymentPrefix)
@@ -101,7 +102,7 @@ func scanDeployment(row scanner) (deployments.Deployment, error) {
 func (s *Store) GetDeployment(ctx context.Context, id string) (deployments.Deployment, error) {
 	d, err := scanDeployment(s.pool.QueryRow(ctx, `SELECT `+deploymentColumns+deploymentFrom+` WHERE d.id = $1`, id))
 	if isNoRows(err) {
-		return deployments.Deployment{}, fmt.Errorf("get deployment %s: %w", id, deployments.ErrNotFound)
+		return deployments.Deployment{}, fmt.Errorf("get deployment %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return deployments.Deployment{}, fmt.Errorf("get deployment %s: %w", id, err)
@@ -110,14 +111,14 @@ func (s *Store) GetDeployment(ctx context.Context, id string) (deployments.Deplo
 }
 
 // GetDeploymentFiles returns the files of the deployment with id by path
-// (an empty map when it has none); deployments.ErrNotFound for an unknown id.
+// (an empty map when it has none); errdefs.ErrNotFound for an unknown id.
 func (s *Store) GetDeploymentFiles(ctx context.Context, id string) (map[string][]byte, error) {
 	// The deployment row and its files are written together and never
 	// change, so two statements outside a transaction see a consistent pair.
 	var one int
 	err := s.pool.QueryRow(ctx, `SELECT 1 FROM deployments WHERE id = $1`, id).Scan(&one)
 	if isNoRows(err) {
-		return nil, fmt.Errorf("get files of deployment %s: %w", id, deployments.ErrNotFound)
+		return nil, fmt.Errorf("get files of deployment %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get files of deployment %s: %w", id, err)
@@ -197,12 +198,12 @@ func (s *Store) CurrentTasks(ctx context.Context, project, env string) ([]deploy
 }
 
 // GetTask returns taskID as defined by the latest READY deployment of project/env.
-// A task the latest deployment dropped is deployments.ErrNotFound, even if
+// A task the latest deployment dropped is errdefs.ErrNotFound, even if
 // an older version defined it: only current code can be triggered.
 func (s *Store) GetTask(ctx context.Context, project, env, taskID string) (deployments.Task, error) {
 	t, err := scanTask(s.pool.QueryRow(ctx, latestTaskQuery+` AND t.task_id = $3`, project, env, taskID), project, env)
 	if isNoRows(err) {
-		return deployments.Task{}, fmt.Errorf("get task %s of %s/%s: %w", taskID, project, env, deployments.ErrNotFound)
+		return deployments.Task{}, fmt.Errorf("get task %s of %s/%s: %w", taskID, project, env, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return deployments.Task{}, fmt.Errorf("get task %s of %s/%s: %w", taskID, project, env, err)

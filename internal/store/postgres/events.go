@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/store"
 )
@@ -22,7 +23,7 @@ func (s *Store) AppendEvents(ctx context.Context, id string, evs []runs.NewEvent
 		err := tx.QueryRow(ctx, `UPDATE runs SET last_seq = last_seq + $2 WHERE id = $1 RETURNING last_seq`,
 			id, len(evs)).Scan(&last)
 		if isNoRows(err) {
-			return fmt.Errorf("append events to run %s: %w", id, runs.ErrNotFound)
+			return fmt.Errorf("append events to run %s: %w", id, errdefs.ErrNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("append events to run %s: %w", id, err)
@@ -58,7 +59,7 @@ func insertEvents(ctx context.Context, tx pgx.Tx, id string, evs []runs.Event) e
 }
 
 // ListEvents returns up to limit events of the run with Seq > after, in
-// order; runs.ErrNotFound for an unknown run.
+// order; errdefs.ErrNotFound for an unknown run.
 func (s *Store) ListEvents(ctx context.Context, id string, after int64, limit int) ([]runs.Event, error) {
 	limit = store.Limit(limit, store.DefaultEventsLimit, store.MaxEventsLimit)
 	rows, err := s.pool.Query(ctx, `SELECT seq, type, time, data FROM run_events
@@ -87,7 +88,7 @@ func (s *Store) ListEvents(ctx context.Context, id string, after int64, limit in
 		var one int
 		err := s.pool.QueryRow(ctx, `SELECT 1 FROM runs WHERE id = $1`, id).Scan(&one)
 		if isNoRows(err) {
-			return nil, fmt.Errorf("list events of run %s: %w", id, runs.ErrNotFound)
+			return nil, fmt.Errorf("list events of run %s: %w", id, errdefs.ErrNotFound)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("list events of run %s: %w", id, err)

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/helmr/helmr/internal/workspaces"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/helmr/helmr/internal/errdefs"
+	"github.com/helmr/helmr/internal/workspaces"
 )
 
 var (
@@ -65,7 +67,7 @@ func (s *Store) changeQueuedOp(ctx context.Context, id, query string, args ...an
 		return err
 	}
 	if n == 0 {
-		return fmt.Errorf("queued workspace operation %s: %w", id, workspaces.ErrNotFound)
+		return fmt.Errorf("queued workspace operation %s: %w", id, errdefs.ErrNotFound)
 	}
 	return nil
 }
@@ -127,7 +129,7 @@ func (s *Store) QueuedResult(ctx context.Context, id string) ([]byte, bool, erro
 	var res *string
 	err := s.pool.QueryRow(ctx, `SELECT result FROM op_queue WHERE id = $1`, id).Scan(&res)
 	if isNoRows(err) {
-		return nil, false, fmt.Errorf("queued workspace operation %s: %w", id, workspaces.ErrNotFound)
+		return nil, false, fmt.Errorf("queued workspace operation %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil || res == nil {
 		return nil, false, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/store"
 	"github.com/helmr/helmr/internal/workers"
@@ -110,11 +111,11 @@ func (s *Store) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, erro
 	return r, true, nil
 }
 
-// GetRun returns the run with id, or runs.ErrNotFound.
+// GetRun returns the run with id, or errdefs.ErrNotFound.
 func (s *Store) GetRun(ctx context.Context, id string) (runs.Run, error) {
 	r, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM runs WHERE id = $1`, id))
 	if isNoRows(err) {
-		return runs.Run{}, fmt.Errorf("get run %s: %w", id, runs.ErrNotFound)
+		return runs.Run{}, fmt.Errorf("get run %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return runs.Run{}, fmt.Errorf("get run %s: %w", id, err)
@@ -186,7 +187,7 @@ func (s *Store) Transition(ctx context.Context, id string, t runs.Transition) (r
 		var err error
 		r, err = scanRun(tx.QueryRow(ctx, `SELECT `+runColumns+` FROM runs WHERE id = $1 FOR UPDATE`, id))
 		if isNoRows(err) {
-			return fmt.Errorf("transition run %s: %w", id, runs.ErrNotFound)
+			return fmt.Errorf("transition run %s: %w", id, errdefs.ErrNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("transition run %s: %w", id, err)
@@ -251,7 +252,7 @@ func (s *Store) LeaseRun(ctx context.Context, workerID string, offer workers.Cap
 		}
 		if !found {
 			return fmt.Errorf("lease run for worker %s: no queued run fits %g vCPUs, %d bytes: %w",
-				workerID, offer.CPUs, offer.MemoryBytes, runs.ErrNotFound)
+				workerID, offer.CPUs, offer.MemoryBytes, errdefs.ErrNotFound)
 		}
 		_, err = applyTransition(ctx, tx, &r, runs.Transition{
 			From: []runs.Status{runs.StatusQueued}, To: runs.StatusStarting, WorkerID: workerID, Time: now,
@@ -271,13 +272,13 @@ func (s *Store) DropRunHost(ctx context.Context, id, host string) error {
 		var status, need string
 		err := tx.QueryRow(ctx, `SELECT status, need_host FROM runs WHERE id = $1 FOR UPDATE`, id).Scan(&status, &need)
 		if isNoRows(err) {
-			return fmt.Errorf("drop the host of run %s: %w", id, runs.ErrNotFound)
+			return fmt.Errorf("drop the host of run %s: %w", id, errdefs.ErrNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("drop the host of run %s: %w", id, err)
 		}
 		if status != string(runs.StatusQueued) || need != host || host == "" {
-			return fmt.Errorf("drop host %q of run %s: it is %s needing host %q: %w", host, id, status, need, runs.ErrConflict)
+			return fmt.Errorf("drop host %q of run %s: it is %s needing host %q: %w", host, id, status, need, errdefs.ErrConflict)
 		}
 		_, err = tx.Exec(ctx, `UPDATE runs SET need_host = '' WHERE id = $1`, id)
 		return err

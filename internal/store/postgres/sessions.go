@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/store"
 )
@@ -24,7 +25,7 @@ func (s *Store) AppendRecord(ctx context.Context, runID, stream string, rec runs
 		var status runs.Status
 		err := tx.QueryRow(ctx, `SELECT status FROM runs WHERE id = $1 FOR UPDATE`, runID).Scan(&status)
 		if isNoRows(err) {
-			return fmt.Errorf("append to the %s of run %s: %w", stream, runID, runs.ErrNotFound)
+			return fmt.Errorf("append to the %s of run %s: %w", stream, runID, errdefs.ErrNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("append to the %s of run %s: %w", stream, runID, err)
@@ -104,7 +105,7 @@ func (s *Store) runExists(ctx context.Context, runID string) error {
 	var one int
 	err := s.pool.QueryRow(ctx, `SELECT 1 FROM runs WHERE id = $1`, runID).Scan(&one)
 	if isNoRows(err) {
-		return runs.ErrNotFound
+		return errdefs.ErrNotFound
 	}
 	return err
 }
@@ -119,7 +120,7 @@ func (s *Store) SetMetadata(ctx context.Context, runID, key string, value json.R
 		return fmt.Errorf("set metadata of run %s: %w", runID, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("set metadata of run %s: %w", runID, runs.ErrNotFound)
+		return fmt.Errorf("set metadata of run %s: %w", runID, errdefs.ErrNotFound)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/vault"
 )
 
@@ -97,7 +98,7 @@ func (s *Store) GetSecret(ctx context.Context, project, env, name string) (vault
 	err := s.pool.QueryRow(ctx, `SELECT key_version, ciphertext, created_at, updated_at FROM secrets
 		WHERE project = $1 AND env = $2 AND name = $3`, project, env, name).Scan(&sec.KeyVersion, &sec.Ciphertext, &sec.CreatedAt, &sec.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return vault.Secret{}, fmt.Errorf("%w: %s", vault.ErrNotFound, name)
+		return vault.Secret{}, fmt.Errorf("secret %s: %w", name, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return vault.Secret{}, fmt.Errorf("get secret %s: %w", name, err)
@@ -131,7 +132,7 @@ func (s *Store) DeleteSecret(ctx context.Context, project, env, name string) err
 		return fmt.Errorf("delete secret %s: %w", name, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: %s", vault.ErrNotFound, name)
+		return fmt.Errorf("secret %s: %w", name, errdefs.ErrNotFound)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/store"
 	"github.com/helmr/helmr/internal/waitpoints"
 )
@@ -78,7 +79,7 @@ type queryRower interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// GetWaitpoint returns the waitpoint with id, or waitpoints.ErrNotFound.
+// GetWaitpoint returns the waitpoint with id, or errdefs.ErrNotFound.
 func (s *Store) GetWaitpoint(ctx context.Context, id string) (waitpoints.Waitpoint, error) {
 	return getWaitpoint(ctx, s.pool, id, "")
 }
@@ -86,7 +87,7 @@ func (s *Store) GetWaitpoint(ctx context.Context, id string) (waitpoints.Waitpoi
 func getWaitpoint(ctx context.Context, q queryRower, id, suffix string) (waitpoints.Waitpoint, error) {
 	w, err := scanWaitpoint(q.QueryRow(ctx, `SELECT `+waitpointColumns+` FROM waitpoints WHERE id = $1`+suffix, id))
 	if isNoRows(err) {
-		return waitpoints.Waitpoint{}, fmt.Errorf("get waitpoint %s: %w", id, waitpoints.ErrNotFound)
+		return waitpoints.Waitpoint{}, fmt.Errorf("get waitpoint %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return waitpoints.Waitpoint{}, fmt.Errorf("get waitpoint %s: %w", id, err)
@@ -187,7 +188,7 @@ func (s *Store) MarkWaited(ctx context.Context, id string, at time.Time) (waitpo
 	w, err := scanWaitpoint(s.pool.QueryRow(ctx, `UPDATE waitpoints SET waited_at = COALESCE(waited_at, $1)
 		WHERE id = $2 RETURNING `+waitpointColumns, store.Time(at), id))
 	if isNoRows(err) {
-		return waitpoints.Waitpoint{}, fmt.Errorf("mark waitpoint %s waited: %w", id, waitpoints.ErrNotFound)
+		return waitpoints.Waitpoint{}, fmt.Errorf("mark waitpoint %s waited: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return waitpoints.Waitpoint{}, fmt.Errorf("mark waitpoint %s waited: %w", id, err)

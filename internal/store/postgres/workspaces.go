@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/store"
 	"github.com/helmr/helmr/internal/workspaces"
 )
@@ -55,7 +56,7 @@ func (s *Store) CreateWorkspace(ctx context.Context, w workspaces.Workspace) (wo
 func (s *Store) GetWorkspace(ctx context.Context, id string) (workspaces.Workspace, error) {
 	w, err := scanWorkspace(s.pool.QueryRow(ctx, `SELECT `+workspaceColumns+` FROM workspaces WHERE id = $1`, id))
 	if isNoRows(err) {
-		return workspaces.Workspace{}, fmt.Errorf("get workspace %s: %w", id, workspaces.ErrNotFound)
+		return workspaces.Workspace{}, fmt.Errorf("get workspace %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return workspaces.Workspace{}, fmt.Errorf("get workspace %s: %w", id, err)
@@ -103,7 +104,7 @@ func (s *Store) updateWorkspace(ctx context.Context, id, q string, args ...any) 
 		return fmt.Errorf("update workspace %s: %w", id, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("update workspace %s: %w", id, workspaces.ErrNotFound)
+		return fmt.Errorf("update workspace %s: %w", id, errdefs.ErrNotFound)
 	}
 	return nil
 }
@@ -143,7 +144,7 @@ func (s *Store) RecordSnapshot(ctx context.Context, id, host string, snap worksp
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		w, err := scanWorkspace(tx.QueryRow(ctx, `SELECT `+workspaceColumns+` FROM workspaces WHERE id = $1 FOR UPDATE`, id))
 		if isNoRows(err) {
-			return workspaces.ErrNotFound
+			return errdefs.ErrNotFound
 		}
 		if err != nil {
 			return err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/store"
 )
 
@@ -57,7 +58,7 @@ func scanAPIKey(sc interface{ Scan(...any) error }) (apikeys.Key, error) {
 func (s *Store) GetAPIKey(ctx context.Context, id string) (apikeys.Key, error) {
 	k, err := scanAPIKey(s.r.QueryRowContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return apikeys.Key{}, fmt.Errorf("get API key %s: %w", id, apikeys.ErrNotFound)
+		return apikeys.Key{}, fmt.Errorf("get API key %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return apikeys.Key{}, fmt.Errorf("get API key %s: %w", id, err)
@@ -98,7 +99,7 @@ func (s *Store) RevokeAPIKey(ctx context.Context, id string, at time.Time) (apik
 		return apikeys.Key{}, fmt.Errorf("revoke API key %s: %w", id, err)
 	}
 	if n == 0 {
-		return apikeys.Key{}, fmt.Errorf("revoke API key %s: %w", id, apikeys.ErrNotFound)
+		return apikeys.Key{}, fmt.Errorf("revoke API key %s: %w", id, errdefs.ErrNotFound)
 	}
 	return s.GetAPIKey(ctx, id)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/helmr/helmr/internal/checkpoints"
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 var _ checkpoints.Store = (*Store)(nil)
@@ -46,7 +47,7 @@ func scanCheckpoint(sc scanner) (checkpoints.Checkpoint, error) {
 func (s *Store) GetCheckpoint(ctx context.Context, id string) (checkpoints.Checkpoint, error) {
 	c, err := scanCheckpoint(s.r.QueryRowContext(ctx, `SELECT `+checkpointColumns+` FROM checkpoints WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return c, fmt.Errorf("get checkpoint %s: %w", id, checkpoints.ErrNotFound)
+		return c, fmt.Errorf("get checkpoint %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return c, fmt.Errorf("get checkpoint %s: %w", id, err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/store"
 )
 
@@ -15,7 +16,7 @@ import (
 // files and tasks, in one transaction.
 func (s *Store) CreateDeployment(ctx context.Context, d deployments.Deployment) (deployments.Deployment, error) {
 	if d.Project == "" || d.Env == "" {
-		return deployments.Deployment{}, fmt.Errorf("create deployment: project and env are required: %w", deployments.ErrInvalid)
+		return deployments.Deployment{}, fmt.Errorf("create deployment: project and env are required: %w", errdefs.ErrInvalid)
 	}
 	if d.ID == "" {
 		d.ID = store.NewID(store.DeploymentPrefix)
@@ -96,7 +97,7 @@ func scanDeployment(row scanner) (deployments.Deployment, error) {
 func (s *Store) GetDeployment(ctx context.Context, id string) (deployments.Deployment, error) {
 	d, err := scanDeployment(s.r.QueryRowContext(ctx, `SELECT `+deploymentColumns+deploymentFrom+` WHERE d.id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return deployments.Deployment{}, fmt.Errorf("get deployment %s: %w", id, deployments.ErrNotFound)
+		return deployments.Deployment{}, fmt.Errorf("get deployment %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return deployments.Deployment{}, fmt.Errorf("get deployment %s: %w", id, err)
@@ -105,7 +106,7 @@ func (s *Store) GetDeployment(ctx context.Context, id string) (deployments.Deplo
 }
 
 // GetDeploymentFiles returns the files of the deployment with id by path
-// (an empty map when it has none); deployments.ErrNotFound for an unknown id.
+// (an empty map when it has none); errdefs.ErrNotFound for an unknown id.
 func (s *Store) GetDeploymentFiles(ctx context.Context, id string) (map[string][]byte, error) {
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
@@ -115,7 +116,7 @@ func (s *Store) GetDeploymentFiles(ctx context.Context, id string) (map[string][
 	var one int
 	err = tx.QueryRowContext(ctx, `SELECT 1 FROM deployments WHERE id = ?`, id).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("get files of deployment %s: %w", id, deployments.ErrNotFound)
+		return nil, fmt.Errorf("get files of deployment %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get files of deployment %s: %w", id, err)
@@ -195,12 +196,12 @@ func (s *Store) CurrentTasks(ctx context.Context, project, env string) ([]deploy
 }
 
 // GetTask returns taskID as defined by the latest READY deployment of project/env.
-// A task the latest deployment dropped is deployments.ErrNotFound, even if
+// A task the latest deployment dropped is errdefs.ErrNotFound, even if
 // an older version defined it: only current code can be triggered.
 func (s *Store) GetTask(ctx context.Context, project, env, taskID string) (deployments.Task, error) {
 	t, err := scanTask(s.r.QueryRowContext(ctx, latestTaskQuery+` AND t.task_id = ?`, project, env, taskID), project, env)
 	if errors.Is(err, sql.ErrNoRows) {
-		return deployments.Task{}, fmt.Errorf("get task %s of %s/%s: %w", taskID, project, env, deployments.ErrNotFound)
+		return deployments.Task{}, fmt.Errorf("get task %s of %s/%s: %w", taskID, project, env, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return deployments.Task{}, fmt.Errorf("get task %s of %s/%s: %w", taskID, project, env, err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/store"
 )
@@ -25,7 +26,7 @@ func (s *Store) AppendEvents(ctx context.Context, id string, evs []runs.NewEvent
 		err := tx.QueryRowContext(ctx, `UPDATE runs SET last_seq = last_seq + ? WHERE id = ? RETURNING last_seq`,
 			len(evs), id).Scan(&last)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("append events to run %s: %w", id, runs.ErrNotFound)
+			return fmt.Errorf("append events to run %s: %w", id, errdefs.ErrNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("append events to run %s: %w", id, err)
@@ -62,7 +63,7 @@ func insertEvents(ctx context.Context, tx *sql.Tx, evs []runs.Event) error {
 }
 
 // ListEvents returns up to limit events of the run with Seq > after, in
-// order; runs.ErrNotFound for an unknown run.
+// order; errdefs.ErrNotFound for an unknown run.
 func (s *Store) ListEvents(ctx context.Context, id string, after int64, limit int) ([]runs.Event, error) {
 	limit = store.Limit(limit, store.DefaultEventsLimit, store.MaxEventsLimit)
 	rows, err := s.r.QueryContext(ctx, `SELECT seq, type, time, data FROM run_events
@@ -94,7 +95,7 @@ func (s *Store) ListEvents(ctx context.Context, id string, after int64, limit in
 		var one int
 		err := s.r.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ?`, id).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil, fmt.Errorf("list events of run %s: %w", id, runs.ErrNotFound)
+			return nil, fmt.Errorf("list events of run %s: %w", id, errdefs.ErrNotFound)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("list events of run %s: %w", id, err)

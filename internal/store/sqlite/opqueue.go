@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
@@ -71,7 +72,7 @@ func (s *Store) changeQueuedOp(ctx context.Context, id, query string, args ...an
 			return err
 		}
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return errors.Join(err, fmt.Errorf("queued workspace operation %s: %w", id, workspaces.ErrNotFound))
+			return errors.Join(err, fmt.Errorf("queued workspace operation %s: %w", id, errdefs.ErrNotFound))
 		}
 		return nil
 	})
@@ -82,7 +83,7 @@ func (s *Store) QueuedResult(ctx context.Context, id string) ([]byte, bool, erro
 	var res sql.NullString
 	err := s.r.QueryRowContext(ctx, `SELECT result FROM op_queue WHERE id = ?`, id).Scan(&res)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, false, fmt.Errorf("queued workspace operation %s: %w", id, workspaces.ErrNotFound)
+		return nil, false, fmt.Errorf("queued workspace operation %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil || !res.Valid {
 		return nil, false, err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/store"
 )
@@ -23,7 +24,7 @@ func (s *Store) AppendRecord(ctx context.Context, runID, stream string, rec runs
 		var status runs.Status
 		err := tx.QueryRowContext(ctx, `SELECT status FROM runs WHERE id = ?`, runID).Scan(&status)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("append to the %s of run %s: %w", stream, runID, runs.ErrNotFound)
+			return fmt.Errorf("append to the %s of run %s: %w", stream, runID, errdefs.ErrNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("append to the %s of run %s: %w", stream, runID, err)
@@ -106,7 +107,7 @@ func (s *Store) runExists(ctx context.Context, runID string) error {
 	var one int
 	err := s.r.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ?`, runID).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
-		return runs.ErrNotFound
+		return errdefs.ErrNotFound
 	}
 	return err
 }
@@ -117,7 +118,7 @@ func (s *Store) SetMetadata(ctx context.Context, runID, key string, value json.R
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ?`, runID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("set metadata of run %s: %w", runID, runs.ErrNotFound)
+			return fmt.Errorf("set metadata of run %s: %w", runID, errdefs.ErrNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("set metadata of run %s: %w", runID, err)

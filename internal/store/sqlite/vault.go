@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/vault"
 )
 
@@ -98,7 +99,7 @@ func (s *Store) GetSecret(ctx context.Context, project, env, name string) (vault
 	err := s.r.QueryRowContext(ctx, `SELECT key_version, ciphertext, created_at, updated_at FROM secrets
 		WHERE project = ? AND env = ? AND name = ?`, project, env, name).Scan(&sec.KeyVersion, &sec.Ciphertext, &created, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
-		return vault.Secret{}, fmt.Errorf("%w: %s", vault.ErrNotFound, name)
+		return vault.Secret{}, fmt.Errorf("secret %s: %w", name, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return vault.Secret{}, fmt.Errorf("get secret %s: %w", name, err)
@@ -153,7 +154,7 @@ func (s *Store) DeleteSecret(ctx context.Context, project, env, name string) err
 		return fmt.Errorf("delete secret %s: %w", name, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: %s", vault.ErrNotFound, name)
+		return fmt.Errorf("secret %s: %w", name, errdefs.ErrNotFound)
 	}
 	return nil
 }

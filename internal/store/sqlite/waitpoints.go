@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/store"
 	"github.com/helmr/helmr/internal/waitpoints"
 )
@@ -79,7 +80,7 @@ func (s *Store) CreateWaitpoint(ctx context.Context, w waitpoints.Waitpoint) (wa
 	return w, true, nil
 }
 
-// GetWaitpoint returns the waitpoint with id, or waitpoints.ErrNotFound.
+// GetWaitpoint returns the waitpoint with id, or errdefs.ErrNotFound.
 func (s *Store) GetWaitpoint(ctx context.Context, id string) (waitpoints.Waitpoint, error) {
 	return getWaitpoint(ctx, s.r, id)
 }
@@ -91,7 +92,7 @@ type queryRower interface {
 func getWaitpoint(ctx context.Context, q queryRower, id string) (waitpoints.Waitpoint, error) {
 	w, err := scanWaitpoint(q.QueryRowContext(ctx, `SELECT `+waitpointColumns+` FROM waitpoints WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return waitpoints.Waitpoint{}, fmt.Errorf("get waitpoint %s: %w", id, waitpoints.ErrNotFound)
+		return waitpoints.Waitpoint{}, fmt.Errorf("get waitpoint %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return waitpoints.Waitpoint{}, fmt.Errorf("get waitpoint %s: %w", id, err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/store"
 	"github.com/helmr/helmr/internal/workspaces"
 )
@@ -63,7 +64,7 @@ func (s *Store) CreateWorkspace(ctx context.Context, w workspaces.Workspace) (wo
 func (s *Store) GetWorkspace(ctx context.Context, id string) (workspaces.Workspace, error) {
 	w, err := scanWorkspace(s.r.QueryRowContext(ctx, `SELECT `+workspaceColumns+` FROM workspaces WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return workspaces.Workspace{}, fmt.Errorf("get workspace %s: %w", id, workspaces.ErrNotFound)
+		return workspaces.Workspace{}, fmt.Errorf("get workspace %s: %w", id, errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return workspaces.Workspace{}, fmt.Errorf("get workspace %s: %w", id, err)
@@ -118,7 +119,7 @@ func (s *Store) updateWorkspace(ctx context.Context, id, q string, args ...any) 
 		return fmt.Errorf("update workspace %s: %w", id, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("update workspace %s: %w", id, workspaces.ErrNotFound)
+		return fmt.Errorf("update workspace %s: %w", id, errdefs.ErrNotFound)
 	}
 	return nil
 }
@@ -168,7 +169,7 @@ func (s *Store) RecordSnapshot(ctx context.Context, id, host string, snap worksp
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		w, err := scanWorkspace(tx.QueryRowContext(ctx, `SELECT `+workspaceColumns+` FROM workspaces WHERE id = ?`, id))
 		if errors.Is(err, sql.ErrNoRows) {
-			return workspaces.ErrNotFound
+			return errdefs.ErrNotFound
 		}
 		if err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 var apiKeyTests = []storeTest{
@@ -46,7 +47,7 @@ func testAPIKeys(t *testing.T, s Store) {
 		t.Errorf("GetAPIKey(bbbb) (-want +got):\n%s", d)
 	}
 	_, err = s.GetAPIKey(ctx, "nope")
-	wantErr(t, "GetAPIKey(nope)", err, apikeys.ErrNotFound)
+	wantErr(t, "GetAPIKey(nope)", err, errdefs.ErrNotFound)
 	list, err := s.ListAPIKeys(ctx)
 	if err != nil {
 		t.Fatalf("ListAPIKeys: %v", err)
@@ -70,7 +71,7 @@ func testRevokeAPIKey(t *testing.T, s Store) {
 		t.Errorf("second RevokeAPIKey(k, +20s) = %v, %v; want the first time %v kept", k.RevokedAt, err, at(10))
 	}
 	_, err = s.RevokeAPIKey(ctx, "nope", at(10))
-	wantErr(t, "RevokeAPIKey(nope)", err, apikeys.ErrNotFound)
+	wantErr(t, "RevokeAPIKey(nope)", err, errdefs.ErrNotFound)
 }
 
 func testTouchAPIKey(t *testing.T, s Store) {

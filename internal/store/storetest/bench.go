@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/workers"
 )
 
@@ -96,7 +96,7 @@ func BenchmarkLeaseRun(b *testing.B, open func(tb testing.TB) Store, skipped int
 	queue()
 	for b.Loop() {
 		_, err := s.LeaseRun(context.Background(), "w1", offer, time.Now())
-		if errors.Is(err, runs.ErrNotFound) {
+		if errors.Is(err, errdefs.ErrNotFound) {
 			queue()
 			_, err = s.LeaseRun(context.Background(), "w1", offer, time.Now())
 		}

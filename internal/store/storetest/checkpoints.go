@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/helmr/helmr/internal/checkpoints"
+	"github.com/helmr/helmr/internal/errdefs"
 )
 
 var checkpointTests = []storeTest{
@@ -78,7 +79,7 @@ func testCheckpointRoundTrip(t *testing.T, s Store) {
 		t.Fatalf("DeleteCheckpoint() = %v", err)
 	}
 	_, err = s.GetCheckpoint(ctx, first.ID)
-	wantErr(t, "GetCheckpoint(deleted)", err, checkpoints.ErrNotFound)
+	wantErr(t, "GetCheckpoint(deleted)", err, errdefs.ErrNotFound)
 	if err := s.DeleteCheckpoint(ctx, first.ID); err != nil {
 		t.Errorf("DeleteCheckpoint(deleted) = %v, want nil", err)
 	}
@@ -115,7 +116,7 @@ func testCheckpointRefused(t *testing.T, s Store) {
 		t.Errorf("checkpoints rows = %d, want %d", after["checkpoints"], before["checkpoints"]+1)
 	}
 	_, err := s.GetCheckpoint(ctx, "ck_none")
-	if !errors.Is(err, checkpoints.ErrNotFound) {
+	if !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("GetCheckpoint(unknown) = %v, want ErrNotFound", err)
 	}
 }

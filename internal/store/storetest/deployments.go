@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 )
 
@@ -85,9 +86,9 @@ func testDeploymentVersions(t *testing.T, s Store) {
 		t.Errorf("ListDeployments(none, dev, 0) = %v, %v; want none", list, err)
 	}
 	_, err = s.GetDeployment(ctx, "dep_missing")
-	wantErr(t, `GetDeployment("dep_missing")`, err, deployments.ErrNotFound)
+	wantErr(t, `GetDeployment("dep_missing")`, err, errdefs.ErrNotFound)
 	_, err = s.CreateDeployment(ctx, deployments.Deployment{Env: "dev"})
-	wantErr(t, "CreateDeployment(no project)", err, deployments.ErrInvalid)
+	wantErr(t, "CreateDeployment(no project)", err, errdefs.ErrInvalid)
 }
 
 func testDeploymentConcurrent(t *testing.T, s Store) {
@@ -129,7 +130,7 @@ func testDeploymentAtomic(t *testing.T, s Store) {
 		t.Errorf("ListDeployments(p, dev) after failure = %v, %v; want none", list, err)
 	}
 	_, err := s.GetTask(ctx, "p", "dev", "a")
-	wantErr(t, "GetTask(p, dev, a) after failure", err, deployments.ErrNotFound)
+	wantErr(t, "GetTask(p, dev, a) after failure", err, errdefs.ErrNotFound)
 	if got := mustDeploy(t, s, newDeployment("p", "dev", task("a", "m"))); got.Version != 1 {
 		t.Errorf("CreateDeployment after a failed one = v%d, want v1", got.Version)
 	}
@@ -154,7 +155,7 @@ func testDeploymentFiles(t *testing.T, s Store) {
 		t.Errorf("GetDeploymentFiles(%q) = %v, %v; want no files", d.ID, files, err)
 	}
 	_, err = s.GetDeploymentFiles(ctx, "dep_missing")
-	wantErr(t, `GetDeploymentFiles("dep_missing")`, err, deployments.ErrNotFound)
+	wantErr(t, `GetDeploymentFiles("dep_missing")`, err, errdefs.ErrNotFound)
 }
 
 func testTasks(t *testing.T, s Store) {
@@ -185,7 +186,7 @@ func testTasks(t *testing.T, s Store) {
 	for _, tt := range tests {
 		got, err := s.GetTask(ctx, "p", tt.env, tt.id)
 		if !tt.found {
-			wantErr(t, name("GetTask(p, ", tt.env, ", ", tt.id, ")"), err, deployments.ErrNotFound)
+			wantErr(t, name("GetTask(p, ", tt.env, ", ", tt.id, ")"), err, errdefs.ErrNotFound)
 			continue
 		}
 		if err != nil {

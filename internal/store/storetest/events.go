@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 )
 
@@ -74,9 +75,9 @@ func testAppendEvents(t *testing.T, s Store) {
 		t.Errorf("GetRun(%q).LastSeq = %d, %v; want 4", r.ID, stored.LastSeq, err)
 	}
 	_, err = s.AppendEvents(ctx, "run_missing", in)
-	wantErr(t, `AppendEvents("run_missing")`, err, runs.ErrNotFound)
+	wantErr(t, `AppendEvents("run_missing")`, err, errdefs.ErrNotFound)
 	_, err = s.ListEvents(ctx, "run_missing", 0, 0)
-	wantErr(t, `ListEvents("run_missing")`, err, runs.ErrNotFound)
+	wantErr(t, `ListEvents("run_missing")`, err, errdefs.ErrNotFound)
 }
 
 func testAppendConcurrent(t *testing.T, s Store) {

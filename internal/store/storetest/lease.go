@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/workers"
 )
@@ -30,7 +31,7 @@ const gib = 1 << 30
 func testLeaseOrder(t *testing.T, s Store) {
 	ctx := t.Context()
 	_, err := s.LeaseRun(ctx, "w1", anything, at(0))
-	wantErr(t, "LeaseRun(empty store)", err, runs.ErrNotFound)
+	wantErr(t, "LeaseRun(empty store)", err, errdefs.ErrNotFound)
 	var created []runs.Run
 	for _, sec := range []int{2, 0, 1} {
 		r := newRun("p", "dev", "a")
@@ -56,7 +57,7 @@ func testLeaseOrder(t *testing.T, s Store) {
 		}
 	}
 	_, err = s.LeaseRun(ctx, "w1", anything, at(0))
-	wantErr(t, "LeaseRun(none queued)", err, runs.ErrNotFound)
+	wantErr(t, "LeaseRun(none queued)", err, errdefs.ErrNotFound)
 }
 
 // testLeaseFit checks that a lease passes over older runs that need more
@@ -78,7 +79,7 @@ func testLeaseFit(t *testing.T, s Store) {
 	}
 	steps := []struct {
 		offer workers.Need
-		want  string // "" for runs.ErrNotFound
+		want  string // "" for errdefs.ErrNotFound
 	}{
 		{workers.Need{}, "none"},
 		// A run needing digests waits for a worker that has them all.
@@ -96,7 +97,7 @@ func testLeaseFit(t *testing.T, s Store) {
 	for i, st := range steps {
 		got, err := s.LeaseRun(ctx, "w1", offer(st.offer), at(100+i))
 		if st.want == "" {
-			wantErr(t, name("step ", i, ": LeaseRun(offer ", st.offer, ")"), err, runs.ErrNotFound)
+			wantErr(t, name("step ", i, ": LeaseRun(offer ", st.offer, ")"), err, errdefs.ErrNotFound)
 			continue
 		}
 		if err != nil {
@@ -138,7 +139,7 @@ func testLeaseConcurrent(t *testing.T, s Store) {
 			for {
 				r, err := s.LeaseRun(t.Context(), worker, offer, time.Now())
 				if err != nil {
-					wantErr(t, "LeaseRun", err, runs.ErrNotFound)
+					wantErr(t, "LeaseRun", err, errdefs.ErrNotFound)
 					return
 				}
 				if r.Needs.CPU > offer.CPUs || r.Needs.MemoryBytes > offer.MemoryBytes {
@@ -180,7 +181,7 @@ func testLeaseWorker(t *testing.T, s Store) {
 		t.Errorf("LeaseRun(host h1) = %s, %v; want the unpinned run %s", got.ID, err, free.ID)
 	}
 	_, err := s.LeaseRun(ctx, "w1", h1, at(11))
-	wantErr(t, "LeaseRun(host h1, only a run pinned to h2 queued)", err, runs.ErrNotFound)
+	wantErr(t, "LeaseRun(host h1, only a run pinned to h2 queued)", err, errdefs.ErrNotFound)
 	if got, err := s.LeaseRun(ctx, "w2", h2, at(12)); err != nil || got.ID != pinned.ID {
 		t.Errorf("LeaseRun(host h2) = %s, %v; want the pinned run %s", got.ID, err, pinned.ID)
 	}
@@ -197,17 +198,17 @@ func testDropRunHost(t *testing.T, s Store) {
 	h1 := anything
 	h1.Host = "h1"
 	_, err := s.LeaseRun(ctx, "w1", h1, at(1))
-	wantErr(t, "LeaseRun(host h1, only a run pinned to gone queued)", err, runs.ErrNotFound)
-	wantErr(t, "DropRunHost(another host)", s.DropRunHost(ctx, pinned.ID, "h1"), runs.ErrConflict)
-	wantErr(t, "DropRunHost(no host)", s.DropRunHost(ctx, pinned.ID, ""), runs.ErrConflict)
-	wantErr(t, "DropRunHost(missing)", s.DropRunHost(ctx, "run_missing", "gone"), runs.ErrNotFound)
+	wantErr(t, "LeaseRun(host h1, only a run pinned to gone queued)", err, errdefs.ErrNotFound)
+	wantErr(t, "DropRunHost(another host)", s.DropRunHost(ctx, pinned.ID, "h1"), errdefs.ErrConflict)
+	wantErr(t, "DropRunHost(no host)", s.DropRunHost(ctx, pinned.ID, ""), errdefs.ErrConflict)
+	wantErr(t, "DropRunHost(missing)", s.DropRunHost(ctx, "run_missing", "gone"), errdefs.ErrNotFound)
 	if err := s.DropRunHost(ctx, pinned.ID, "gone"); err != nil {
 		t.Fatalf("DropRunHost(gone) = %v", err)
 	}
 	if got, _ := s.GetRun(ctx, pinned.ID); got.Needs.Host != "" || got.Status != runs.StatusQueued {
 		t.Errorf("after DropRunHost: %s needs host %q, want QUEUED with none", got.Status, got.Needs.Host)
 	}
-	wantErr(t, "DropRunHost(twice)", s.DropRunHost(ctx, pinned.ID, "gone"), runs.ErrConflict)
+	wantErr(t, "DropRunHost(twice)", s.DropRunHost(ctx, pinned.ID, "gone"), errdefs.ErrConflict)
 	got, err := s.LeaseRun(ctx, "w1", h1, at(2))
 	if err != nil || got.ID != pinned.ID {
 		t.Fatalf("LeaseRun(host h1) after the drop = %s, %v; want %s", got.ID, err, pinned.ID)
@@ -218,5 +219,5 @@ func testDropRunHost(t *testing.T, s Store) {
 	if _, _, err := s.Transition(ctx, other.ID, runs.Transition{From: []runs.Status{runs.StatusQueued}, To: runs.StatusCanceled, Time: at(4)}); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, "DropRunHost(canceled run)", s.DropRunHost(ctx, other.ID, "gone"), runs.ErrConflict)
+	wantErr(t, "DropRunHost(canceled run)", s.DropRunHost(ctx, other.ID, "gone"), errdefs.ErrConflict)
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 )
 
@@ -104,7 +105,7 @@ func testListPagination(t *testing.T, s Store) {
 		t.Errorf("ListRuns pages = %v, want %v:\n%s", ids(got), ids(all), d)
 	}
 	_, err := s.ListRuns(ctx, runs.Filter{Cursor: "not a cursor"})
-	wantErr(t, `ListRuns(Cursor "not a cursor")`, err, runs.ErrInvalid)
+	wantErr(t, `ListRuns(Cursor "not a cursor")`, err, errdefs.ErrInvalid)
 }
 
 func testListLimits(t *testing.T, s Store) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
@@ -66,10 +67,10 @@ func testOpQueue(t *testing.T, s Store) {
 	if err := s.DropQueuedOp(ctx, "op_b"); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, "FinishQueuedOp(dropped)", s.FinishQueuedOp(ctx, "op_b", []byte(`{}`)), workspaces.ErrNotFound)
-	wantErr(t, "AppendQueuedOutput(dropped)", s.AppendQueuedOutput(ctx, "op_b", []byte(`x`)), workspaces.ErrNotFound)
+	wantErr(t, "FinishQueuedOp(dropped)", s.FinishQueuedOp(ctx, "op_b", []byte(`{}`)), errdefs.ErrNotFound)
+	wantErr(t, "AppendQueuedOutput(dropped)", s.AppendQueuedOutput(ctx, "op_b", []byte(`x`)), errdefs.ErrNotFound)
 	_, _, err = s.QueuedResult(ctx, "op_b")
-	wantErr(t, "QueuedResult(dropped)", err, workspaces.ErrNotFound)
+	wantErr(t, "QueuedResult(dropped)", err, errdefs.ErrNotFound)
 	if outs, err := s.QueuedOutputs(ctx, "op_b", 0); err != nil || len(outs) != 0 {
 		t.Errorf("QueuedOutputs(dropped) = %+v %v, want none", outs, err)
 	}
@@ -83,7 +84,7 @@ func testOpQueue(t *testing.T, s Store) {
 	}
 	for _, id := range []string{"op_a", "op_c"} {
 		_, _, err := s.QueuedResult(ctx, id)
-		wantErr(t, "QueuedResult(swept "+id+")", err, workspaces.ErrNotFound)
+		wantErr(t, "QueuedResult(swept "+id+")", err, errdefs.ErrNotFound)
 	}
 	if outs, _ := s.QueuedOutputs(ctx, "op_a", 0); len(outs) != 0 {
 		t.Errorf("a swept operation's output is still there: %+v", outs)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/workers"
 )
@@ -60,7 +61,7 @@ func testCreateAndGetRun(t *testing.T, s Store) {
 		t.Errorf("CreateRun(ID %q, nil payload) = %q, %s", r.ID, got.ID, got.Payload)
 	}
 	_, err = s.GetRun(ctx, "run_missing")
-	wantErr(t, `GetRun("run_missing")`, err, runs.ErrNotFound)
+	wantErr(t, `GetRun("run_missing")`, err, errdefs.ErrNotFound)
 }
 
 func testCreateRunTimesUTC(t *testing.T, s Store) {
@@ -218,18 +219,18 @@ func testTransitionErrors(t *testing.T, s Store) {
 	ctx := t.Context()
 	r := mustCreate(t, s, newRun("p", "dev", "a"))
 	_, _, err := s.Transition(ctx, r.ID, runs.Transition{From: []runs.Status{runs.StatusRunning}, To: runs.StatusCompleted, WorkerID: "w9"})
-	wantErr(t, "Transition(QUEUED run, from RUNNING)", err, runs.ErrConflict)
-	if err != nil && err.Error() == runs.ErrConflict.Error() {
-		t.Errorf("Transition conflict error = %q, want context around %q", err, runs.ErrConflict)
+	wantErr(t, "Transition(QUEUED run, from RUNNING)", err, errdefs.ErrConflict)
+	if err != nil && err.Error() == errdefs.ErrConflict.Error() {
+		t.Errorf("Transition conflict error = %q, want context around %q", err, errdefs.ErrConflict)
 	}
 	got, err := s.GetRun(ctx, r.ID)
 	if err != nil || diff(r, got) != "" {
 		t.Errorf("GetRun(%q) after conflict = %+v, %v; want unchanged %+v", r.ID, got, err, r)
 	}
 	_, _, err = s.Transition(ctx, "run_missing", runs.Transition{From: []runs.Status{runs.StatusQueued}, To: runs.StatusStarting})
-	wantErr(t, `Transition("run_missing")`, err, runs.ErrNotFound)
+	wantErr(t, `Transition("run_missing")`, err, errdefs.ErrNotFound)
 	_, _, err = s.Transition(ctx, r.ID, runs.Transition{To: runs.StatusStarting})
-	wantErr(t, "Transition(empty From)", err, runs.ErrInvalid)
+	wantErr(t, "Transition(empty From)", err, errdefs.ErrInvalid)
 }
 
 // testNeeds checks that a run's needs come back from every read.
@@ -290,7 +291,7 @@ func testNeedsInvalid(t *testing.T, s Store) {
 		r := newRun("p", "dev", "a")
 		r.Needs = n
 		_, _, err := s.CreateRun(t.Context(), r)
-		wantErr(t, name("CreateRun(needs ", n, ")"), err, runs.ErrInvalid)
+		wantErr(t, name("CreateRun(needs ", n, ")"), err, errdefs.ErrInvalid)
 	}
 	if d := diff(before, countRows(t, s)); d != "" {
 		t.Errorf("row counts after rejected CreateRun mismatch (-before +after):\n%s", d)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 )
 
@@ -83,9 +84,9 @@ func testSessionAppend(t *testing.T, s Store) {
 		t.Errorf("ListRecords()[1:] = %+v, want ids and data as appended", rs[1:])
 	}
 	_, _, err = s.AppendRecord(ctx, "run_missing", runs.StreamInput, record("", `1`, 1))
-	wantErr(t, `AppendRecord("run_missing")`, err, runs.ErrNotFound)
+	wantErr(t, `AppendRecord("run_missing")`, err, errdefs.ErrNotFound)
 	_, err = s.ListRecords(ctx, "run_missing", runs.StreamOutput, 0, 0)
-	wantErr(t, `ListRecords("run_missing")`, err, runs.ErrNotFound)
+	wantErr(t, `ListRecords("run_missing")`, err, errdefs.ErrNotFound)
 }
 
 func testSessionIdempotency(t *testing.T, s Store) {
@@ -103,7 +104,7 @@ func testSessionIdempotency(t *testing.T, s Store) {
 		t.Errorf("AppendRecord(repeat of k1) mismatch (-want +got):\n%s", d)
 	}
 	_, _, err = s.AppendRecord(ctx, r.ID, runs.StreamOutput, record("k1", `{"n":3}`, 9))
-	wantErr(t, "AppendRecord(k1, other data)", err, runs.ErrConflict)
+	wantErr(t, "AppendRecord(k1, other data)", err, errdefs.ErrConflict)
 	if after := countRows(t, s); before != nil && diff(before, after) != "" {
 		t.Errorf("repeated appends changed rows (-before +after):\n%s", diff(before, after))
 	}
@@ -126,7 +127,7 @@ func testSessionEnded(t *testing.T, s Store) {
 	}
 	for _, stream := range []string{runs.StreamInput, runs.StreamOutput} {
 		_, _, err := s.AppendRecord(ctx, r.ID, stream, record("k2", `"b"`, 3))
-		wantErr(t, "AppendRecord("+stream+" of an ended run)", err, runs.ErrConflict)
+		wantErr(t, "AppendRecord("+stream+" of an ended run)", err, errdefs.ErrConflict)
 	}
 	// A retry of an append that was stored before the run ended still
 	// answers with the record.
@@ -190,7 +191,7 @@ func testRunMetadata(t *testing.T, s Store) {
 	if md, err := s.Metadata(ctx, other.ID); err != nil || len(md) != 0 {
 		t.Errorf("Metadata(%q) = %v, %v; want empty (metadata is per run)", other.ID, md, err)
 	}
-	wantErr(t, `SetMetadata("run_missing")`, s.SetMetadata(ctx, "run_missing", "k", json.RawMessage(`1`)), runs.ErrNotFound)
+	wantErr(t, `SetMetadata("run_missing")`, s.SetMetadata(ctx, "run_missing", "k", json.RawMessage(`1`)), errdefs.ErrNotFound)
 	_, err = s.Metadata(ctx, "run_missing")
-	wantErr(t, `Metadata("run_missing")`, err, runs.ErrNotFound)
+	wantErr(t, `Metadata("run_missing")`, err, errdefs.ErrNotFound)
 }

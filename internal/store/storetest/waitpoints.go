@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/waitpoints"
 )
 
@@ -51,11 +52,11 @@ func testWaitpointCreateGet(t *testing.T, s Store) {
 		t.Errorf("GetWaitpoint(%q) = %+v, want the callback hash, run and schema kept", created.ID, got)
 	}
 	_, err = s.GetWaitpoint(ctx, "wp_nope")
-	wantErr(t, "GetWaitpoint(wp_nope)", err, waitpoints.ErrNotFound)
+	wantErr(t, "GetWaitpoint(wp_nope)", err, errdefs.ErrNotFound)
 	_, err = s.MarkWaited(ctx, "wp_nope", base)
-	wantErr(t, "MarkWaited(wp_nope)", err, waitpoints.ErrNotFound)
+	wantErr(t, "MarkWaited(wp_nope)", err, errdefs.ErrNotFound)
 	_, _, err = s.ResolveWaitpoint(ctx, "wp_nope", waitpoints.Resolution{Status: waitpoints.StatusCanceled})
-	wantErr(t, "ResolveWaitpoint(wp_nope)", err, waitpoints.ErrNotFound)
+	wantErr(t, "ResolveWaitpoint(wp_nope)", err, errdefs.ErrNotFound)
 }
 
 func testWaitpointIdempotency(t *testing.T, s Store) {
@@ -187,9 +188,9 @@ func testWaitpointResolve(t *testing.T, s Store) {
 		t.Errorf("ResolveWaitpoint(same data again) = %+v, %v, %v; want unchanged, no error", again, changed, err)
 	}
 	_, _, err = s.ResolveWaitpoint(ctx, w.ID, waitpoints.Resolution{Status: waitpoints.StatusCompleted, Data: json.RawMessage(`{"ok":false}`)})
-	wantErr(t, "ResolveWaitpoint(other data)", err, waitpoints.ErrConflict)
+	wantErr(t, "ResolveWaitpoint(other data)", err, errdefs.ErrConflict)
 	_, _, err = s.ResolveWaitpoint(ctx, w.ID, waitpoints.Resolution{Status: waitpoints.StatusCanceled})
-	wantErr(t, "ResolveWaitpoint(cancel a completed one)", err, waitpoints.ErrConflict)
+	wantErr(t, "ResolveWaitpoint(cancel a completed one)", err, errdefs.ErrConflict)
 	stored, _ := s.GetWaitpoint(ctx, w.ID)
 	if stored.Status != waitpoints.StatusCompleted || string(stored.Data) != `{"ok":true}` {
 		t.Errorf("after conflicts the waitpoint is %s %s, want COMPLETED with the first data", stored.Status, stored.Data)
@@ -201,7 +202,7 @@ func testWaitpointResolve(t *testing.T, s Store) {
 		t.Errorf("ResolveWaitpoint(cancel) = %+v, %v, %v", got, changed, err)
 	}
 	_, _, err = s.ResolveWaitpoint(ctx, c.ID, done)
-	wantErr(t, "ResolveWaitpoint(complete a canceled one)", err, waitpoints.ErrConflict)
+	wantErr(t, "ResolveWaitpoint(complete a canceled one)", err, errdefs.ErrConflict)
 }
 
 func testWaitpointDue(t *testing.T, s Store) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
@@ -38,10 +39,10 @@ func testWorkspaces(t *testing.T, s Store) {
 	for _, bad := range []workspaces.Workspace{{Env: "dev", TaskID: "a"}, {Project: "p", TaskID: "a"}, {Project: "p", Env: "dev"},
 		{Project: "p", Env: "dev", TaskID: "a", QuotaBytes: 1 << 20}, {Project: "p", Env: "dev", TaskID: "a", QuotaBytes: -1}} {
 		_, err := s.CreateWorkspace(ctx, bad)
-		wantErr(t, "CreateWorkspace(incomplete or a quota out of range)", err, workspaces.ErrInvalid)
+		wantErr(t, "CreateWorkspace(incomplete or a quota out of range)", err, errdefs.ErrInvalid)
 	}
 	_, err := s.GetWorkspace(ctx, "ws_missing")
-	wantErr(t, "GetWorkspace(missing)", err, workspaces.ErrNotFound)
+	wantErr(t, "GetWorkspace(missing)", err, errdefs.ErrNotFound)
 
 	list, err := s.ListWorkspaces(ctx, "p", "dev", 0)
 	if err != nil || len(list) != 2 || list[0].ID != made[1].ID || list[1].ID != made[0].ID {
@@ -54,7 +55,7 @@ func testWorkspaces(t *testing.T, s Store) {
 	if got.Host != "w1" || got.LastRunID != "run_1" || got.UsedAt == nil || !got.UsedAt.Equal(at(5)) {
 		t.Errorf("after UseWorkspace: %+v, want w1, run_1, used at %v", got, at(5))
 	}
-	wantErr(t, "UseWorkspace(missing)", s.UseWorkspace(ctx, "ws_missing", "r", "w", at(5)), workspaces.ErrNotFound)
+	wantErr(t, "UseWorkspace(missing)", s.UseWorkspace(ctx, "ws_missing", "r", "w", at(5)), errdefs.ErrNotFound)
 	ids := []string{made[0].ID, made[1].ID, "ws_unknown"}
 	if moved, err := s.MovedWorkspaces(ctx, "w1", ids); err != nil || len(moved) != 0 {
 		t.Errorf("MovedWorkspaces(w1) = %v, %v; want none: its one workspace with a host is on w1", moved, err)
@@ -83,7 +84,7 @@ func testWorkspaces(t *testing.T, s Store) {
 	if err != nil || !slices.Equal(gone, []string{made[0].ID, "ws_unknown"}) {
 		t.Errorf("DeletedWorkspaces = %v, %v; want the deleted and the unknown", gone, err)
 	}
-	wantErr(t, "DeleteWorkspace(missing)", s.DeleteWorkspace(ctx, "ws_missing", at(8)), workspaces.ErrNotFound)
+	wantErr(t, "DeleteWorkspace(missing)", s.DeleteWorkspace(ctx, "ws_missing", at(8)), errdefs.ErrNotFound)
 }
 
 // testSnapshots records a workspace's snapshots: each must follow the
@@ -99,7 +100,7 @@ func testSnapshots(t *testing.T, s Store) {
 		return workspaces.Snapshot{Seq: seq, BlobID: fmt.Sprintf("wss_%d", seq), Size: 100 * seq, CreatedAt: at(int(seq))}
 	}
 	_, err = s.RecordSnapshot(ctx, w.ID, "h1", snap(1))
-	wantErr(t, "RecordSnapshot(a workspace on no host)", err, workspaces.ErrConflict)
+	wantErr(t, "RecordSnapshot(a workspace on no host)", err, errdefs.ErrConflict)
 	if err := s.UseWorkspace(ctx, w.ID, "run_1", "h1", at(1)); err != nil {
 		t.Fatal(err)
 	}
@@ -109,10 +110,10 @@ func testSnapshots(t *testing.T, s Store) {
 		snap workspaces.Snapshot
 		want error
 	}{
-		{"from another host", "h2", snap(1), workspaces.ErrConflict},
-		{"skipping a number", "h1", snap(2), workspaces.ErrConflict},
-		{"numbered 0", "h1", workspaces.Snapshot{BlobID: "wss_0", Size: 1}, workspaces.ErrConflict},
-		{"without a blob", "h1", workspaces.Snapshot{Seq: 1, Size: 1}, workspaces.ErrInvalid},
+		{"from another host", "h2", snap(1), errdefs.ErrConflict},
+		{"skipping a number", "h1", snap(2), errdefs.ErrConflict},
+		{"numbered 0", "h1", workspaces.Snapshot{BlobID: "wss_0", Size: 1}, errdefs.ErrConflict},
+		{"without a blob", "h1", workspaces.Snapshot{Seq: 1, Size: 1}, errdefs.ErrInvalid},
 	} {
 		_, err := s.RecordSnapshot(ctx, w.ID, c.host, c.snap)
 		wantErr(t, "RecordSnapshot("+c.name+")", err, c.want)
@@ -129,13 +130,13 @@ func testSnapshots(t *testing.T, s Store) {
 		t.Errorf("GetWorkspace after snapshot 1: %+v, want %+v", got.Snapshot, want)
 	}
 	_, err = s.RecordSnapshot(ctx, w.ID, "h1", snap(1))
-	wantErr(t, "RecordSnapshot(1 again)", err, workspaces.ErrConflict)
+	wantErr(t, "RecordSnapshot(1 again)", err, errdefs.ErrConflict)
 	// The workspace moves to h2: h1 may record no more.
 	if err := s.UseWorkspace(ctx, w.ID, "run_2", "h2", at(2)); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.RecordSnapshot(ctx, w.ID, "h1", snap(2))
-	wantErr(t, "RecordSnapshot(from the host it left)", err, workspaces.ErrConflict)
+	wantErr(t, "RecordSnapshot(from the host it left)", err, errdefs.ErrConflict)
 	prev, err = s.RecordSnapshot(ctx, w.ID, "h2", snap(2))
 	if err != nil || prev == nil || diff(snap(1), *prev) != "" {
 		t.Fatalf("RecordSnapshot(2) = %+v, %v; want snapshot 1 replaced", prev, err)
@@ -147,9 +148,9 @@ func testSnapshots(t *testing.T, s Store) {
 		t.Fatal(err)
 	}
 	_, err = s.RecordSnapshot(ctx, w.ID, "h2", snap(3))
-	wantErr(t, "RecordSnapshot(deleted)", err, workspaces.ErrNotFound)
+	wantErr(t, "RecordSnapshot(deleted)", err, errdefs.ErrNotFound)
 	_, err = s.RecordSnapshot(ctx, "ws_missing", "h2", snap(1))
-	wantErr(t, "RecordSnapshot(missing)", err, workspaces.ErrNotFound)
+	wantErr(t, "RecordSnapshot(missing)", err, errdefs.ErrNotFound)
 }
 
 // testTrajectory appends operations to two workspaces, at once too, and

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/vault"
 )
 
@@ -55,14 +56,14 @@ func Run(t *testing.T, open func(t *testing.T) vault.Store, dump func(t *testing
 		if err != nil || len(list) != 1 || list[0].Name != "API_TOKEN" || !list[0].UpdatedAt.After(list[0].CreatedAt.Add(-1)) {
 			t.Errorf("List = %+v, %v", list, err)
 		}
-		if _, err := v.Reveal(ctx, "p", "prod", "NOPE"); !errors.Is(err, vault.ErrNotFound) {
-			t.Errorf("Reveal(missing) = %v, want ErrNotFound", err)
+		if _, err := v.Reveal(ctx, "p", "prod", "NOPE"); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Reveal(missing) = %v, want errdefs.ErrNotFound", err)
 		}
 		if err := v.Delete(ctx, "p", "prod", "API_TOKEN"); err != nil {
 			t.Fatal(err)
 		}
-		if err := v.Delete(ctx, "p", "prod", "API_TOKEN"); !errors.Is(err, vault.ErrNotFound) {
-			t.Errorf("second Delete = %v, want ErrNotFound", err)
+		if err := v.Delete(ctx, "p", "prod", "API_TOKEN"); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("second Delete = %v, want errdefs.ErrNotFound", err)
 		}
 		if got, err := v.Reveal(ctx, "p", "dev", "API_TOKEN"); err != nil || string(got) != "dev value" {
 			t.Errorf("the other environment's secret = %q, %v", got, err)
@@ -82,13 +83,13 @@ func Run(t *testing.T, open func(t *testing.T) vault.Store, dump func(t *testing
 			t.Fatal(err)
 		}
 		for _, name := range []string{"", "a/b", "../x", "1ABC", "has space", "dot.ted", string(make([]byte, 200))} {
-			if _, err := v.Set(ctx, "p", "dev", name, []byte("x")); !errors.Is(err, vault.ErrInvalid) {
-				t.Errorf("Set(name %q) = %v, want ErrInvalid", name, err)
+			if _, err := v.Set(ctx, "p", "dev", name, []byte("x")); !errors.Is(err, errdefs.ErrInvalid) {
+				t.Errorf("Set(name %q) = %v, want errdefs.ErrInvalid", name, err)
 			}
 		}
 		for _, val := range [][]byte{nil, make([]byte, vault.MaxValueBytes+1)} {
-			if _, err := v.Set(ctx, "p", "dev", "OK", val); !errors.Is(err, vault.ErrInvalid) {
-				t.Errorf("Set(%d bytes) = %v, want ErrInvalid", len(val), err)
+			if _, err := v.Set(ctx, "p", "dev", "OK", val); !errors.Is(err, errdefs.ErrInvalid) {
+				t.Errorf("Set(%d bytes) = %v, want errdefs.ErrInvalid", len(val), err)
 			}
 		}
 		if list, _ := v.List(ctx, "p", "dev"); len(list) != 0 {
