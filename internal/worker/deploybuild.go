@@ -36,7 +36,7 @@ func (w *Worker) executeBuild(ctx context.Context, l Lease) *runs.Outcome {
 	defer cancel(nil)
 	ctx, stop := context.WithTimeoutCause(ctx, maxDur, errTimedOut)
 	defer stop()
-	go w.watchCancel(ctx, l.Run.ID, cancel)
+	defer w.watchCancel(ctx, l.Run.ID, cancel)()
 
 	note := runs.SystemData{Message: fmt.Sprintf("building the images of deployment version %d on the %s tier", l.Run.DeploymentVersion, w.cfg.Runtime.Name()),
 		Attrs: map[string]string{"tier": w.cfg.Runtime.Name(), "worker": w.cfg.ID, "noCache": fmt.Sprint(opts.NoCache)}}

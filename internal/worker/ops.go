@@ -212,24 +212,29 @@ func (w *Worker) releaseOpBox(ob *opBox) {
 		ob.idle.Reset(idle)
 		return
 	}
-	ob.idle = time.AfterFunc(idle, func() {
-		w.opMu.Lock()
-		ob.mu.Lock()
-		stale := ob.active == 0 && time.Since(ob.lastUse) >= idle && !ob.closed
-		ob.mu.Unlock()
-		if stale && w.opBoxes[ob.ws] == ob {
-			delete(w.opBoxes, ob.ws)
-		} else {
-			stale = false
-		}
-		w.opMu.Unlock()
-		if stale {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			w.retireOpBox(ctx, ob)
-			w.log.Info("stopped an idle workspace sandbox", "workspace_id", ob.ws)
-		}
-	})
+	ob.idle = time.AfterFunc(idle, func() { w.bg.Go(func() { w.retireIfIdle(ob, idle) }) })
+}
+
+// retireIfIdle stops ob's sandbox if no operation used it for idle and no
+// one else closed it meanwhile (its idle timer fired).
+func (w *Worker) retireIfIdle(ob *opBox, idle time.Duration) {
+	w.opMu.Lock()
+	ob.mu.Lock()
+	stale := ob.active == 0 && time.Since(ob.lastUse) >= idle && !ob.closed
+	ob.mu.Unlock()
+	if stale && w.opBoxes[ob.ws] == ob {
+		delete(w.opBoxes, ob.ws)
+	} else {
+		stale = false
+	}
+	w.opMu.Unlock()
+	if !stale {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w.retireOpBox(ctx, ob)
+	w.log.Info("stopped an idle workspace sandbox", "workspace_id", ob.ws)
 }
 
 // closeOpBox stops the operations sandbox of workspace id, if any, so a

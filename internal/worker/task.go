@@ -43,7 +43,7 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared, se
 		cancel(nil)
 		waits.stop()
 	}()
-	go w.watchCancel(ctx, l.Run.ID, cancel)
+	defer w.watchCancel(ctx, l.Run.ID, cancel)()
 
 	logs := newLogSink(w.cfg.Control, l.Run.ID, w.log)
 	logs.redact = sec.redact
@@ -179,9 +179,24 @@ func orDefault(s, d string) string {
 	return s
 }
 
-// watchCancel polls the run's status and cancels ctx once the run was
-// canceled from outside.
-func (w *Worker) watchCancel(ctx context.Context, runID string, cancel context.CancelCauseFunc) {
+// watchCancel polls the run's status on a goroutine of its own and calls
+// cancel once the run was canceled from outside. It returns the function
+// that stops the poll and waits for it (defer it: a run's watcher never
+// outlives the run).
+func (w *Worker) watchCancel(ctx context.Context, runID string, cancel context.CancelCauseFunc) (stop func()) {
+	ctx, stopCtx := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.pollCanceled(ctx, runID, cancel)
+	}()
+	return func() {
+		stopCtx()
+		<-done
+	}
+}
+
+func (w *Worker) pollCanceled(ctx context.Context, runID string, cancel context.CancelCauseFunc) {
 	t := time.NewTicker(w.cfg.CancelPoll)
 	defer t.Stop()
 	for {

@@ -192,6 +192,7 @@ type Worker struct {
 	cfg    Config
 	log    *slog.Logger
 	wg     sync.WaitGroup
+	bg     background // work no request waits for; Run stops it last
 	warm   *warmPool
 	runCtx context.Context // Run's context: owns background boots
 	boxes  sync.Map        // sandbox id → *booted, while the sandbox exists
@@ -354,7 +355,7 @@ func (w *Worker) maybeCollect() {
 	}
 	w.gcLast = time.Now()
 	w.gcMu.Unlock()
-	go w.sweepWorkspaces()
+	w.bg.Go(w.sweepWorkspaces)
 	if w.cfg.LayerCacheMax <= 0 {
 		return
 	}
@@ -363,14 +364,14 @@ func (w *Worker) maybeCollect() {
 		inUse = append(inUse, v.(*booted).layers...)
 		return true
 	})
-	go func() {
+	w.bg.Go(func() {
 		st, err := w.cfg.Images.Collect(w.cfg.LayerCacheMax, inUse, collectGrace)
 		if err != nil {
 			w.log.Warn("collect image layers", "err", err)
 		} else if st.Removed > 0 {
 			w.log.Info("collected image layers", "removed", st.Removed, "freed_mib", st.RemovedBytes>>20, "kept_mib", st.KeptBytes>>20)
 		}
-	}()
+	})
 }
 
 // reportDenial records an egress denial on the sandbox it happened in;
@@ -506,6 +507,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer func() {
 		w.closeWarm(context.WithoutCancel(ctx))
 		w.wg.Wait()
+		w.bg.Stop() // after wg: its work stops starting new background work
 		if c, ok := w.cfg.Runtime.(closer); ok {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
