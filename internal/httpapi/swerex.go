@@ -34,7 +34,9 @@ import (
 // A bash session is the shell state carried from one command to the
 // next: its working directory and exported environment (each command
 // runs in a fresh bash in the workspace's sandbox). Unexported variables,
-// functions and background jobs do not carry over.
+// functions and background jobs do not carry over. Commands sent to one
+// session at once run at once: each starts from the state the session
+// had when it began, and the session keeps the state of the last to end.
 
 // swerexMaxReplies is how many responses per workspace are kept for
 // X-Request-ID replay (SWE-ReX's server keeps the last one).
@@ -47,9 +49,30 @@ type swerexRuntime struct {
 	order    []string
 }
 
+// swerexSession is a session's state, which concurrent commands read and
+// replace as a whole under mu.
 type swerexSession struct {
+	mu    sync.Mutex
+	state swerexState
+}
+
+// swerexState is what one command leaves the next: never changed once
+// made, so a command reads it outside the lock.
+type swerexState struct {
 	cwd string
 	env map[string]string
+}
+
+func (s *swerexSession) get() swerexState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state
+}
+
+func (s *swerexSession) set(st swerexState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state = st
 }
 
 type swerexReply struct {
@@ -171,7 +194,7 @@ func (s *Server) swerexCreateSession(r *http.Request, ws workspaces.Workspace, r
 	if exists {
 		return nil, &swerexError{"swerex.exceptions.SessionExistsError", "session " + req.Session + " already exists"}
 	}
-	sess := &swerexSession{env: map[string]string{}}
+	sess := &swerexSession{}
 	var cmd strings.Builder
 	for _, f := range req.StartupSource {
 		fmt.Fprintf(&cmd, "source %s\n", shellQuote(f))
@@ -256,18 +279,19 @@ func (s *Server) swerexRun(r *http.Request, ws workspaces.Workspace, sess *swere
 	mark := make([]byte, 12)
 	_, _ = rand.Read(mark)
 	marker := "__HELMR_SWEREX_" + hex.EncodeToString(mark) + "__"
+	st := sess.get()
 	var b strings.Builder
 	b.WriteString("exec 2>&1\n")
-	if sess.cwd != "" {
-		fmt.Fprintf(&b, "cd %s 2>/dev/null\n", shellQuote(sess.cwd))
+	if st.cwd != "" {
+		fmt.Fprintf(&b, "cd %s 2>/dev/null\n", shellQuote(st.cwd))
 	}
-	keys := make([]string, 0, len(sess.env))
-	for k := range sess.env {
+	keys := make([]string, 0, len(st.env))
+	for k := range st.env {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(sess.env[k]))
+		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(st.env[k]))
 	}
 	b.WriteString(command)
 	fmt.Fprintf(&b, "\n__helmr_rc=$?\nprintf '\\n%s\\n%%s\\n' \"$__helmr_rc\"\npwd\nenv -0\n", marker)
@@ -288,8 +312,7 @@ func (s *Server) swerexRun(r *http.Request, ws workspaces.Workspace, sess *swere
 	cwd, envs, _ := strings.Cut(rest, "\n")
 	code := 0
 	fmt.Sscanf(rc, "%d", &code)
-	sess.cwd = cwd
-	sess.env = map[string]string{}
+	next := swerexState{cwd: cwd, env: map[string]string{}}
 	for _, kv := range strings.Split(envs, "\x00") {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || !envName.MatchString(k) {
@@ -299,8 +322,9 @@ func (s *Server) swerexRun(r *http.Request, ws workspaces.Workspace, sess *swere
 		case "PWD", "OLDPWD", "SHLVL", "_", "__helmr_rc":
 			continue
 		}
-		sess.env[k] = v
+		next.env[k] = v
 	}
+	sess.set(next)
 	return swerexObs{output: out, code: code}, nil
 }
 
