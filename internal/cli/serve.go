@@ -141,7 +141,12 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		}
 		log.Info("exporting workspace operations as OpenTelemetry spans", "endpoint", cfg.OTLPEndpoint)
 	}
-	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: st, Ops: ops, Trajectories: st, Spans: spans, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v, Waits: waits,
+	wsvc := workspaces.NewService(st, st, svc, ops, log)
+	wsvc.Trajectories, wsvc.Spans, wsvc.Blobs = st, spans, blobs
+	if v != nil {
+		wsvc.Vault = v
+	}
+	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: wsvc, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v, Waits: waits,
 		APIKeys: apikeys.NewService(st, owner, log), Sessions: sessions, Checkpoints: st, Blobs: blobs})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

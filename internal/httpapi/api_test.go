@@ -25,6 +25,7 @@ import (
 	"github.com/helmr/helmr/internal/store/sqlite"
 	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/waitpoints"
+	"github.com/helmr/helmr/internal/workspaces"
 )
 
 type apiEnv struct {
@@ -60,9 +61,11 @@ func newAPI(t *testing.T) *apiEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	wsvc := workspaces.NewService(st, st, svc, nil, slog.Default())
+	wsvc.Vault, wsvc.Trajectories, wsvc.Blobs = v, st, blobs
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Logger: slog.Default(), WorkerToken: "wtok",
 		Vault: v, APIKeys: apikeys.NewService(st, owner, slog.Default()), LeaseWait: 10 * time.Millisecond,
-		Sessions: apikeys.NewSessions(owner), Workspaces: st, Waits: waits, Trajectories: st, Checkpoints: st, Blobs: blobs}))
+		Sessions: apikeys.NewSessions(owner), Workspaces: wsvc, Waits: waits, Checkpoints: st, Blobs: blobs}))
 	t.Cleanup(srv.Close)
 	return &apiEnv{t: t, srv: srv, db: db, st: st, owner: owner, blobs: blobs, svc: svc}
 }

@@ -12,9 +12,10 @@ import (
 	"github.com/helmr/helmr/internal/errdefs/errhttp"
 )
 
-// Error is an answer with a status of the transport's own, outside the
-// domain's kinds (SWE-ReX's 422 for a request its schema refuses). Err, if
-// set, is logged and never shown.
+// Error is what the client sees of an error: its status, code and
+// message (a handler may also return one, for a status of the transport's
+// own, outside the domain's kinds). Err, if set, is logged and never
+// shown.
 type Error struct {
 	Status  int
 	Code    string

@@ -5,15 +5,14 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/errdefs"
-	"github.com/helmr/helmr/internal/otlp"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/swerex"
 	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/worker"
@@ -32,15 +31,10 @@ type Config struct {
 	LeaseWait time.Duration
 	// Vault holds the secrets; nil: the secrets endpoints answer 503.
 	Vault *vault.Vault
-	// Workspaces holds the workspaces; nil: the workspace endpoints
+	// Workspaces serves the workspaces and their direct operations (the
+	// workspace, SWE-ReX and worker operation endpoints); nil: they
 	// answer 503.
-	Workspaces workspaces.Store
-	// Ops hands direct workspace operations to workers (made when nil).
-	Ops *workspaces.Ops
-	// Trajectories records every direct operation; nil: none are kept.
-	Trajectories workspaces.TrajectoryStore
-	// Spans, if set, exports each operation as an OpenTelemetry span.
-	Spans *otlp.Exporter
+	Workspaces *workspaces.Service
 	// Waits serves tokens, human waits and timers; nil: the tokens
 	// endpoints answer 503.
 	Waits *waitpoints.Service
@@ -61,12 +55,12 @@ type Config struct {
 
 // Server is the control plane's HTTP API.
 type Server struct {
-	cfg      Config
-	auth     Authenticator
-	control  *worker.Local
-	log      *slog.Logger
-	mux      *http.ServeMux
-	swerexes sync.Map // workspace id → *swerexRuntime (SWE-ReX sessions, replies)
+	cfg     Config
+	auth    Authenticator
+	control *worker.Local
+	log     *slog.Logger
+	mux     *http.ServeMux
+	swx     *swerex.API // the SWE-ReX endpoints (nil without workspaces)
 }
 
 // Route is one API route: its ServeMux pattern and the access it
@@ -85,12 +79,13 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Ops == nil {
-		cfg.Ops = workspaces.NewOps()
+	control := &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Waits: cfg.Waits, Ops: workspaces.NewOps(), Wait: cfg.LeaseWait,
+		Checkpoints: cfg.Checkpoints, Blobs: cfg.Blobs, Logger: cfg.Logger}
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), auth: cfg.Authenticator, control: control}
+	if cfg.Workspaces != nil {
+		control.Workspaces, control.Ops = cfg.Workspaces.Store(), cfg.Workspaces.Ops()
+		s.swx = swerex.New(cfg.Workspaces)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), auth: cfg.Authenticator,
-		control: &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Workspaces: cfg.Workspaces, Waits: cfg.Waits, Ops: cfg.Ops, Wait: cfg.LeaseWait,
-			Checkpoints: cfg.Checkpoints, Blobs: cfg.Blobs, Logger: cfg.Logger}}
 	if s.auth == nil && cfg.APIKeys != nil {
 		s.auth = cfg.APIKeys
 	}
@@ -171,15 +166,15 @@ func (s *Server) routes() []route {
 		{"GET /v1/workspaces/{id}/tar", workspacesExec, s.downloadWorkspaceTar},
 		{"PUT /v1/workspaces/{id}/tar", workspacesExec, s.uploadWorkspaceTar},
 		{"GET /v1/workspaces/{id}/trajectory", workspacesRead, s.trajectory},
-		{"GET /v1/swerex/{id}/is_alive", workspacesExec, s.swerex(s.swerexIsAlive)},
-		{"POST /v1/swerex/{id}/create_session", workspacesExec, s.swerex(s.swerexCreateSession)},
-		{"POST /v1/swerex/{id}/run_in_session", workspacesExec, s.swerex(s.swerexRunInSession)},
-		{"POST /v1/swerex/{id}/close_session", workspacesExec, s.swerex(s.swerexCloseSession)},
-		{"POST /v1/swerex/{id}/execute", workspacesExec, s.swerex(s.swerexExecute)},
-		{"POST /v1/swerex/{id}/read_file", workspacesExec, s.swerex(s.swerexReadFile)},
-		{"POST /v1/swerex/{id}/write_file", workspacesExec, s.swerex(s.swerexWriteFile)},
-		{"POST /v1/swerex/{id}/upload", workspacesExec, s.swerex(s.swerexUpload)},
-		{"POST /v1/swerex/{id}/close", workspacesExec, s.swerex(s.swerexClose)},
+		{"GET /v1/swerex/{id}/is_alive", workspacesExec, s.swerex(s.swx.IsAlive)},
+		{"POST /v1/swerex/{id}/create_session", workspacesExec, s.swerex(s.swx.CreateSession)},
+		{"POST /v1/swerex/{id}/run_in_session", workspacesExec, s.swerex(s.swx.RunInSession)},
+		{"POST /v1/swerex/{id}/close_session", workspacesExec, s.swerex(s.swx.CloseSession)},
+		{"POST /v1/swerex/{id}/execute", workspacesExec, s.swerex(s.swx.Execute)},
+		{"POST /v1/swerex/{id}/read_file", workspacesExec, s.swerex(s.swx.ReadFile)},
+		{"POST /v1/swerex/{id}/write_file", workspacesExec, s.swerex(s.swx.WriteFile)},
+		{"POST /v1/swerex/{id}/upload", workspacesExec, s.swerex(s.swx.Upload)},
+		{"POST /v1/swerex/{id}/close", workspacesExec, s.swerex(s.swx.Close)},
 		{"POST /v1/tokens", tokensCreate, s.createToken},
 		{"GET /v1/tokens", tokensRead, s.listTokens},
 		{"GET /v1/tokens/{id}", tokensRead, s.getToken},

@@ -154,10 +154,11 @@ func (s *Server) workerDeletedWorkspaces(w http.ResponseWriter, r *http.Request)
 	if len(req.IDs) > 100000 {
 		return errdefs.Invalidf("at most 100000 workspace ids at once")
 	}
-	st, err := s.workspaceStore()
+	svc, err := s.workspaceService()
 	if err != nil {
 		return err
 	}
+	st := svc.Store()
 	gone, err := st.DeletedWorkspaces(r.Context(), req.IDs)
 	if err != nil {
 		return err

@@ -94,6 +94,13 @@ func (s *Service) PlaceWorkspace(ctx context.Context, ws workspaces.Workspace) (
 	return "", s.moveNote(ws, ws.Host, false), nil
 }
 
+// OperationHost is the host a direct operation on ws goes to (see
+// PlaceWorkspace), for the workspaces service.
+func (s *Service) OperationHost(ctx context.Context, ws workspaces.Workspace) (string, error) {
+	host, _, err := s.PlaceWorkspace(ctx, ws)
+	return host, err
+}
+
 func (s *Service) moveNote(ws workspaces.Workspace, host string, parked bool) *SystemData {
 	from := "its checkpoint"
 	attrs := map[string]string{"workspace": ws.ID, "fromHost": host}

@@ -315,11 +315,7 @@ func (ob *opBox) exec(ctx context.Context, req workspaces.ExecRequest, secrets m
 	for _, k := range keys {
 		env = append(env, k+"="+req.Env[k])
 	}
-	timeout := time.Duration(req.TimeoutSeconds * float64(time.Second))
-	if timeout <= 0 {
-		timeout = workspaces.DefaultExecTimeout * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, req.Timeout())
 	defer cancel()
 	hold := workspaces.Lookahead(secrets)
 	out := [2]capped{{hold: hold}, {hold: hold}}

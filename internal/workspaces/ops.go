@@ -7,51 +7,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
-	"sort"
 	"sync"
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/errdefs"
-	"github.com/helmr/helmr/internal/redact"
 )
 
 // Direct operations run commands in a workspace without a task: the
 // control plane hands each to a worker of the workspace's host, which
 // keeps a sandbox with the workspace mounted warm between them.
-
-// Limits of one exec.
-const (
-	DefaultExecTimeout = 60      // seconds
-	MaxExecTimeout     = 3600    // seconds
-	MaxOutputBytes     = 1 << 20 // per stream; the rest is cut, with a marker
-	MaxStdinBytes      = 1 << 20
-)
-
-// ExecRequest runs one command in a workspace: Argv as is, or Command
-// through /bin/sh -c. Cwd is relative to the workspace (default: the
-// workspace itself) or an absolute path inside it.
-type ExecRequest struct {
-	Argv           []string          `json:"argv,omitempty"`
-	Command        string            `json:"command,omitempty"`
-	Cwd            string            `json:"cwd,omitempty"`
-	Env            map[string]string `json:"env,omitempty"`
-	Stdin          string            `json:"stdin,omitempty"`
-	TimeoutSeconds float64           `json:"timeoutSeconds,omitempty"`
-}
-
-// ExecResult is how the command ended and what it printed.
-type ExecResult struct {
-	ExitCode        int     `json:"exitCode"`
-	Signal          string  `json:"signal,omitempty"`
-	Stdout          string  `json:"stdout"`
-	Stderr          string  `json:"stderr"`
-	StdoutTruncated bool    `json:"stdoutTruncated,omitempty"`
-	StderrTruncated bool    `json:"stderrTruncated,omitempty"`
-	TimedOut        bool    `json:"timedOut,omitempty"`
-	DurationMs      float64 `json:"durationMs"`
-}
 
 // Op is one direct operation on a workspace, as a worker receives it:
 // the workspace, where it is, and the task whose sandbox it runs in.
@@ -576,132 +541,4 @@ func (o *Ops) Finish(ctx context.Context, id string, res OpResult) error {
 	}
 	p.done <- res
 	return nil
-}
-
-// vaultRef is a credential placeholder in an exec request: ${vault:NAME}
-// stands for the value of the vault secret NAME of the workspace's
-// project environment, put in by the worker for that exec only.
-var vaultRef = regexp.MustCompile(`\$\{vault:([A-Za-z_][A-Za-z0-9_]*)\}`)
-
-// VaultNames lists the vault secrets req refers to, sorted.
-func (req ExecRequest) VaultNames() []string {
-	seen := map[string]bool{}
-	scan := func(s string) {
-		for _, m := range vaultRef.FindAllStringSubmatch(s, -1) {
-			seen[m[1]] = true
-		}
-	}
-	for _, a := range req.Argv {
-		scan(a)
-	}
-	scan(req.Command)
-	scan(req.Stdin)
-	for _, v := range req.Env {
-		scan(v)
-	}
-	out := make([]string, 0, len(seen))
-	for n := range seen {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// Revealer returns the value of a vault secret of a project environment.
-type Revealer interface {
-	Reveal(ctx context.Context, project, env, name string) ([]byte, error)
-}
-
-// SecretError is a vault reference SecretsFor could not fill in.
-type SecretError struct {
-	Name string
-	Err  error
-}
-
-func (e *SecretError) Error() string { return "${vault:" + e.Name + "}: " + e.Err.Error() }
-func (e *SecretError) Unwrap() error { return e.Err }
-
-// SecretsFor returns the values of the vault secrets req refers to, from
-// the workspace's project environment; an error names the reference.
-func SecretsFor(ctx context.Context, v Revealer, ws Workspace, req ExecRequest) (map[string]string, error) {
-	names := req.VaultNames()
-	if len(names) == 0 {
-		return nil, nil
-	}
-	out := make(map[string]string, len(names))
-	for _, n := range names {
-		val, err := v.Reveal(ctx, ws.Project, ws.Env, n)
-		if err != nil {
-			return nil, &SecretError{Name: n, Err: err}
-		}
-		out[n] = string(val)
-	}
-	return out, nil
-}
-
-// WithSecrets returns req with every ${vault:NAME} replaced by its value.
-func (req ExecRequest) WithSecrets(values map[string]string) ExecRequest {
-	if len(values) == 0 {
-		return req
-	}
-	put := func(s string) string {
-		return vaultRef.ReplaceAllStringFunc(s, func(m string) string {
-			if v, ok := values[vaultRef.FindStringSubmatch(m)[1]]; ok {
-				return v
-			}
-			return m
-		})
-	}
-	out := req
-	out.Argv = make([]string, len(req.Argv))
-	for i, a := range req.Argv {
-		out.Argv[i] = put(a)
-	}
-	out.Command, out.Stdin = put(req.Command), put(req.Stdin)
-	if req.Env != nil {
-		out.Env = map[string]string{}
-		for k, v := range req.Env {
-			out.Env[k] = put(v)
-		}
-	}
-	return out
-}
-
-// Redact replaces every value of values in s, and its encoded forms
-// (redact.Forms: JSON-escaped, percent-encoded, hex, base64), with
-// [redacted:NAME], longest first.
-func Redact(s string, values map[string]string) string {
-	if len(values) == 0 {
-		return s
-	}
-	return redact.New(values).Replace(s, Marker)
-}
-
-// Marker is what stands for the secret name in redacted text.
-func Marker(name string) string { return "[redacted:" + name + "]" }
-
-// SafeCut returns where to cut s, at most at limit, so that no occurrence
-// of a value in values (or of a form of one) is split, which would leave
-// a prefix of it that Redact cannot recognise: limit, or the start of an
-// occurrence that straddles it.
-func SafeCut(s string, limit int, values map[string]string) int {
-	if limit >= len(s) || len(values) == 0 {
-		return min(limit, len(s))
-	}
-	return redact.New(values).SafeCut(s, limit)
-}
-
-// Lookahead is how many bytes past a cut SafeCut needs to see to know
-// that no value straddles it: the longest form's length less one.
-func Lookahead(values map[string]string) int {
-	if len(values) == 0 {
-		return 0
-	}
-	return redact.New(values).Lookahead()
-}
-
-// Redact returns the result with every secret value replaced.
-func (r ExecResult) Redact(values map[string]string) ExecResult {
-	r.Stdout, r.Stderr = Redact(r.Stdout, values), Redact(r.Stderr, values)
-	return r
 }

@@ -1,4 +1,4 @@
-package httpapi
+package swerex
 
 import (
 	"archive/tar"
@@ -6,23 +6,10 @@ import (
 	"bytes"
 	"io"
 	"io/fs"
-	"strings"
 	"testing"
-	"unicode/utf8"
-)
 
-func TestCutPart(t *testing.T) {
-	s := strings.Repeat("é", 10) // 2 bytes each
-	for n := 1; n < len(s)+2; n++ {
-		p := cutPart(s, n)
-		if len(p) > n || !utf8.ValidString(p) || (len(p) == 0 && n >= 2) {
-			t.Errorf("cutPart(%d) = %q", n, p)
-		}
-	}
-	if p := cutPart("abcdef", 4); p != "abcd" {
-		t.Errorf("cutPart(ascii, 4) = %q", p)
-	}
-}
+	"github.com/helmr/helmr/internal/workspaces"
+)
 
 func TestZipToTar(t *testing.T) {
 	zipOf := func(add func(zw *zip.Writer)) []byte {
@@ -73,8 +60,8 @@ func TestZipToTar(t *testing.T) {
 	if len(got) != len(want) {
 		t.Errorf("members = %v", got)
 	}
-	if err := checkTar(data); err != nil {
-		t.Errorf("checkTar(converted) = %v", err)
+	if err := workspaces.CheckTar(data); err != nil {
+		t.Errorf("CheckTar(converted) = %v", err)
 	}
 
 	for name, z := range map[string][]byte{

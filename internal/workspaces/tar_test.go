@@ -1,4 +1,4 @@
-package httpapi
+package workspaces
 
 import (
 	"archive/tar"
@@ -41,9 +41,9 @@ func TestCheckTar(t *testing.T) {
 		{"empty", mk(), "no files"},
 		{"not a tar", []byte("hello, this is not a tar archive at all........"), "not a tar"},
 	} {
-		err := checkTar(c.data)
+		err := CheckTar(c.data)
 		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
-			t.Errorf("%s: checkTar = %v, want %q", c.name, err, c.want)
+			t.Errorf("%s: CheckTar = %v, want %q", c.name, err, c.want)
 		}
 	}
 }

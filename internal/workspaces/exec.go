@@ -1,0 +1,135 @@
+package workspaces
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/helmr/helmr/internal/errdefs"
+)
+
+// Trace says how an operation appears in the workspace's trajectory.
+type Trace struct {
+	// Kind names it: exec, file.read, swerex.run_in_session, ...
+	Kind string
+	// Request is the request the caller made, as recorded (nil: the exec
+	// request, its stdin cut).
+	Request any
+	// Output, if set, streams the operation: it gets the output, line by
+	// line and redacted, as the worker sends it.
+	Output func(stream string, data []byte)
+	// quiet leaves the operation out of the trajectory: a part of a
+	// larger one, recorded as a whole.
+	quiet bool
+}
+
+// opWait bounds how long an operation waits beyond its own timeout for a
+// worker to take it and start the workspace's sandbox.
+const opWait = 2 * time.Minute
+
+// trajectoryOutput bounds each output stream as a trajectory keeps it.
+const trajectoryOutput = 64 << 10
+
+// Exec runs one command in ws (a direct operation) after Validate: in a
+// sandbox of the workspace's task, on a worker of its host, kept warm
+// between operations. A deleted workspace, or one an unfinished run
+// holds, is errdefs.ErrConflict; no worker answering in time is
+// errdefs.ErrTimeout.
+func (s *Service) Exec(ctx context.Context, ws Workspace, req ExecRequest, tr Trace) (ExecResult, error) {
+	if err := req.Validate(); err != nil {
+		return ExecResult{}, err
+	}
+	return s.run(ctx, ws, req, tr)
+}
+
+// run runs a valid exec request in ws through a worker of its host,
+// records it as tr says, and records the host of a workspace that had
+// none.
+func (s *Service) run(ctx context.Context, ws Workspace, req ExecRequest, tr Trace) (res ExecResult, err error) {
+	began := time.Now()
+	defer func() { s.record(ctx, ws, req, tr, began, res, err) }()
+	if ws.DeletedAt != nil {
+		return ExecResult{}, errdefs.Conflictf("workspace %s was deleted", ws.ID)
+	}
+	if err := s.runs.WorkspaceFree(ctx, ws); err != nil {
+		return ExecResult{}, err
+	}
+	task, err := s.Task(ctx, ws)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	secrets, err := s.secrets(ctx, ws, req)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	// A workspace whose host is gone goes to any worker, which restores
+	// its snapshot.
+	if ws.Host, err = s.runs.OperationHost(ctx, ws); err != nil {
+		return ExecResult{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, req.Timeout()+opWait)
+	defer cancel()
+	var output func(string, []byte)
+	if tr.Output != nil {
+		output = func(stream string, data []byte) {
+			tr.Output(stream, []byte(Redact(string(data), secrets)))
+		}
+	}
+	opRes, err := s.ops.DoStream(ctx, Op{Workspace: ws, Task: task.Spec, DeploymentID: task.DeploymentID, Exec: &req, Secrets: secrets}, output)
+	if err != nil {
+		return ExecResult{}, errdefs.Newf(errdefs.ErrTimeout, "%w", err)
+	}
+	if opRes.Error != "" {
+		return ExecResult{}, errdefs.Upstreamf("%s", Redact(opRes.Error, secrets))
+	}
+	// The worker redacted already; a value never leaves here whatever a
+	// worker sends.
+	res = opRes.Exec.Redact(secrets)
+	if ws.Host == "" && opRes.Host != "" {
+		if err := s.store.UseWorkspace(ctx, ws.ID, ws.LastRunID, opRes.Host, time.Now()); err != nil {
+			s.log.Error("record where a workspace is", "workspace_id", ws.ID, "err", err)
+		}
+	}
+	return res, nil
+}
+
+// record appends an operation to the workspace's trajectory and exports
+// its span. Requests hold credential placeholders, never values; results
+// are redacted already.
+func (s *Service) record(ctx context.Context, ws Workspace, req ExecRequest, tr Trace, began time.Time, res ExecResult, err error) {
+	if s.Trajectories == nil || tr.quiet {
+		return
+	}
+	rec := OpRecord{WorkspaceID: ws.ID, Kind: tr.Kind, StartedAt: began, DurationMs: float64(time.Since(began).Microseconds()) / 1000}
+	if tr.Request == nil {
+		tr.Request = traceRequest(req)
+	}
+	rec.Request, _ = json.Marshal(tr.Request)
+	if err != nil {
+		rec.Error = err.Error()
+	} else {
+		for _, out := range []*string{&res.Stdout, &res.Stderr} {
+			if len(*out) > trajectoryOutput {
+				*out = (*out)[:trajectoryOutput] + "\n[helmr: output cut in the trajectory]\n"
+			}
+		}
+		rec.Result, _ = json.Marshal(res)
+	}
+	rec, aerr := s.Trajectories.AppendOp(context.WithoutCancel(ctx), rec)
+	if aerr != nil {
+		s.log.Error("record a workspace operation", "workspace_id", ws.ID, "err", aerr)
+		return
+	}
+	if s.Spans != nil {
+		s.Spans.Export(rec)
+	}
+}
+
+// traceRequest is an exec request as a trajectory keeps it: its stdin
+// cut at 4 KiB.
+func traceRequest(req ExecRequest) ExecRequest {
+	if len(req.Stdin) > 4<<10 {
+		req.Stdin = req.Stdin[:4<<10] + "[helmr: stdin cut in the trajectory]"
+	}
+	return req
+}
