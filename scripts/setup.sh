@@ -15,6 +15,7 @@ missing=()
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 command -v node >/dev/null || missing+=(nodejs npm)
 command -v go >/dev/null || missing+=(golang-go)
+command -v gcc >/dev/null || missing+=(gcc libc6-dev)     # cgo, which go test -race needs (scripts/test.sh)
 command -v mkfs.ext4 >/dev/null || missing+=(e2fsprogs)   # workspace disks (HELMR_WORKSPACE_QUOTA)
 command -v ip >/dev/null || missing+=(iproute2)           # network tests' test hosts
 if [ ${#missing[@]} -gt 0 ]; then

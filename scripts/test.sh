@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: Go (unit, store suite on SQLite and PostgreSQL, sandbox
-# conformance, end to end through the real CLI), TypeScript (tsc strict
+# conformance, end to end through the real CLI; the packages with
+# concurrency again under the race detector), TypeScript (tsc strict
 # and node tests), the Python adapters, and API fuzzing. Installs and starts what the tests need first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,14 @@ echo "test: go vet"
 go vet ./...
 echo "test: go test"
 go test -count=1 -timeout 30m ./...
+
+# The packages with concurrency (request handlers, operation queues,
+# worker loops, the agent's streams, the stores' locks), once more under
+# the race detector (it needs cgo: gcc, which setup.sh installs).
+echo "test: go test -race"
+go test -count=1 -race -timeout 30m ./internal/httpapi/... ./internal/swerex/... ./internal/workspaces/... \
+  ./internal/worker/... ./internal/runs/... ./internal/agent/... ./internal/waitpoints/... ./internal/apikeys/... \
+  ./internal/store/...
 
 echo "test: TypeScript"
 scripts/ts-check.sh
