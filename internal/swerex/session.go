@@ -233,39 +233,17 @@ func (a *API) execute(r *http.Request, ws workspaces.Workspace, _ *runtime) (any
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
-	var argv []string
-	var str string
-	if err := json.Unmarshal(req.Command, &argv); err != nil {
-		if err := json.Unmarshal(req.Command, &str); err != nil || str == "" {
-			return nil, &schemaError{"command must be a string or a list of strings"}
-		}
+	cwd := ""
+	if req.Cwd != nil {
+		cwd = *req.Cwd
 	}
-	if argv != nil && req.Shell {
-		str, argv = strings.Join(argv, " "), nil
+	argv, err := executeArgv(req.Command, req.Shell, cwd, req.Merge)
+	if err != nil {
+		return nil, err
 	}
-	if argv == nil && !req.Shell {
-		argv = []string{str} // as subprocess.run does with a string and shell=False
-	}
-	if len(argv) == 0 && str == "" {
-		return nil, &schemaError{"command is empty"}
-	}
-	// One sh runs it: in cwd (absolute, as subprocess's cwd), with the
-	// streams merged if asked.
-	script := ""
-	if req.Merge {
-		script += "exec 2>&1\n"
-	}
-	if req.Cwd != nil && *req.Cwd != "" {
-		script += "cd " + shellQuote(*req.Cwd) + " || exit 1\n"
-	}
-	exec := workspaces.ExecRequest{Env: req.Env, TimeoutSeconds: workspaces.MaxExecTimeout}
+	exec := workspaces.ExecRequest{Argv: argv, Env: req.Env, TimeoutSeconds: workspaces.MaxExecTimeout}
 	if req.Timeout != nil && *req.Timeout > 0 {
 		exec.TimeoutSeconds = min(*req.Timeout, workspaces.MaxExecTimeout)
-	}
-	if argv != nil {
-		exec.Argv = append([]string{"sh", "-c", script + `exec "$@"`, "sh"}, argv...)
-	} else {
-		exec.Argv = []string{"sh", "-c", script + str}
 	}
 	res, err := a.ws.Exec(r.Context(), ws, exec, workspaces.Trace{Kind: "swerex.execute"})
 	if err != nil {
@@ -282,4 +260,38 @@ func (a *API) execute(r *http.Request, ws workspaces.Workspace, _ *runtime) (any
 		return nil, &swerexError{"swerex.exceptions.NonZeroExitCodeError", msg}
 	}
 	return map[string]any{"stdout": res.Stdout, "stderr": res.Stderr, "exit_code": res.ExitCode}, nil
+}
+
+// executeArgv is the argv that runs an execute request's command (a
+// string, or a list of strings) as subprocess.run would: one sh runs it,
+// in cwd (absolute, as subprocess's cwd) if given, with the streams
+// merged if asked.
+func executeArgv(command json.RawMessage, shell bool, cwd string, merge bool) ([]string, error) {
+	var argv []string
+	var str string
+	if err := json.Unmarshal(command, &argv); err != nil {
+		if err := json.Unmarshal(command, &str); err != nil || str == "" {
+			return nil, &schemaError{"command must be a string or a list of strings"}
+		}
+	}
+	if argv != nil && shell {
+		str, argv = strings.Join(argv, " "), nil
+	}
+	if argv == nil && !shell {
+		argv = []string{str} // as subprocess.run does with a string and shell=False
+	}
+	if len(argv) == 0 && str == "" {
+		return nil, &schemaError{"command is empty"}
+	}
+	script := ""
+	if merge {
+		script += "exec 2>&1\n"
+	}
+	if cwd != "" {
+		script += "cd " + shellQuote(cwd) + " || exit 1\n"
+	}
+	if argv != nil {
+		return append([]string{"sh", "-c", script + `exec "$@"`, "sh"}, argv...), nil
+	}
+	return []string{"sh", "-c", script + str}, nil
 }

@@ -205,3 +205,21 @@ func TestErrorShapes(t *testing.T) {
 		t.Errorf("is_alive(deleted) = %v %s, want false", err, rec.Body)
 	}
 }
+
+func TestExecuteAsSubprocessRun(t *testing.T) {
+	a := New(newShell(t))
+	for _, c := range []struct{ body, stdout, stderr string }{
+		{`{"command": ["printf", "%s", "a b"]}`, "a b", ""},
+		{`{"command": "echo out; echo err >&2; pwd", "shell": true, "cwd": "/tmp", "merge_output_streams": true}`, "out\nerr\n/tmp\n", ""},
+		{`{"command": "echo out; echo err >&2", "shell": true}`, "out\n", "err\n"},
+		{`{"command": ["echo", "$HOME"], "shell": true, "env": {"HOME": "/h"}}`, "/h\n", ""},
+	} {
+		st, out, err := call(t, a.Execute, c.body)
+		if err != nil || st != http.StatusOK || out["stdout"] != c.stdout || out["stderr"] != c.stderr || out["exit_code"] != float64(0) {
+			t.Errorf("execute %s = %d %v %v, want stdout %q, stderr %q", c.body, st, out, err, c.stdout, c.stderr)
+		}
+	}
+	if st, out, _ := call(t, a.Execute, `{"command": ""}`); st != http.StatusUnprocessableEntity {
+		t.Errorf("execute of an empty command = %d %v, want 422", st, out)
+	}
+}
