@@ -23,9 +23,8 @@ import (
 	"github.com/helmr/helmr/internal/client"
 	"github.com/helmr/helmr/internal/config"
 	"github.com/helmr/helmr/internal/sandbox"
-	"github.com/helmr/helmr/internal/sandbox/gvisor"
 	"github.com/helmr/helmr/internal/sandbox/network"
-	"github.com/helmr/helmr/internal/sandbox/process"
+	"github.com/helmr/helmr/internal/sandbox/tiers"
 	"github.com/helmr/helmr/internal/tsbundle"
 	"github.com/helmr/helmr/internal/worker"
 )
@@ -105,7 +104,7 @@ func runWorker(ctx context.Context, a *App, args []string) error {
 // workerFlags are the flags of the commands that run a worker.
 func (a *App) workerFlags(fs *flagSet) {
 	fs.IntVar(&a.cfg.Slots, "slots", a.cfg.Slots, "runs executed at once ($HELMR_SLOTS)")
-	fs.StringVar(&a.cfg.Runtime, "runtime", a.cfg.Runtime, "isolation tier policy: auto, gvisor or process ($HELMR_RUNTIME)")
+	fs.StringVar(&a.cfg.Runtime, "runtime", a.cfg.Runtime, "isolation tier policy: "+tiers.Policies()+" ($HELMR_RUNTIME)")
 	fs.StringVar(&a.cfg.Egress, "egress", a.cfg.Egress, "sandbox egress policy: open, none, or allow:CIDR|IP|DOMAIN|*.DOMAIN,... ($HELMR_EGRESS)")
 }
 
@@ -210,8 +209,6 @@ func checkpointKey(cfg config.Config, dev bool, rt sandbox.Runtime, log *slog.Lo
 	return &k, nil
 }
 
-// newRuntime starts the isolation tier the operator's policy selects (see
-// chooseTier and helmr doctor).
 // workerInstance names the sandbox state of the worker of a data dir:
 // the same across its restarts (so a worker removes what its crashed
 // predecessor left), apart from every other worker and helmr process on
@@ -225,32 +222,18 @@ func workerInstance(dataDir string) string {
 	return "w-" + hex.EncodeToString(sum[:6])
 }
 
-// newRuntime makes the isolation tier's runtime, its sandbox state under
-// a directory of its own instance (see workerInstance): starting a
+// newRuntime starts the isolation tier the operator's policy selects (see
+// package tiers and helmr doctor), its sandbox state under the state root
+// in a directory of its own instance (see workerInstance): starting a
 // runtime removes the sandboxes its instance left, and only those.
 func newRuntime(cfg config.Config, log *slog.Logger, instance string) (sandbox.Runtime, error) {
-	tier, err := chooseTier(cfg)
+	h := tierHost(cfg, log, instance)
+	tier, err := tiers.Choose(cfg.Runtime, h)
 	if err != nil {
 		return nil, err
 	}
-	log.Info("isolation tier", "tier", tier, "policy", cfg.Runtime)
-	agent, err := findAgent(cfg.AgentPath)
-	if err != nil {
-		return nil, err
-	}
-	if tier == "gvisor" {
-		runsc, err := findRunsc(cfg)
-		if err != nil {
-			return nil, err
-		}
-		gc := gvisor.DefaultConfig()
-		gc.RunscPath, gc.AgentPath, gc.Logger = runsc, agent, log
-		gc.StateDir = filepath.Join(gvisor.DefaultStateDir, instance)
-		return gvisor.New(context.Background(), gc)
-	}
-	pc := process.DefaultConfig()
-	pc.AgentPath, pc.StateDir, pc.Logger = agent, filepath.Join(cfg.SandboxDir, instance), log
-	return process.New(pc)
+	log.Info("isolation tier", "tier", tier.Name, "policy", cfg.Runtime, "state_root", cfg.StateDir)
+	return tier.New(context.Background(), h)
 }
 
 // findAgent locates the static helmr-agent binary.

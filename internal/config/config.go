@@ -17,6 +17,7 @@ import (
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/sandbox/disk"
 	"github.com/helmr/helmr/internal/sandbox/network"
+	"github.com/helmr/helmr/internal/sandbox/tiers"
 )
 
 // Config is every setting of the helmr binary.
@@ -29,7 +30,8 @@ type Config struct {
 	WorkerToken    string        // shared secret of remote workers
 	AgentPath      string        // static helmr-agent binary
 	RunscPath      string        // gVisor's runsc; default: $CacheDir/bin/runsc (scripts/install-runsc.sh)
-	SandboxDir     string        // per-sandbox scratch state; every parent must be searchable by others
+	StateDir       string        // the isolation tiers' state root; each keeps its own below it ($HELMR_STATE_DIR)
+	SandboxDir     string        // the process tier's state; default $StateDir/sandboxes; every parent must be searchable by others
 	Runtime        string        // isolation tier: auto, gvisor or process
 	Egress         string        // sandbox egress policy: open, none or allow:LIST (network.ParsePolicy)
 	WorkspaceQuota string        // size limit of each run's workspace (10Gi); 0: none
@@ -70,7 +72,7 @@ func Default() Config {
 		Egress:         "open",
 		WorkspaceQuota: "10Gi",
 		LayerCache:     "20Gi",
-		SandboxDir:     "/run/helmr/sandboxes",
+		StateDir:       tiers.DefaultStateRoot,
 		Slots:          4,
 		Warm:           1,
 		WorkerTTL:      time.Minute,
@@ -89,7 +91,7 @@ func Default() Config {
 func (c Config) FromEnv(getenv func(string) string) (Config, error) {
 	str := map[string]*string{
 		"HELMR_ADDR": &c.Addr, "HELMR_DATA_DIR": &c.DataDir, "HELMR_DATABASE_URL": &c.DatabaseURL,
-		"HELMR_CACHE_DIR": &c.CacheDir, "HELMR_WORKER_TOKEN": &c.WorkerToken, "HELMR_AGENT_PATH": &c.AgentPath, "HELMR_RUNSC": &c.RunscPath, "HELMR_SANDBOX_DIR": &c.SandboxDir,
+		"HELMR_CACHE_DIR": &c.CacheDir, "HELMR_WORKER_TOKEN": &c.WorkerToken, "HELMR_AGENT_PATH": &c.AgentPath, "HELMR_RUNSC": &c.RunscPath, "HELMR_SANDBOX_DIR": &c.SandboxDir, "HELMR_STATE_DIR": &c.StateDir,
 		"HELMR_RUNTIME": &c.Runtime, "HELMR_EGRESS": &c.Egress, "HELMR_WORKSPACE_QUOTA": &c.WorkspaceQuota, "HELMR_DNS_UPSTREAM": &c.DNSUpstream, "HELMR_EXTRA_CA_CERTS": &c.ExtraCACerts, "HELMR_LAYER_CACHE": &c.LayerCache, "HELMR_MASTER_KEY": &c.MasterKey, "HELMR_MASTER_KEY_FILE": &c.MasterKeyFile, "HELMR_OWNER_TOKEN": &c.OwnerToken, "HELMR_OWNER_TOKEN_FILE": &c.OwnerTokenFile, "HELMR_API_KEY": &c.APIKey, "HELMR_NODE": &c.Node, "HELMR_OTLP_ENDPOINT": &c.OTLPEndpoint, "HELMR_URL": &c.URL,
 		"HELMR_CHECKPOINT_ENCRYPTION_KEY": &c.CheckpointKey,
 		"HELMR_PROJECT":                   &c.Project, "HELMR_ENV": &c.Env, "HELMR_PROFILE": &c.Profile,
@@ -205,10 +207,11 @@ func (c Config) Validate() error {
 	if c.Warm < 0 || c.Warm > 64 {
 		errs = append(errs, fmt.Errorf("warm sandboxes must be 0..64, got %d", c.Warm))
 	}
-	switch c.Runtime {
-	case "auto", "gvisor", "process":
-	default:
-		errs = append(errs, fmt.Errorf("unknown runtime %q (choose auto, gvisor or process)", c.Runtime))
+	if err := tiers.CheckPolicy(c.Runtime); err != nil {
+		errs = append(errs, err)
+	}
+	if !filepath.IsAbs(c.StateDir) || c.SandboxDir != "" && !filepath.IsAbs(c.SandboxDir) {
+		errs = append(errs, fmt.Errorf("HELMR_STATE_DIR (%q) and HELMR_SANDBOX_DIR (%q) must be absolute paths", c.StateDir, c.SandboxDir))
 	}
 	if _, err := network.ParsePolicy(c.Egress); err != nil {
 		errs = append(errs, err)
