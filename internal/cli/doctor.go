@@ -10,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
+
 	"github.com/helmr/helmr/internal/config"
 	"github.com/helmr/helmr/internal/sandbox/disk"
 	"github.com/helmr/helmr/internal/sandbox/network"
@@ -95,14 +97,7 @@ func chooseTier(cfg config.Config) (string, error) {
 	return "", errors.New("no isolation tier works on this host (see helmr doctor)")
 }
 
-func runDoctor(_ context.Context, a *App, args []string) error {
-	fs := newFlagSet(a, "doctor")
-	fs.StringVar(&a.cfg.Runtime, "runtime", a.cfg.Runtime, "isolation tier policy: auto, gvisor or process ($HELMR_RUNTIME)")
-	fs.StringVar(&a.cfg.Egress, "egress", a.cfg.Egress, "sandbox egress policy ($HELMR_EGRESS)")
-	fs.BoolVar(&a.json, "json", false, "print JSON")
-	if _, err := parse(fs.FlagSet, args); err != nil {
-		return err
-	}
+func runDoctor(_ context.Context, a *App, _ []string) error {
 	ts := tiers(a.cfg)
 	chosen, cerr := chooseTier(a.cfg)
 	egress := checkEgress(a.cfg)
@@ -201,4 +196,14 @@ func checkEgress(cfg config.Config) egressCheck {
 	c.Detail = fmt.Sprintf("sandboxes get eth0 %s via the worker's user-space stack; DNS at %s forwards to %v; never reachable: this host's addresses, loopback, link-local metadata",
 		network.GuestAddr, network.DNSAddr, ups)
 	return c
+}
+
+func (a *App) doctorCmd() *cobra.Command {
+	return a.withJSON(&cobra.Command{
+		Use:     "doctor",
+		Short:   "show which isolation tiers work on this host, and which one runs sandboxes",
+		GroupID: "admin",
+		Args:    exactly(0, "usage: helmr doctor [--runtime R] [--egress E] [--json]"),
+		RunE:    func(c *cobra.Command, args []string) error { return runDoctor(c.Context(), a, args) },
+	})
 }

@@ -106,19 +106,25 @@ func (c Config) FromFile(path string) (Config, error) {
 // file (HELMR_CONFIG, else DefaultFile if present), then the environment.
 func Load(getenv func(string) string) (Config, error) {
 	c := Default()
-	path := getenv("HELMR_CONFIG")
-	if path == "" {
-		if _, err := os.Stat(DefaultFile); err == nil {
-			path = DefaultFile
-		}
-	}
-	if path != "" {
+	if path := File(getenv); path != "" {
 		var err error
 		if c, err = c.FromFile(path); err != nil {
 			return c, err
 		}
 	}
 	return c.FromEnv(getenv)
+}
+
+// File is the config file Load reads: HELMR_CONFIG, else DefaultFile if
+// it exists; empty if none.
+func File(getenv func(string) string) string {
+	if path := getenv("HELMR_CONFIG"); path != "" {
+		return path
+	}
+	if _, err := os.Stat(DefaultFile); err == nil {
+		return DefaultFile
+	}
+	return ""
 }
 
 // Validate checks the settings a server or worker needs.
