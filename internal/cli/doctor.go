@@ -97,7 +97,7 @@ func chooseTier(cfg config.Config) (string, error) {
 	return "", errors.New("no isolation tier works on this host (see helmr doctor)")
 }
 
-func runDoctor(_ context.Context, a *App, _ []string) error {
+func runDoctor(_ context.Context, a *App, args []string) error {
 	ts := tiers(a.cfg)
 	chosen, cerr := chooseTier(a.cfg)
 	egress := checkEgress(a.cfg)
