@@ -38,6 +38,7 @@ type settingView struct {
 	Value   string   `json:"value"` // empty: unset; a secret's is "(set)"
 	Default string   `json:"default"`
 	Doc     string   `json:"doc"`
+	ReadBy  []string `json:"readBy"`
 	Flag    string   `json:"flag,omitempty"`
 	FlagOn  []string `json:"flagOn,omitempty"`
 }
@@ -46,7 +47,7 @@ func (a *App) printSettings() error {
 	plain := func(s string) string { return strings.ReplaceAll(s, "`", "") }
 	var views []settingView
 	for _, s := range config.Settings() {
-		v := settingView{Name: s.Name, Default: plain(s.ShownDefault()), Doc: plain(s.Doc), FlagOn: s.FlagOn}
+		v := settingView{Name: s.Name, Default: plain(s.ShownDefault()), Doc: plain(s.Doc), ReadBy: s.ReadBy, FlagOn: s.FlagOn}
 		if s.Flag != "" {
 			v.Flag = "--" + s.Flag
 		}

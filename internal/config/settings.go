@@ -32,12 +32,23 @@ type Setting struct {
 	// rotate-key", or APIVerbs.
 	Flag   string
 	FlagOn []string
+	// ReadBy says which parts of helmr read it: ControlPlane (helmr dev
+	// and helmr server), Worker (helmr dev and helmr worker), CLI (the
+	// user verbs).
+	ReadBy []string
 	// Secret settings are never printed (helmr settings says "set").
 	Secret bool
 	// field is the Config field the setting fills; nil for a setting read
 	// before there is a Config (HELMR_CONFIG).
 	field func(*Config) Value
 }
+
+// The parts of helmr in a Setting's ReadBy.
+const (
+	ControlPlane = "control plane"
+	Worker       = "worker"
+	CLI          = "CLI"
+)
 
 // APIVerbs in a Setting's FlagOn stands for every verb that talks to the
 // control plane's API.
@@ -71,84 +82,84 @@ func (s Setting) ShownDefault() string {
 
 // settings is the table, in the order the README lists it.
 var settings = []Setting{
-	{Name: "HELMR_CONFIG", Shown: "`/etc/helmr/helmr.conf` if present",
+	{Name: "HELMR_CONFIG", ReadBy: []string{ControlPlane, Worker, CLI}, Shown: "`/etc/helmr/helmr.conf` if present",
 		Doc: "the operator's config file: one `HELMR_NAME=value` per line, with these names and syntax; the environment overrides it"},
-	{Name: "HELMR_DATA_DIR", Default: ".helmr", Flag: "data-dir", FlagOn: []string{"dev", "server", "worker", "secret rotate-key", "image build", "image export"},
+	{Name: "HELMR_DATA_DIR", ReadBy: []string{ControlPlane, Worker, CLI}, Default: ".helmr", Flag: "data-dir", FlagOn: []string{"dev", "server", "worker", "secret rotate-key", "image build", "image export"},
 		Doc: "data directory: the embedded SQLite store, workspaces, image layers", field: str(func(c *Config) *string { return &c.DataDir })},
-	{Name: "HELMR_DATABASE_URL", Secret: true,
+	{Name: "HELMR_DATABASE_URL", ReadBy: []string{ControlPlane, CLI}, Secret: true,
 		Doc: "PostgreSQL instead of SQLite (`postgres://...`)", field: str(func(c *Config) *string { return &c.DatabaseURL })},
-	{Name: "HELMR_ADDR", Default: "127.0.0.1:8480", Flag: "addr", FlagOn: []string{"dev", "server"},
+	{Name: "HELMR_ADDR", ReadBy: []string{ControlPlane}, Default: "127.0.0.1:8480", Flag: "addr", FlagOn: []string{"dev", "server"},
 		Doc: "listen address of `dev` and `server`", field: str(func(c *Config) *string { return &c.Addr })},
-	{Name: "HELMR_URL", Default: "http://127.0.0.1:8480", Shown: "profile, then `http://127.0.0.1:8480`", Flag: "url", FlagOn: []string{APIVerbs},
-		Doc: "control plane the CLI talks to", field: str(func(c *Config) *string { return &c.URL })},
-	{Name: "HELMR_PROJECT", Shown: "the last deployed (profile)", Flag: "project", FlagOn: []string{APIVerbs},
+	{Name: "HELMR_URL", ReadBy: []string{Worker, CLI}, Default: "http://127.0.0.1:8480", Shown: "profile, then `http://127.0.0.1:8480`", Flag: "url", FlagOn: []string{APIVerbs},
+		Doc: "control plane the CLI talks to, and `helmr worker --control-url`'s default", field: str(func(c *Config) *string { return &c.URL })},
+	{Name: "HELMR_PROJECT", ReadBy: []string{CLI}, Shown: "the last deployed (profile)", Flag: "project", FlagOn: []string{APIVerbs},
 		Doc: "project the CLI works in", field: str(func(c *Config) *string { return &c.Project })},
-	{Name: "HELMR_ENV", Default: "dev", Flag: "env", FlagOn: []string{APIVerbs},
+	{Name: "HELMR_ENV", ReadBy: []string{CLI}, Default: "dev", Flag: "env", FlagOn: []string{APIVerbs},
 		Doc: "environment of the project the CLI works in", field: str(func(c *Config) *string { return &c.Env })},
-	{Name: "HELMR_PROFILE", Default: "~/.config/helmr/profile.json",
+	{Name: "HELMR_PROFILE", ReadBy: []string{CLI}, Default: "~/.config/helmr/profile.json",
 		Doc: "what the CLI remembers between commands: URL, project, `helmr dev`'s credential (mode 0600)", field: str(func(c *Config) *string { return &c.Profile })},
-	{Name: "HELMR_CACHE_DIR", Default: "~/.cache/helmr",
+	{Name: "HELMR_CACHE_DIR", ReadBy: []string{Worker, CLI}, Default: "~/.cache/helmr",
 		Doc: "built-in base images", field: str(func(c *Config) *string { return &c.CacheDir })},
-	{Name: "HELMR_WORKER_TOKEN", Secret: true,
+	{Name: "HELMR_WORKER_TOKEN", ReadBy: []string{ControlPlane, Worker}, Secret: true,
 		Doc:   "`helmr worker`: its worker credential (`helmr apikey create --worker`) or the shared token; `helmr server`: a shared token any worker may use (not bound to runs)",
 		field: str(func(c *Config) *string { return &c.WorkerToken })},
-	{Name: "HELMR_OWNER_TOKEN", Secret: true, Shown: "`helmr dev`: `DATA_DIR/owner.token`, made on first start; `helmr server`: required",
+	{Name: "HELMR_OWNER_TOKEN", ReadBy: []string{ControlPlane}, Secret: true, Shown: "`helmr dev`: `DATA_DIR/owner.token`, made on first start; `helmr server`: required",
 		Doc: "the API's owner credential (32+ characters)", field: str(func(c *Config) *string { return &c.OwnerToken })},
-	{Name: "HELMR_OWNER_TOKEN_FILE",
+	{Name: "HELMR_OWNER_TOKEN_FILE", ReadBy: []string{ControlPlane},
 		Doc: "a file holding the owner credential, instead of `HELMR_OWNER_TOKEN`", field: str(func(c *Config) *string { return &c.OwnerTokenFile })},
-	{Name: "HELMR_API_KEY", Secret: true, Shown: "the profile's credential",
+	{Name: "HELMR_API_KEY", ReadBy: []string{CLI}, Secret: true, Shown: "the profile's credential",
 		Doc: "what the CLI authenticates with: an API key or the owner credential", field: str(func(c *Config) *string { return &c.APIKey })},
-	{Name: "HELMR_RUNTIME", Default: "auto", Flag: "runtime", FlagOn: []string{"dev", "worker", "doctor", "image build", "image export"},
+	{Name: "HELMR_RUNTIME", ReadBy: []string{Worker, CLI}, Default: "auto", Flag: "runtime", FlagOn: []string{"dev", "worker", "doctor", "image build", "image export"},
 		Doc:   "isolation tier policy: `auto` (strongest that works here), `gvisor` or `process`; `helmr doctor` shows each tier and why it is or isn't available",
 		field: str(func(c *Config) *string { return &c.Runtime })},
-	{Name: "HELMR_EGRESS", Default: "open", Flag: "egress", FlagOn: []string{"dev", "worker", "doctor"},
+	{Name: "HELMR_EGRESS", ReadBy: []string{Worker, CLI}, Default: "open", Flag: "egress", FlagOn: []string{"dev", "worker", "doctor"},
 		Doc:   "sandbox egress policy: `open`, `none` or `allow:CIDR,IP,DOMAIN,*.DOMAIN,...` (see Networking and egress)",
 		field: str(func(c *Config) *string { return &c.Egress })},
-	{Name: "HELMR_SLOTS", Default: "4", Flag: "slots", FlagOn: []string{"dev", "worker"},
+	{Name: "HELMR_SLOTS", ReadBy: []string{Worker}, Default: "4", Flag: "slots", FlagOn: []string{"dev", "worker"},
 		Doc: "runs a worker executes at once (1 to 1024)", field: num(func(c *Config) *int { return &c.Slots })},
-	{Name: "HELMR_WORKSPACE_QUOTA", Default: "10Gi",
+	{Name: "HELMR_WORKSPACE_QUOTA", ReadBy: []string{Worker, CLI}, Default: "10Gi",
 		Doc: "size limit of each run's workspace (its own ext4 disk); `0`: none, plain directories", field: str(func(c *Config) *string { return &c.WorkspaceQuota })},
-	{Name: "HELMR_LAYER_CACHE", Default: "20Gi",
+	{Name: "HELMR_LAYER_CACHE", ReadBy: []string{Worker}, Default: "20Gi",
 		Doc:   "size bound of the worker's image layer cache: after runs, least recently used layers that no sandbox runs on (and no build used in the last 10 minutes) are removed; `0`: no bound",
 		field: str(func(c *Config) *string { return &c.LayerCache })},
-	{Name: "HELMR_MASTER_KEY", Secret: true, Shown: "`helmr dev`: `DATA_DIR/master.key`, made on first start",
+	{Name: "HELMR_MASTER_KEY", ReadBy: []string{ControlPlane, CLI}, Secret: true, Shown: "`helmr dev`: `DATA_DIR/master.key`, made on first start",
 		Doc: "the vault's master key (base64 of 32 bytes)", field: str(func(c *Config) *string { return &c.MasterKey })},
-	{Name: "HELMR_MASTER_KEY_FILE",
+	{Name: "HELMR_MASTER_KEY_FILE", ReadBy: []string{ControlPlane, CLI},
 		Doc: "a file holding the vault's master key, instead of `HELMR_MASTER_KEY`", field: str(func(c *Config) *string { return &c.MasterKeyFile })},
-	{Name: "HELMR_EXTRA_CA_CERTS",
+	{Name: "HELMR_EXTRA_CA_CERTS", ReadBy: []string{Worker, CLI},
 		Doc: "PEM file of CA certificates that build steps' Node.js tools trust (`NODE_EXTRA_CA_CERTS`)", field: str(func(c *Config) *string { return &c.ExtraCACerts })},
-	{Name: "HELMR_DNS_UPSTREAM", Shown: "the host's `/etc/resolv.conf`",
+	{Name: "HELMR_DNS_UPSTREAM", ReadBy: []string{Worker, CLI}, Shown: "the host's `/etc/resolv.conf`",
 		Doc: "resolvers the sandboxes' DNS is forwarded to: `IP[:port],...`", field: str(func(c *Config) *string { return &c.DNSUpstream })},
-	{Name: "HELMR_WORKER_TTL", Default: "60s",
+	{Name: "HELMR_WORKER_TTL", ReadBy: []string{ControlPlane}, Default: "60s",
 		Doc:   "a worker silent this long (no heartbeat, no request for work) loses its started runs: they fail as `guest_runtime`; once every worker of a host is, that host's workspaces with a snapshot move to any worker",
 		field: dur(func(c *Config) *time.Duration { return &c.WorkerTTL })},
-	{Name: "HELMR_HEARTBEAT", Default: "10s",
+	{Name: "HELMR_HEARTBEAT", ReadBy: []string{Worker}, Default: "10s",
 		Doc: "how often a worker reports it is alive", field: dur(func(c *Config) *time.Duration { return &c.Heartbeat })},
-	{Name: "HELMR_PARK_AFTER", Default: "30s",
+	{Name: "HELMR_PARK_AFTER", ReadBy: []string{Worker}, Default: "30s",
 		Doc:   "a run waiting this long is parked (its sandbox checkpointed, its slot freed) on tiers that can checkpoint; `0`: never",
 		field: dur(func(c *Config) *time.Duration { return &c.ParkAfter })},
-	{Name: "HELMR_CHECKPOINT_ENCRYPTION_KEY", Secret: true,
+	{Name: "HELMR_CHECKPOINT_ENCRYPTION_KEY", ReadBy: []string{Worker}, Secret: true,
 		Shown: "`helmr dev`: `DATA_DIR/checkpoint.key`, made on first start; `helmr worker`: required to park, and to save or restore workspace snapshots",
 		Doc:   "seals parked runs' checkpoints and workspace snapshots (base64 of 32 bytes, the same on every worker)",
 		field: str(func(c *Config) *string { return &c.CheckpointKey })},
-	{Name: "HELMR_KEEP_MOVED", Default: "24h",
+	{Name: "HELMR_KEEP_MOVED", ReadBy: []string{Worker}, Default: "24h",
 		Doc:   "how long a worker keeps its copy of a workspace that moved to another host, after the copy was last saved or restored; `0s`: removed at the next sweep (copies with unsaved changes always stay)",
 		field: dur(func(c *Config) *time.Duration { return &c.KeepMoved })},
-	{Name: "HELMR_WORKSPACE_IDLE", Default: "5m",
+	{Name: "HELMR_WORKSPACE_IDLE", ReadBy: []string{Worker}, Default: "5m",
 		Doc:   "how long a workspace's sandbox for direct operations (`helmr exec`, files, SWE-ReX) stays up after its last operation (1s to 24h)",
 		field: dur(func(c *Config) *time.Duration { return &c.WorkspaceIdle })},
-	{Name: "HELMR_WARM", Default: "1",
+	{Name: "HELMR_WARM", ReadBy: []string{Worker}, Default: "1",
 		Doc:   "sandboxes a worker keeps booted ahead of runs (per image and resources, most recently used); `0` boots each on demand",
 		field: num(func(c *Config) *int { return &c.Warm })},
-	{Name: "HELMR_AGENT_PATH", Shown: "next to `helmr`",
+	{Name: "HELMR_AGENT_PATH", ReadBy: []string{Worker, CLI}, Shown: "next to `helmr`",
 		Doc: "the static `helmr-agent` binary", field: str(func(c *Config) *string { return &c.AgentPath })},
-	{Name: "HELMR_RUNSC", Shown: "`$HELMR_CACHE_DIR/bin/runsc`",
+	{Name: "HELMR_RUNSC", ReadBy: []string{Worker, CLI}, Shown: "`$HELMR_CACHE_DIR/bin/runsc`",
 		Doc: "gVisor's `runsc` (built by `scripts/install-runsc.sh`)", field: str(func(c *Config) *string { return &c.RunscPath })},
-	{Name: "HELMR_SANDBOX_DIR", Default: "/run/helmr/sandboxes",
+	{Name: "HELMR_SANDBOX_DIR", ReadBy: []string{Worker, CLI}, Default: "/run/helmr/sandboxes",
 		Doc: "sandboxes' scratch state (its parents must be searchable by the sandbox's host uid)", field: str(func(c *Config) *string { return &c.SandboxDir })},
-	{Name: "HELMR_NODE", Default: "node",
+	{Name: "HELMR_NODE", ReadBy: []string{CLI}, Default: "node",
 		Doc: "the Node.js that `helmr deploy` and `helmr image` bundle and index task projects with", field: str(func(c *Config) *string { return &c.Node })},
-	{Name: "HELMR_OTLP_ENDPOINT",
+	{Name: "HELMR_OTLP_ENDPOINT", ReadBy: []string{ControlPlane},
 		Doc: "OTLP/HTTP collector (`http://host:4318`) that workspace operations are exported to as spans", field: str(func(c *Config) *string { return &c.OTLPEndpoint })},
 }
 
@@ -265,9 +276,9 @@ func (s Setting) FlagDoc() string {
 // MarkdownTable is the table of settings as README.md shows it.
 func MarkdownTable() string {
 	var b strings.Builder
-	b.WriteString("| variable | default | meaning | flag |\n|---|---|---|---|\n")
+	b.WriteString("| variable | default | meaning | read by | flag |\n|---|---|---|---|---|\n")
 	for _, s := range settings {
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", s.Name, s.ShownDefault(), s.Doc, s.FlagDoc())
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", s.Name, s.ShownDefault(), s.Doc, strings.Join(s.ReadBy, ", "), s.FlagDoc())
 	}
 	return b.String()
 }

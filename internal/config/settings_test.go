@@ -28,6 +28,14 @@ func TestTable(t *testing.T) {
 		if s.Doc == "" || strings.ContainsAny(s.Doc+s.Shown+s.Default, "|\n") {
 			t.Errorf("%s: doc %q, shown %q: want one line without '|'", s.Name, s.Doc, s.Shown)
 		}
+		for _, r := range s.ReadBy {
+			if r != ControlPlane && r != Worker && r != CLI {
+				t.Errorf("%s: read by %q, want ControlPlane, Worker or CLI", s.Name, r)
+			}
+		}
+		if len(s.ReadBy) == 0 {
+			t.Errorf("%s: read by nothing", s.Name)
+		}
 		if (s.Flag == "") != (len(s.FlagOn) == 0) || flags[s.Flag] {
 			t.Errorf("%s: flag %q on %q: want both or neither, and no flag twice", s.Name, s.Flag, s.FlagOn)
 		}
@@ -104,8 +112,8 @@ func TestREADMESettings(t *testing.T) {
 			continue
 		}
 		delete(rows, s.Name)
-		want := []string{s.ShownDefault(), s.Doc, s.FlagDoc()}
-		for i, col := range []string{"default", "meaning", "flag"} {
+		want := []string{s.ShownDefault(), s.Doc, strings.Join(s.ReadBy, ", "), s.FlagDoc()}
+		for i, col := range []string{"default", "meaning", "read by", "flag"} {
 			switch {
 			case i >= len(row):
 				t.Errorf("README.md: %s's row has no %s column", s.Name, col)
@@ -123,7 +131,8 @@ func TestREADMESettings(t *testing.T) {
 }
 
 // settingsTable finds the table under the README's Configuration heading:
-// its byte range and its rows by variable (default, meaning, flag).
+// its byte range and its rows by variable (default, meaning, read by,
+// flag).
 func settingsTable(t *testing.T, doc string) (start, end int, rows map[string][]string) {
 	t.Helper()
 	h := strings.Index(doc, "\n### Configuration\n")
