@@ -12,8 +12,8 @@ import (
 	"github.com/helmr/helmr/internal/config"
 )
 
-// commands are helmr's verbs, in the order help lists them within their
-// group. A verb's constructor sits next to its code.
+// commands are helmr's verbs (help lists them by group, alphabetically). A
+// verb's constructor sits next to its code.
 func (a *App) commands() []*cobra.Command {
 	return []*cobra.Command{
 		a.devCmd(), a.serverCmd(), a.workerCmd(),
