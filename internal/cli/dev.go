@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/client"
@@ -29,11 +31,19 @@ import (
 	"github.com/helmr/helmr/internal/worker"
 )
 
-func runDev(ctx context.Context, a *App, args []string) error {
-	fs := a.serverFlags("dev")
-	a.workerFlags(fs)
+func (a *App) devCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "dev",
+		Short:   "run the control plane, a worker and the embedded store in one process",
+		GroupID: "serve",
+		Args:    exactly(0, "usage: helmr dev [flags] (no arguments)"),
+		RunE:    func(c *cobra.Command, _ []string) error { return runDev(c.Context(), a) },
+	}
+}
+
+func runDev(ctx context.Context, a *App) error {
 	a.dev = true
-	cp, log, err := a.bootControlPlane(ctx, fs, args)
+	cp, log, err := a.bootControlPlane(ctx)
 	if err != nil {
 		return err
 	}
@@ -72,14 +82,20 @@ func runDev(ctx context.Context, a *App, args []string) error {
 	return cp.Close(sctx)
 }
 
-func runWorker(ctx context.Context, a *App, args []string) error {
-	fs := newFlagSet(a, "worker")
-	controlURL := fs.String("control-url", a.cfg.URL, "control plane URL")
-	fs.StringVar(&a.cfg.DataDir, "data-dir", a.cfg.DataDir, "data directory for workspaces ($HELMR_DATA_DIR)")
-	a.workerFlags(fs)
-	if _, err := parse(fs.FlagSet, args); err != nil {
-		return err
+func (a *App) workerCmd() *cobra.Command {
+	var controlURL string
+	c := &cobra.Command{
+		Use:     "worker",
+		Short:   "run a worker against a control plane (--control-url; HELMR_WORKER_TOKEN: its worker credential)",
+		GroupID: "serve",
+		Args:    exactly(0, "usage: helmr worker --control-url URL (no arguments)"),
+		RunE:    func(c *cobra.Command, _ []string) error { return runWorker(c.Context(), a, controlURL) },
 	}
+	c.Flags().StringVar(&controlURL, "control-url", a.cfg.URL, "control plane URL")
+	return c
+}
+
+func runWorker(ctx context.Context, a *App, controlURL string) error {
 	if a.cfg.WorkerToken == "" {
 		return errors.New("a worker needs HELMR_WORKER_TOKEN: a worker credential (helmr apikey create --worker) or the control plane's shared worker token")
 	}
@@ -91,21 +107,14 @@ func runWorker(ctx context.Context, a *App, args []string) error {
 		return err
 	}
 	log := a.logger()
-	c := client.New(*controlURL, a.cfg.WorkerToken)
+	c := client.New(controlURL, a.cfg.WorkerToken)
 	c.HTTP.Timeout = 60 * time.Second
-	w, err := newWorker(a.cfg, false, log, client.Worker{C: c}, *controlURL, id)
+	w, err := newWorker(a.cfg, false, log, client.Worker{C: c}, controlURL, id)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.Stdout, "Helmr worker leasing runs from %s\n", *controlURL)
+	fmt.Fprintf(a.Stdout, "Helmr worker leasing runs from %s\n", controlURL)
 	return w.Run(ctx)
-}
-
-// workerFlags are the flags of the commands that run a worker.
-func (a *App) workerFlags(fs *flagSet) {
-	fs.IntVar(&a.cfg.Slots, "slots", a.cfg.Slots, "runs executed at once ($HELMR_SLOTS)")
-	fs.StringVar(&a.cfg.Runtime, "runtime", a.cfg.Runtime, "isolation tier policy: "+tiers.Policies()+" ($HELMR_RUNTIME)")
-	fs.StringVar(&a.cfg.Egress, "egress", a.cfg.Egress, "sandbox egress policy: open, none, or allow:CIDR|IP|DOMAIN|*.DOMAIN,... ($HELMR_EGRESS)")
 }
 
 // newNetwork is the sandboxes' egress under cfg; controlURL's host, if

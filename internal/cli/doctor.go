@@ -8,6 +8,8 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
+
 	"github.com/helmr/helmr/internal/config"
 	"github.com/helmr/helmr/internal/sandbox/disk"
 	"github.com/helmr/helmr/internal/sandbox/network"
@@ -42,13 +44,6 @@ func tierChecks(ss []tiers.Status) []tierCheck {
 }
 
 func runDoctor(_ context.Context, a *App, args []string) error {
-	fs := newFlagSet(a, "doctor")
-	fs.StringVar(&a.cfg.Runtime, "runtime", a.cfg.Runtime, "isolation tier policy: "+tiers.Policies()+" ($HELMR_RUNTIME)")
-	fs.StringVar(&a.cfg.Egress, "egress", a.cfg.Egress, "sandbox egress policy ($HELMR_EGRESS)")
-	fs.BoolVar(&a.json, "json", false, "print JSON")
-	if _, err := parse(fs.FlagSet, args); err != nil {
-		return err
-	}
 	ss := tiers.Statuses(tierHost(a.cfg, nil, ""))
 	ts := tierChecks(ss)
 	tier, cerr := tiers.Select(ss, a.cfg.Runtime)
@@ -149,4 +144,14 @@ func checkEgress(cfg config.Config) egressCheck {
 	c.Detail = fmt.Sprintf("sandboxes get eth0 %s via the worker's user-space stack; DNS at %s forwards to %v; never reachable: this host's addresses, loopback, link-local metadata",
 		network.GuestAddr, network.DNSAddr, ups)
 	return c
+}
+
+func (a *App) doctorCmd() *cobra.Command {
+	return a.withJSON(&cobra.Command{
+		Use:     "doctor",
+		Short:   "show which isolation tiers work on this host, and which one runs sandboxes",
+		GroupID: "admin",
+		Args:    exactly(0, "usage: helmr doctor [--runtime R] [--egress E] [--json]"),
+		RunE:    func(c *cobra.Command, args []string) error { return runDoctor(c.Context(), a, args) },
+	})
 }

@@ -122,6 +122,19 @@ func Policies() string {
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
+// PolicyDoc lists the tiers of this build for documentation, strongest
+// first: "`gvisor` or `process`".
+func PolicyDoc() string {
+	names := Built()
+	for i, n := range names {
+		names[i] = "`" + n + "`"
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
 // CheckPolicy reports whether policy is Auto or a tier of this build.
 func CheckPolicy(policy string) error {
 	if t, ok := Lookup(policy); policy == Auto || ok && t.New != nil {
