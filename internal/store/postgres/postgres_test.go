@@ -18,7 +18,7 @@ import (
 type countingStore struct{ *Store }
 
 func (s countingStore) CountRows(ctx context.Context, table string) (n int, err error) {
-	err = s.pool.QueryRow(ctx, `SELECT COUNT(*) FROM `+pgx.Identifier{table}.Sanitize()).Scan(&n)
+	err = s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+pgx.Identifier{table}.Sanitize()).Scan(&n)
 	return n, err
 }
 
@@ -52,7 +52,7 @@ func TestOpenTwiceAndNewerSchema(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, '0999_future.sql', now())`)
+	_, err = s.db.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, '0999_future.sql', now())`)
 	s.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +87,7 @@ func TestVaultStore(t *testing.T) {
 		func(t *testing.T, s vault.Store) []byte {
 			// Every stored byte of the vault's tables, as text.
 			var dump string
-			err := s.(*Store).pool.QueryRow(t.Context(), `SELECT
+			err := s.(*Store).db.QueryRowContext(t.Context(), `SELECT
 				COALESCE((SELECT string_agg(t::text, '|') FROM vault_keys t), '') ||
 				COALESCE((SELECT string_agg(encode(ciphertext, 'escape') || t::text, '|') FROM secrets t), '')`).Scan(&dump)
 			if err != nil {
