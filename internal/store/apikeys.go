@@ -27,8 +27,6 @@ func DecodeGrants(keyID, s string) ([]apikeys.Grant, error) {
 	return gs, nil
 }
 
-var _ apikeys.Store = (*DB)(nil)
-
 const apiKeyColumns = `id, kind, project, env, name, secret_hash, grants, created_at, expires_at, revoked_at, last_used_at`
 
 // CreateAPIKey implements apikeys.Store.

@@ -9,8 +9,6 @@ import (
 	"github.com/helmr/helmr/internal/checkpoints"
 )
 
-var _ checkpoints.Store = (*DB)(nil)
-
 const checkpointColumns = `id, run_id, waitpoint_id, exec_id, request_id, arch, tier, kernel, rootfs, size, created_at`
 
 // CreateCheckpoint implements checkpoints.Store.

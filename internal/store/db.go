@@ -8,13 +8,37 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/helmr/helmr/internal/apikeys"
+	"github.com/helmr/helmr/internal/checkpoints"
+	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/vault"
+	"github.com/helmr/helmr/internal/waitpoints"
+	"github.com/helmr/helmr/internal/workers"
+	"github.com/helmr/helmr/internal/workspaces"
 )
 
+// Store is every domain store, as both engines implement it over one
+// schema: the control plane and the store suite (storetest) take it.
+type Store interface {
+	runs.Store
+	runs.SessionStore
+	deployments.Store
+	workers.Store
+	workspaces.Store
+	workspaces.TrajectoryStore
+	workspaces.OpQueue
+	waitpoints.Store
+	apikeys.Store
+	checkpoints.Store
+	vault.Store
+}
+
+var _ Store = (*DB)(nil)
+
 // DB is the SQL layer both engines share: every query and row scan of
-// runs.Store, runs.SessionStore, deployments.Store, workers.Store,
-// workspaces.Store, workspaces.TrajectoryStore, workspaces.OpQueue,
-// waitpoints.Store, apikeys.Store, checkpoints.Store and vault.Store,
-// written once over database/sql. An engine opens the pools, describes
+// Store, written once over database/sql. An engine opens the pools, describes
 // itself in a Dialect, and embeds the DB in its Store.
 type DB struct {
 	d *Dialect

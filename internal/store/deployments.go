@@ -8,8 +8,6 @@ import (
 	"github.com/helmr/helmr/internal/deployments"
 )
 
-var _ deployments.Store = (*DB)(nil)
-
 // CreateDeployment stores d as the next version of its project/env, with its
 // files and tasks, in one transaction. The lock on project/env serializes
 // deploys to it, so versions never race.

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -147,4 +148,21 @@ func (db *DB) Migrate(ctx context.Context, log *slog.Logger) error {
 		}
 		return nil
 	})
+}
+
+var createTable = regexp.MustCompile(`(?i)\bCREATE TABLE\s+(?:IF NOT EXISTS\s+)?(\w+)`)
+
+// Tables returns the tables the migrations create, in order.
+func Tables() ([]string, error) {
+	ms, err := LoadMigrations(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range ms {
+		for _, match := range createTable.FindAllStringSubmatch(m.SQL, -1) {
+			out = append(out, match[1])
+		}
+	}
+	return out, nil
 }

@@ -9,8 +9,6 @@ import (
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
-var _ workspaces.OpQueue = (*DB)(nil)
-
 // QueueOp implements workspaces.OpQueue.
 func (db *DB) QueueOp(ctx context.Context, id, host string, op []byte, at time.Time) error {
 	return db.write(ctx, func(tx tx) error {

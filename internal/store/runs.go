@@ -11,11 +11,6 @@ import (
 	"github.com/helmr/helmr/internal/workers"
 )
 
-var (
-	_ runs.Store    = (*DB)(nil)
-	_ workers.Store = (*DB)(nil)
-)
-
 const runColumns = `id, project, env, task_id, deployment_id, deployment_version, status,
 	payload, output, error, idempotency_key, worker_id, tier, max_duration_sec,
 	need_cpu, need_memory, created_at, started_at, finished_at, last_seq, secrets,
@@ -60,8 +55,9 @@ func errorJSON(e *runs.Error) (any, error) {
 
 // CreateRun inserts r as QUEUED with its first status event, or returns the
 // run that already holds r's idempotency key for its project, env and task.
-// ON CONFLICT DO NOTHING waits for a concurrent insert of the same key, so
-// the run it then reads is committed.
+// ON CONFLICT DO NOTHING (for a run with a key: none of the others can
+// conflict) waits for a concurrent insert of the same key, so the run it
+// then reads is committed.
 func (db *DB) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, error) {
 	if err := ValidateNeed(r.Needs); err != nil {
 		return runs.Run{}, false, fmt.Errorf("create run: %w", err)
@@ -69,9 +65,12 @@ func (db *DB) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, error)
 	r, first := NewRun(r)
 	var existing *runs.Run
 	err := db.write(ctx, func(tx tx) error {
-		n, err := tx.changed(ctx, `INSERT INTO runs (`+runColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, '', '', ?, ?, ?, ?, NULL, NULL, 1, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (project, env, task_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING`,
+		q := `INSERT INTO runs (` + runColumns + `)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, '', '', ?, ?, ?, ?, NULL, NULL, 1, ?, ?, ?, ?, ?, ?, ?)`
+		if r.IdempotencyKey != "" {
+			q += ` ON CONFLICT (project, env, task_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING`
+		}
+		n, err := tx.changed(ctx, q,
 			r.ID, r.Project, r.Env, r.TaskID, r.DeploymentID, r.DeploymentVersion, r.Status,
 			nullText(r.Payload), nullText(r.IdempotencyKey), r.MaxDurationSec,
 			r.Needs.CPU, r.Needs.MemoryBytes, r.CreatedAt, EncodeBindings(r.Secrets),

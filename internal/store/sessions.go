@@ -11,8 +11,6 @@ import (
 	"github.com/helmr/helmr/internal/runs"
 )
 
-var _ runs.SessionStore = (*DB)(nil)
-
 // AppendRecord implements runs.SessionStore. Holding the run's row orders
 // concurrent appenders and transitions, so the next seq is the stream's
 // highest plus one and no record follows the run's end.

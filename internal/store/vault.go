@@ -10,8 +10,6 @@ import (
 	"github.com/helmr/helmr/internal/vault"
 )
 
-var _ vault.Store = (*DB)(nil)
-
 // DataKeys implements vault.Store.
 func (db *DB) DataKeys(ctx context.Context) ([]vault.DataKey, error) {
 	rows, err := db.read().query(ctx, `SELECT version, wrapped, created_at FROM vault_keys ORDER BY version`)

@@ -9,8 +9,6 @@ import (
 	"github.com/helmr/helmr/internal/waitpoints"
 )
 
-var _ waitpoints.Store = (*DB)(nil)
-
 const waitpointColumns = `id, project, env, run_id, kind, status, display_text, schema, tags,
 	idempotency_key, timeout_at, data, reason, callback_hash, created_at, waited_at, completed_at`
 

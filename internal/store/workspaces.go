@@ -8,11 +8,6 @@ import (
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
-var (
-	_ workspaces.Store           = (*DB)(nil)
-	_ workspaces.TrajectoryStore = (*DB)(nil)
-)
-
 const workspaceColumns = `id, project, env, task_id, sandbox, quota_bytes, host, last_run_id, created_at, used_at, deleted_at,
 	snapshot_seq, snapshot_blob, snapshot_size, snapshot_at`
 
