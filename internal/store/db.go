@@ -120,14 +120,14 @@ func (c conn) changed(ctx context.Context, query string, args ...any) (int64, er
 	return res.RowsAffected()
 }
 
-// tx is a write transaction.
-type tx struct {
+// txConn is a write transaction.
+type txConn struct {
 	conn
 	tx *sql.Tx
 }
 
 // lock takes the dialect's Lock, if it has one.
-func (t tx) lock(ctx context.Context, table, key string) error {
+func (t txConn) lock(ctx context.Context, table, key string) error {
 	if t.d.Lock == nil {
 		return nil
 	}
@@ -138,7 +138,7 @@ func (t tx) lock(ctx context.Context, table, key string) error {
 }
 
 // notify sends the dialect's Notify, if it has one.
-func (t tx) notify(ctx context.Context, id string) error {
+func (t txConn) notify(ctx context.Context, id string) error {
 	if t.d.Notify == nil {
 		return nil
 	}
@@ -152,12 +152,12 @@ func (db *DB) writer() conn { return conn{q: db.w, d: db.d} }
 
 // write runs fn in a transaction on the write pool (BEGIN IMMEDIATE on
 // SQLite's writer) and commits it when fn returns nil.
-func (db *DB) write(ctx context.Context, fn func(tx tx) error) error {
+func (db *DB) write(ctx context.Context, fn func(tx txConn) error) error {
 	sqlTx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	if err := fn(tx{conn: conn{q: sqlTx, d: db.d}, tx: sqlTx}); err != nil {
+	if err := fn(txConn{conn: conn{q: sqlTx, d: db.d}, tx: sqlTx}); err != nil {
 		_ = sqlTx.Rollback()
 		return err
 	}

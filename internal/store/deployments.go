@@ -23,7 +23,7 @@ func (db *DB) CreateDeployment(ctx context.Context, d deployments.Deployment) (d
 	if err != nil {
 		return deployments.Deployment{}, fmt.Errorf("create deployment: encode manifest: %w", err)
 	}
-	err = db.write(ctx, func(tx tx) error {
+	err = db.write(ctx, func(tx txConn) error {
 		if err := tx.lock(ctx, "deployments", d.Project+"/"+d.Env); err != nil {
 			return err
 		}

@@ -18,7 +18,7 @@ const eventsPerInsert = 500
 // consecutive ranges.
 func (db *DB) AppendEvents(ctx context.Context, id string, evs []runs.NewEvent) ([]runs.Event, error) {
 	var out []runs.Event
-	err := db.write(ctx, func(tx tx) error {
+	err := db.write(ctx, func(tx txConn) error {
 		var last int64
 		err := tx.queryRow(ctx, `UPDATE runs SET last_seq = last_seq + ? WHERE id = ? RETURNING last_seq`,
 			len(evs), id).Scan(&last)
@@ -36,7 +36,7 @@ func (db *DB) AppendEvents(ctx context.Context, id string, evs []runs.NewEvent) 
 
 // insertEvents inserts evs with multi-row INSERTs. The hot path of log
 // appends: times are encoded here, sparing args a copy.
-func insertEvents(ctx context.Context, tx tx, evs []runs.Event) error {
+func insertEvents(ctx context.Context, tx txConn, evs []runs.Event) error {
 	for len(evs) > 0 {
 		n := min(len(evs), eventsPerInsert)
 		var q strings.Builder

@@ -121,7 +121,7 @@ func (db *DB) Migrate(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	return db.write(ctx, func(tx tx) error {
+	return db.write(ctx, func(tx txConn) error {
 		if err := tx.lock(ctx, "schema_migrations", ""); err != nil {
 			return err
 		}

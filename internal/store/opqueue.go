@@ -11,7 +11,7 @@ import (
 
 // QueueOp implements workspaces.OpQueue.
 func (db *DB) QueueOp(ctx context.Context, id, host string, op []byte, at time.Time) error {
-	return db.write(ctx, func(tx tx) error {
+	return db.write(ctx, func(tx txConn) error {
 		if _, err := tx.exec(ctx, `INSERT INTO op_queue (id, host, op, queued_at) VALUES (?, ?, ?, ?)`,
 			id, host, string(op), Time(at)); err != nil {
 			return err
@@ -54,7 +54,7 @@ func (db *DB) AppendQueuedOutput(ctx context.Context, id string, out []byte) err
 // and tells the listeners; none is ErrNotFound (the operation was
 // dropped).
 func (db *DB) changeQueuedOp(ctx context.Context, id, query string, args ...any) error {
-	return db.write(ctx, func(tx tx) error {
+	return db.write(ctx, func(tx txConn) error {
 		n, err := tx.changed(ctx, query, args...)
 		if err != nil {
 			return err
@@ -91,7 +91,7 @@ func (db *DB) QueuedOutputs(ctx context.Context, id string, after int64) ([]work
 
 // DropQueuedOp implements workspaces.OpQueue.
 func (db *DB) DropQueuedOp(ctx context.Context, id string) error {
-	return db.write(ctx, func(tx tx) error {
+	return db.write(ctx, func(tx txConn) error {
 		if _, err := tx.exec(ctx, `DELETE FROM op_queue_output WHERE op_id = ?`, id); err != nil {
 			return err
 		}
@@ -102,7 +102,7 @@ func (db *DB) DropQueuedOp(ctx context.Context, id string) error {
 
 // SweepQueuedOps implements workspaces.OpQueue.
 func (db *DB) SweepQueuedOps(ctx context.Context, before time.Time) error {
-	return db.write(ctx, func(tx tx) error {
+	return db.write(ctx, func(tx txConn) error {
 		if _, err := tx.exec(ctx, `DELETE FROM op_queue_output WHERE op_id IN (SELECT id FROM op_queue WHERE queued_at < ?)`, before); err != nil {
 			return err
 		}

@@ -64,7 +64,7 @@ func (db *DB) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, error)
 	}
 	r, first := NewRun(r)
 	var existing *runs.Run
-	err := db.write(ctx, func(tx tx) error {
+	err := db.write(ctx, func(tx txConn) error {
 		q := `INSERT INTO runs (` + runColumns + `)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, '', '', ?, ?, ?, ?, NULL, NULL, 1, ?, ?, ?, ?, ?, ?, ?)`
 		if r.IdempotencyKey != "" {
@@ -157,7 +157,7 @@ func (db *DB) Transition(ctx context.Context, id string, t runs.Transition) (run
 	}
 	var r runs.Run
 	var ev runs.Event
-	err := db.write(ctx, func(tx tx) error {
+	err := db.write(ctx, func(tx txConn) error {
 		var err error
 		r, err = scanRun(tx.queryRow(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`+db.d.ForUpdate, id))
 		if err != nil {
@@ -174,7 +174,7 @@ func (db *DB) Transition(ctx context.Context, id string, t runs.Transition) (run
 
 // applyTransition applies t to r (whose row tx holds), writes r back and
 // appends the event.
-func applyTransition(ctx context.Context, tx tx, r *runs.Run, t runs.Transition) (runs.Event, error) {
+func applyTransition(ctx context.Context, tx txConn, r *runs.Run, t runs.Transition) (runs.Event, error) {
 	ev, err := ApplyTransition(r, t)
 	if err != nil {
 		return runs.Event{}, err
@@ -203,7 +203,7 @@ func applyTransition(ctx context.Context, tx tx, r *runs.Run, t runs.Transition)
 // one writer holds the database.
 func (db *DB) LeaseRun(ctx context.Context, workerID string, offer workers.Capabilities, now time.Time) (runs.Run, error) {
 	var r runs.Run
-	err := db.write(ctx, func(tx tx) error {
+	err := db.write(ctx, func(tx txConn) error {
 		rows, err := tx.query(ctx, `SELECT `+runColumns+` FROM runs
 			WHERE status = 'QUEUED' AND need_cpu <= ? AND need_memory <= ?
 			ORDER BY created_at, id LIMIT ?`+db.d.SkipLocked, offer.CPUs, offer.MemoryBytes, LeaseCandidates)
@@ -240,7 +240,7 @@ func (db *DB) LeaseRun(ctx context.Context, workerID string, offer workers.Capab
 // DropRunHost clears the host requirement of a QUEUED run that still
 // needs host.
 func (db *DB) DropRunHost(ctx context.Context, id, host string) error {
-	return db.write(ctx, func(tx tx) error {
+	return db.write(ctx, func(tx txConn) error {
 		var status, need string
 		err := tx.queryRow(ctx, `SELECT status, need_host FROM runs WHERE id = ?`+db.d.ForUpdate, id).Scan(&status, &need)
 		if err != nil {

@@ -17,7 +17,7 @@ import (
 func (db *DB) AppendRecord(ctx context.Context, runID, stream string, rec runs.NewRecord) (runs.Record, bool, error) {
 	out := runs.Record{RunID: runID, Stream: stream, ID: rec.ID, Time: Time(rec.Time), Data: rec.Data}
 	created := false
-	err := db.write(ctx, func(tx tx) error {
+	err := db.write(ctx, func(tx txConn) error {
 		var status runs.Status
 		err := tx.queryRow(ctx, `SELECT status FROM runs WHERE id = ?`+db.d.ForUpdate, runID).Scan(&status)
 		if err != nil {

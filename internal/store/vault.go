@@ -28,7 +28,7 @@ func (db *DB) DataKeys(ctx context.Context) ([]vault.DataKey, error) {
 // versions.
 func (db *DB) AddDataKey(ctx context.Context, wrapped []byte) (vault.DataKey, error) {
 	k := vault.DataKey{Wrapped: wrapped, CreatedAt: Time(time.Time{})}
-	err := db.write(ctx, func(tx tx) error {
+	err := db.write(ctx, func(tx txConn) error {
 		if err := tx.lock(ctx, "vault_keys", ""); err != nil {
 			return err
 		}
@@ -46,7 +46,7 @@ func (db *DB) AddDataKey(ctx context.Context, wrapped []byte) (vault.DataKey, er
 
 // RewrapDataKeys implements vault.Store.
 func (db *DB) RewrapDataKeys(ctx context.Context, keys []vault.DataKey) error {
-	return db.write(ctx, func(tx tx) error {
+	return db.write(ctx, func(tx txConn) error {
 		if err := tx.lock(ctx, "vault_keys", ""); err != nil {
 			return err
 		}

@@ -30,7 +30,7 @@ func (db *DB) CreateWaitpoint(ctx context.Context, w waitpoints.Waitpoint) (wait
 	w = NewWaitpoint(w)
 	created := true
 	got := w
-	err := db.write(ctx, func(tx tx) error {
+	err := db.write(ctx, func(tx txConn) error {
 		n, err := tx.changed(ctx, `INSERT INTO waitpoints (`+waitpointColumns+`)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, '', ?, ?, NULL, NULL)
 			ON CONFLICT (project, env, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING`,
@@ -116,7 +116,7 @@ func (db *DB) ListWaitpoints(ctx context.Context, f waitpoints.Filter) (waitpoin
 func (db *DB) ResolveWaitpoint(ctx context.Context, id string, r waitpoints.Resolution) (waitpoints.Waitpoint, bool, error) {
 	var w waitpoints.Waitpoint
 	var changed bool
-	err := db.write(ctx, func(tx tx) error {
+	err := db.write(ctx, func(tx txConn) error {
 		var err error
 		if w, err = db.getWaitpoint(ctx, tx.conn, id, db.d.ForUpdate); err != nil {
 			return err

@@ -129,7 +129,7 @@ func anys(ss []string) []any {
 func (db *DB) RecordSnapshot(ctx context.Context, id, host string, snap workspaces.Snapshot) (*workspaces.Snapshot, error) {
 	snap.CreatedAt = Time(snap.CreatedAt)
 	var prev *workspaces.Snapshot
-	err := db.write(ctx, func(tx tx) error {
+	err := db.write(ctx, func(tx txConn) error {
 		w, err := scanWorkspace(tx.queryRow(ctx, `SELECT `+workspaceColumns+` FROM workspaces WHERE id = ?`+db.d.ForUpdate, id))
 		if err != nil {
 			return orMissing(err, workspaces.ErrNotFound)
@@ -152,7 +152,7 @@ func (db *DB) RecordSnapshot(ctx context.Context, id, host string, snap workspac
 // workspace's operations orders concurrent appends.
 func (db *DB) AppendOp(ctx context.Context, rec workspaces.OpRecord) (workspaces.OpRecord, error) {
 	rec.StartedAt = Time(rec.StartedAt)
-	err := db.write(ctx, func(tx tx) error {
+	err := db.write(ctx, func(tx txConn) error {
 		if err := tx.lock(ctx, "workspace_ops", rec.WorkspaceID); err != nil {
 			return err
 		}
