@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -119,9 +120,14 @@ func lock(ctx context.Context, tx *sql.Tx, table, key string) error {
 // format); NULL is an empty list.
 type textArray struct{ tags *[]string }
 
+// typeMaps holds pgtype.Maps (one goroutine's at a time) for textArray.
+var typeMaps = sync.Pool{New: func() any { return pgtype.NewMap() }}
+
 func (a textArray) Scan(src any) error {
 	var tags []string
-	if err := pgtype.NewMap().SQLScanner(&tags).Scan(src); err != nil {
+	m := typeMaps.Get().(*pgtype.Map)
+	defer typeMaps.Put(m)
+	if err := m.SQLScanner(&tags).Scan(src); err != nil {
 		return err
 	}
 	if tags == nil {
