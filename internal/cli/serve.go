@@ -18,30 +18,20 @@ import (
 	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/config"
-	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/httpapi"
 	"github.com/helmr/helmr/internal/otlp"
 	"github.com/helmr/helmr/internal/runs"
+	storage "github.com/helmr/helmr/internal/store"
 	"github.com/helmr/helmr/internal/store/postgres"
 	"github.com/helmr/helmr/internal/store/sqlite"
 	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/waitpoints"
-	"github.com/helmr/helmr/internal/workers"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
 // store is what the control plane needs from a storage engine.
 type store interface {
-	runs.Store
-	deployments.Store
-	apikeys.Store
-	workers.Store
-	vault.Store
-	workspaces.Store
-	workspaces.TrajectoryStore
-	waitpoints.Store
-	checkpoints.Store
-	workspaces.OpQueue
+	storage.Store
 	Close() error
 }
 
