@@ -53,7 +53,8 @@ export class Sessions {
 
   #append(runId: string, stream: "input" | "output", data: unknown, options: SessionAppendOptions): Promise<SessionRecord> {
     const key = options.idempotencyKey ?? newKey();
-    return this.#t.request("POST", `/v1/runs/${encodeURIComponent(runId)}/session/${stream}`, {
+    return this.#t.call("POST", `/v1/runs/{id}/session/${stream}`, {
+      path: { id: runId },
       body: { data: data ?? null, idempotencyKey: key },
       idempotent: true,
       ...(options.signal ? { signal: options.signal } : {}),

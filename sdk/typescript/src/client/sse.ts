@@ -13,7 +13,7 @@ export interface ServerSentEvent {
  * events reads one SSE connection's events as they arrive; it ends when the
  * body does.
  */
-async function* events(body: { getReader(): { read(): Promise<{ done: boolean; value?: Uint8Array }>; cancel(): Promise<void> } }): AsyncGenerator<ServerSentEvent> {
+export async function* events(body: { getReader(): { read(): Promise<{ done: boolean; value?: Uint8Array }>; cancel(): Promise<void> } }): AsyncGenerator<ServerSentEvent> {
   const reader = body.getReader();
   const decoder = new platform.TextDecoder("utf-8");
   let buf = "";
