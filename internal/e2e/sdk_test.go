@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -44,6 +45,7 @@ func TestSDKWorkspaces(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node %s: %v\nstdout: %s\nstderr: %s", script, err, out, stderr.String())
 	}
+	t.Logf("the SDK script reported %s", bytes.TrimSpace(out))
 	var saw struct {
 		Workspace  string `json:"workspace"`
 		Deleted    string `json:"deleted"`

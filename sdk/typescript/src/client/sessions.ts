@@ -1,7 +1,7 @@
 import type { AbortSignalLike } from "./globals.js";
 import { newKey } from "./globals.js";
 import type { Transport } from "./http.js";
-import { follow } from "./sse.js";
+import { dataOf, follow } from "./sse.js";
 import type { SessionRecord } from "./types.js";
 
 /** Options of an append. */
@@ -70,7 +70,7 @@ export class Sessions {
     });
     for await (const ev of evs) {
       if (ev.event !== "record") continue;
-      const rec = JSON.parse(ev.data) as SessionRecord;
+      const rec = dataOf("record", ev.data);
       if (rec.seq <= last) continue; // never twice, whatever the server resends
       last = rec.seq;
       yield rec;

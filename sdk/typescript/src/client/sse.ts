@@ -1,6 +1,23 @@
+import type { Schemas } from "./api.js";
 import { ConnectionError, HelmrApiError } from "./errors.js";
 import { platform, sleep, type AbortSignalLike } from "./globals.js";
 import { delay, retryable, type Transport } from "./http.js";
+
+/**
+ * The data of each named event the API streams, by the document's schemas
+ * (SSE bodies are text/event-stream, which the document cannot type).
+ */
+export interface EventData {
+  record: Schemas["Record"];
+  output: Schemas["ExecOutput"];
+  result: Schemas["ExecResult"];
+  error: Schemas["ExecStreamError"];
+}
+
+/** dataOf parses the data of an event named name as the document types it. */
+export function dataOf<E extends keyof EventData>(_name: E, data: string): EventData[E] {
+  return JSON.parse(data) as EventData[E];
+}
 
 /** One server-sent event. */
 export interface ServerSentEvent {

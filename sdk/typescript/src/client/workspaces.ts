@@ -1,9 +1,8 @@
-import type { Schemas } from "./api.js";
 import { ConnectionError, errorOf } from "./errors.js";
 import { WorkspaceFiles } from "./files.js";
 import type { AbortSignalLike } from "./globals.js";
 import type { Transport } from "./http.js";
-import { events } from "./sse.js";
+import { dataOf, events } from "./sse.js";
 import type { ExecOutput, ExecRequest, ExecResult, Scope, Trajectory, Workspace, WorkspaceList } from "./types.js";
 
 /**
@@ -106,15 +105,14 @@ export class Workspaces {
     });
     if (res.body === null) throw new ConnectionError(`exec in ${id}: no body`);
     for await (const ev of events(res.body)) {
-      // Each event's data is the document's schema of its name.
       if (ev.event === "output") {
-        const out = JSON.parse(ev.data) as ExecOutput;
+        const out = dataOf("output", ev.data);
         yield { type: "output", stream: out.stream, data: out.data };
       } else if (ev.event === "result") {
-        yield { type: "result", result: JSON.parse(ev.data) as ExecResult };
+        yield { type: "result", result: dataOf("result", ev.data) };
         return;
       } else if (ev.event === "error") {
-        const e = JSON.parse(ev.data) as Schemas["ExecStreamError"];
+        const e = dataOf("error", ev.data);
         throw errorOf(e.status, e.code, e.message);
       }
     }
