@@ -81,8 +81,9 @@ export class Transport {
 
   /** callRaw is call without reading the answer: for bodies that are not JSON (bytes, event streams). */
   callRaw<M extends Method, P extends PathsWith<M>>(method: M, path: P, options: CallOptions<M, P>): Promise<FetchResponse> {
-    const { path: params, query, ...rest } = options as RequestOptions & { path?: Record<string, string> };
-    return this.send(method, expand(path, params), { ...rest, ...(query !== undefined ? { query: query as RequestOptions["query"] } : {}) });
+    // CallOptions, checked against the document at the call, seen as what send takes.
+    const { path: params, ...rest } = options as RequestOptions & { path?: Record<string, string> };
+    return this.send(method, expand(path, params), rest);
   }
 
   /** send sends one request and returns the answer of a 2xx status without reading it, else throws its error. */
