@@ -4,9 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/helmr/helmr/internal/client"
 	"github.com/helmr/helmr/internal/deployments"
@@ -14,18 +15,26 @@ import (
 	"github.com/helmr/helmr/internal/runs"
 )
 
-func runDeploy(ctx context.Context, a *App, args []string) error {
-	fs := a.flags("deploy")
-	noBuild := fs.Bool("no-build", false, "do not build the images now: a worker builds a task's image at its first run")
-	noCache := fs.Bool("no-cache", false, "run every image run step again instead of reusing cached layers")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+func (a *App) deployCmd() *cobra.Command {
+	var noBuild, noCache bool
+	c := &cobra.Command{
+		Use:     "deploy PATH",
+		Short:   "deploy the task project at PATH as a new version",
+		GroupID: "runs",
+		Args:    exactly(1, "usage: helmr deploy PATH [--no-build | --no-cache]"),
+		RunE: func(c *cobra.Command, args []string) error {
+			return a.deploy(c.Context(), args[0], noBuild, noCache, c.Flags().Changed("project"))
+		},
 	}
-	if len(pos) != 1 {
-		return errors.New("usage: helmr deploy PATH [--no-build | --no-cache]")
-	}
-	if *noBuild && *noCache {
+	c.Flags().BoolVar(&noBuild, "no-build", false, "do not build the images now: a worker builds a task's image at its first run")
+	c.Flags().BoolVar(&noCache, "no-cache", false, "run every image run step again instead of reusing cached layers")
+	return a.api(c)
+}
+
+// deploy builds the project at dir and uploads it; explicit is whether
+// --project was given (it must then match the project's config).
+func (a *App) deploy(ctx context.Context, dir string, noBuild, noCache, explicit bool) error {
+	if noBuild && noCache {
 		return errors.New("--no-cache applies to the build at deploy, which --no-build skips: pass one of them")
 	}
 	c, err := a.client()
@@ -38,17 +47,15 @@ func runDeploy(ctx context.Context, a *App, args []string) error {
 			fmt.Fprintln(a.Stderr, "  "+msg)
 		}
 	}
-	res, err := build.Build(ctx, pos[0], build.Options{Node: a.cfg.Node, Progress: progress})
+	res, err := build.Build(ctx, dir, build.Options{Node: a.cfg.Node, Progress: progress})
 	if err != nil {
 		return err
 	}
-	explicit := false
-	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "project" })
 	if explicit && a.cfg.Project != res.Manifest.Project {
 		return fmt.Errorf("--project %q does not match the project's config (%q)", a.cfg.Project, res.Manifest.Project)
 	}
 	progress(fmt.Sprintf("uploading %d file(s)", len(res.Files)))
-	d, err := c.CreateDeployment(ctx, a.cfg.Env, res.Manifest, res.Files, client.DeployOptions{Build: !*noBuild, NoCache: *noCache})
+	d, err := c.CreateDeployment(ctx, a.cfg.Env, res.Manifest, res.Files, client.DeployOptions{Build: !noBuild, NoCache: noCache})
 	if err != nil {
 		return fmt.Errorf("deployment_build: %w", err)
 	}

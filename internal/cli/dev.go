@@ -18,23 +18,32 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/client"
 	"github.com/helmr/helmr/internal/config"
 	"github.com/helmr/helmr/internal/sandbox"
-	"github.com/helmr/helmr/internal/sandbox/gvisor"
 	"github.com/helmr/helmr/internal/sandbox/network"
-	"github.com/helmr/helmr/internal/sandbox/process"
+	"github.com/helmr/helmr/internal/sandbox/tiers"
 	"github.com/helmr/helmr/internal/tsbundle"
 	"github.com/helmr/helmr/internal/worker"
 )
 
-func runDev(ctx context.Context, a *App, args []string) error {
-	fs := a.serverFlags("dev")
-	a.workerFlags(fs)
+func (a *App) devCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "dev",
+		Short:   "run the control plane, a worker and the embedded store in one process",
+		GroupID: "serve",
+		Args:    exactly(0, "usage: helmr dev [flags] (no arguments)"),
+		RunE:    func(c *cobra.Command, _ []string) error { return runDev(c.Context(), a) },
+	}
+}
+
+func runDev(ctx context.Context, a *App) error {
 	a.dev = true
-	cp, log, err := a.bootControlPlane(ctx, fs, args)
+	cp, log, err := a.bootControlPlane(ctx)
 	if err != nil {
 		return err
 	}
@@ -73,14 +82,20 @@ func runDev(ctx context.Context, a *App, args []string) error {
 	return cp.Close(sctx)
 }
 
-func runWorker(ctx context.Context, a *App, args []string) error {
-	fs := newFlagSet(a, "worker")
-	controlURL := fs.String("control-url", a.cfg.URL, "control plane URL")
-	fs.StringVar(&a.cfg.DataDir, "data-dir", a.cfg.DataDir, "data directory for workspaces ($HELMR_DATA_DIR)")
-	a.workerFlags(fs)
-	if _, err := parse(fs.FlagSet, args); err != nil {
-		return err
+func (a *App) workerCmd() *cobra.Command {
+	var controlURL string
+	c := &cobra.Command{
+		Use:     "worker",
+		Short:   "run a worker against a control plane (--control-url; HELMR_WORKER_TOKEN: its worker credential)",
+		GroupID: "serve",
+		Args:    exactly(0, "usage: helmr worker --control-url URL (no arguments)"),
+		RunE:    func(c *cobra.Command, _ []string) error { return runWorker(c.Context(), a, controlURL) },
 	}
+	c.Flags().StringVar(&controlURL, "control-url", a.cfg.URL, "control plane URL")
+	return c
+}
+
+func runWorker(ctx context.Context, a *App, controlURL string) error {
 	if a.cfg.WorkerToken == "" {
 		return errors.New("a worker needs HELMR_WORKER_TOKEN: a worker credential (helmr apikey create --worker) or the control plane's shared worker token")
 	}
@@ -92,21 +107,14 @@ func runWorker(ctx context.Context, a *App, args []string) error {
 		return err
 	}
 	log := a.logger()
-	c := client.New(*controlURL, a.cfg.WorkerToken)
+	c := client.New(controlURL, a.cfg.WorkerToken)
 	c.HTTP.Timeout = 60 * time.Second
-	w, err := newWorker(a.cfg, false, log, client.Worker{C: c}, *controlURL, id)
+	w, err := newWorker(a.cfg, false, log, client.Worker{C: c}, controlURL, id)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.Stdout, "Helmr worker leasing runs from %s\n", *controlURL)
+	fmt.Fprintf(a.Stdout, "Helmr worker leasing runs from %s\n", controlURL)
 	return w.Run(ctx)
-}
-
-// workerFlags are the flags of the commands that run a worker.
-func (a *App) workerFlags(fs *flagSet) {
-	fs.IntVar(&a.cfg.Slots, "slots", a.cfg.Slots, "runs executed at once ($HELMR_SLOTS)")
-	fs.StringVar(&a.cfg.Runtime, "runtime", a.cfg.Runtime, "isolation tier policy: auto, gvisor or process ($HELMR_RUNTIME)")
-	fs.StringVar(&a.cfg.Egress, "egress", a.cfg.Egress, "sandbox egress policy: open, none, or allow:CIDR|IP|DOMAIN|*.DOMAIN,... ($HELMR_EGRESS)")
 }
 
 // newNetwork is the sandboxes' egress under cfg; controlURL's host, if
@@ -210,8 +218,6 @@ func checkpointKey(cfg config.Config, dev bool, rt sandbox.Runtime, log *slog.Lo
 	return &k, nil
 }
 
-// newRuntime starts the isolation tier the operator's policy selects (see
-// chooseTier and helmr doctor).
 // workerInstance names the sandbox state of the worker of a data dir:
 // the same across its restarts (so a worker removes what its crashed
 // predecessor left), apart from every other worker and helmr process on
@@ -225,32 +231,18 @@ func workerInstance(dataDir string) string {
 	return "w-" + hex.EncodeToString(sum[:6])
 }
 
-// newRuntime makes the isolation tier's runtime, its sandbox state under
-// a directory of its own instance (see workerInstance): starting a
+// newRuntime starts the isolation tier the operator's policy selects (see
+// package tiers and helmr doctor), its sandbox state under the state root
+// in a directory of its own instance (see workerInstance): starting a
 // runtime removes the sandboxes its instance left, and only those.
 func newRuntime(cfg config.Config, log *slog.Logger, instance string) (sandbox.Runtime, error) {
-	tier, err := chooseTier(cfg)
+	h := tierHost(cfg, log, instance)
+	tier, err := tiers.Choose(cfg.Runtime, h)
 	if err != nil {
 		return nil, err
 	}
-	log.Info("isolation tier", "tier", tier, "policy", cfg.Runtime)
-	agent, err := findAgent(cfg.AgentPath)
-	if err != nil {
-		return nil, err
-	}
-	if tier == "gvisor" {
-		runsc, err := findRunsc(cfg)
-		if err != nil {
-			return nil, err
-		}
-		gc := gvisor.DefaultConfig()
-		gc.RunscPath, gc.AgentPath, gc.Logger = runsc, agent, log
-		gc.StateDir = filepath.Join(gvisor.DefaultStateDir, instance)
-		return gvisor.New(context.Background(), gc)
-	}
-	pc := process.DefaultConfig()
-	pc.AgentPath, pc.StateDir, pc.Logger = agent, filepath.Join(cfg.SandboxDir, instance), log
-	return process.New(pc)
+	log.Info("isolation tier", "tier", tier.Name, "policy", cfg.Runtime, "state_root", cfg.StateDir)
+	return tier.New(context.Background(), h)
 }
 
 // findAgent locates the static helmr-agent binary.

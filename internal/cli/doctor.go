@@ -4,16 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"text/tabwriter"
+
+	"github.com/spf13/cobra"
 
 	"github.com/helmr/helmr/internal/config"
 	"github.com/helmr/helmr/internal/sandbox/disk"
 	"github.com/helmr/helmr/internal/sandbox/network"
-	"github.com/helmr/helmr/internal/sandbox/process"
+	"github.com/helmr/helmr/internal/sandbox/tiers"
 )
 
 // tierCheck is one isolation tier as this host sees it.
@@ -24,87 +24,30 @@ type tierCheck struct {
 	Isolation string `json:"isolation"`
 }
 
-// tiers lists the isolation tiers, strongest first, with whether they work
-// here and why not.
-func tiers(cfg config.Config) []tierCheck {
-	micro := tierCheck{Name: "microvm", Isolation: "hardware VM",
-		Reason: "not in this build yet (QEMU microvm / Firecracker tier)"}
-	if _, err := os.Stat("/dev/kvm"); err != nil {
-		micro.Reason += "; no /dev/kvm"
+// tierHost is what the tier registry knows of this host under cfg;
+// instance names the worker's sandbox state (see workerInstance).
+func tierHost(cfg config.Config, log *slog.Logger, instance string) tiers.Host {
+	agent, agentErr := findAgent(cfg.AgentPath)
+	return tiers.Host{
+		StateRoot: cfg.StateDir, Instance: instance, Agent: agent, AgentErr: agentErr,
+		Runsc: cfg.RunscPath, CacheDir: cfg.CacheDir, SandboxDir: cfg.SandboxDir, Logger: log,
 	}
-	_, agentErr := findAgent(cfg.AgentPath)
-	gv := tierCheck{Name: "gvisor", Isolation: "user-space kernel (runsc, systrap)"}
-	switch runsc, err := findRunsc(cfg); {
-	case err != nil:
-		gv.Reason = err.Error()
-	case os.Geteuid() != 0:
-		gv.Reason = "needs root (runsc creates namespaces and cgroups)"
-	case agentErr != nil:
-		gv.Reason = agentErr.Error()
-	default:
-		gv.Available, gv.Reason = true, "runsc at "+runsc
-	}
-	proc := tierCheck{Name: "process", Isolation: "weak: shared kernel, for development and trusted code"}
-	if err := process.Probe(""); err != nil {
-		proc.Reason = err.Error()
-	} else if agentErr != nil {
-		proc.Reason = agentErr.Error()
-	} else {
-		proc.Available = true
-		proc.Reason = "namespaces, overlayfs, cgroups, seccomp"
-	}
-	return []tierCheck{micro, gv, proc}
 }
 
-// findRunsc locates a runsc that runs: HELMR_RUNSC, else the one
-// scripts/install-runsc.sh builds into the cache.
-func findRunsc(cfg config.Config) (string, error) {
-	p := cfg.RunscPath
-	if p == "" {
-		p = filepath.Join(cfg.CacheDir, "bin", "runsc")
+// tierChecks is what doctor prints of the tiers' statuses.
+func tierChecks(ss []tiers.Status) []tierCheck {
+	out := make([]tierCheck, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, tierCheck{Name: s.Name, Available: s.Available, Reason: s.Detail, Isolation: s.Isolation})
 	}
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("runsc not found at %s (run scripts/install-runsc.sh, or set HELMR_RUNSC)", p)
-	}
-	if out, err := exec.Command(p, "--version").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("runsc at %s does not run: %v: %s", p, err, strings.TrimSpace(string(out)))
-	}
-	return p, nil
-}
-
-// chooseTier applies the operator's policy: a named tier must be available;
-// auto takes the strongest available one.
-func chooseTier(cfg config.Config) (string, error) {
-	ts := tiers(cfg)
-	for _, t := range ts {
-		if cfg.Runtime == t.Name {
-			if !t.Available {
-				return "", fmt.Errorf("runtime %s is unavailable here: %s", t.Name, t.Reason)
-			}
-			return t.Name, nil
-		}
-	}
-	if cfg.Runtime != "auto" {
-		return "", fmt.Errorf("unknown runtime %q (auto, gvisor, process)", cfg.Runtime)
-	}
-	for _, t := range ts {
-		if t.Available {
-			return t.Name, nil
-		}
-	}
-	return "", errors.New("no isolation tier works on this host (see helmr doctor)")
+	return out
 }
 
 func runDoctor(_ context.Context, a *App, args []string) error {
-	fs := newFlagSet(a, "doctor")
-	fs.StringVar(&a.cfg.Runtime, "runtime", a.cfg.Runtime, "isolation tier policy: auto, gvisor or process ($HELMR_RUNTIME)")
-	fs.StringVar(&a.cfg.Egress, "egress", a.cfg.Egress, "sandbox egress policy ($HELMR_EGRESS)")
-	fs.BoolVar(&a.json, "json", false, "print JSON")
-	if _, err := parse(fs.FlagSet, args); err != nil {
-		return err
-	}
-	ts := tiers(a.cfg)
-	chosen, cerr := chooseTier(a.cfg)
+	ss := tiers.Statuses(tierHost(a.cfg, nil, ""))
+	ts := tierChecks(ss)
+	tier, cerr := tiers.Select(ss, a.cfg.Runtime)
+	chosen := tier.Name
 	egress := checkEgress(a.cfg)
 	quota := checkQuota(a.cfg)
 	if a.json {
@@ -201,4 +144,14 @@ func checkEgress(cfg config.Config) egressCheck {
 	c.Detail = fmt.Sprintf("sandboxes get eth0 %s via the worker's user-space stack; DNS at %s forwards to %v; never reachable: this host's addresses, loopback, link-local metadata",
 		network.GuestAddr, network.DNSAddr, ups)
 	return c
+}
+
+func (a *App) doctorCmd() *cobra.Command {
+	return a.withJSON(&cobra.Command{
+		Use:     "doctor",
+		Short:   "show which isolation tiers work on this host, and which one runs sandboxes",
+		GroupID: "admin",
+		Args:    exactly(0, "usage: helmr doctor [--runtime R] [--egress E] [--json]"),
+		RunE:    func(c *cobra.Command, args []string) error { return runDoctor(c.Context(), a, args) },
+	})
 }

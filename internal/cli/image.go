@@ -2,12 +2,14 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/deployments/build"
@@ -17,39 +19,55 @@ import (
 
 const imageUsage = "usage: helmr image build PATH TASK [--no-cache] [--oci DIR] [--ext4 FILE], or helmr image export PATH TASK DIR [--no-cache] [--ext4 FILE]"
 
-// runImage is `helmr image build PATH TASK` and `helmr image export PATH
+// imageCmd is `helmr image build PATH TASK` and `helmr image export PATH
 // TASK DIR`: the task's image built on this machine, as a worker would
 // (the same layer cache as a helmr dev with the same data dir, so an
 // unchanged image runs no step), optionally exported; export always
 // writes the OCI image layout DIR.
-func runImage(ctx context.Context, a *App, args []string) error {
-	if len(args) == 0 || (args[0] != "build" && args[0] != "export") {
-		return errors.New(imageUsage)
+func (a *App) imageCmd() *cobra.Command {
+	var noCache bool
+	var out imageOutputs
+	build := &cobra.Command{
+		Use:   "build PATH TASK",
+		Short: "build a task's image here (--oci DIR, --ext4 FILE: also write it out)",
+		Args:  exactly(2, imageUsage),
+		RunE: func(c *cobra.Command, args []string) error {
+			return a.buildImage(c.Context(), args[0], args[1], noCache, out)
+		},
 	}
-	verb := args[0]
-	fs := newFlagSet(a, "image "+verb)
-	noCache := fs.Bool("no-cache", false, "run every run step again")
-	var oci *string
-	if verb == "build" {
-		oci = fs.String("oci", "", "also write the image as an OCI image layout at DIR")
+	build.Flags().StringVar(&out.oci, "oci", "", "also write the image as an OCI image layout at DIR")
+	export := &cobra.Command{
+		Use:   "export PATH TASK DIR",
+		Short: "build a task's image here and write it as an OCI image layout DIR (--ext4 FILE: also a root filesystem)",
+		Args:  exactly(3, imageUsage),
+		RunE: func(c *cobra.Command, args []string) error {
+			out.oci = args[2]
+			return a.buildImage(c.Context(), args[0], args[1], noCache, out)
+		},
 	}
-	ext4 := fs.String("ext4", "", "also write the image's root filesystem as an ext4 image FILE")
-	fs.StringVar(&a.cfg.DataDir, "data-dir", a.cfg.DataDir, "data directory holding the layer cache ($HELMR_DATA_DIR)")
-	fs.StringVar(&a.cfg.Runtime, "runtime", a.cfg.Runtime, "isolation tier policy for run steps ($HELMR_RUNTIME)")
-	pos, err := parse(fs.FlagSet, args[1:])
-	if err != nil {
-		return err
+	for _, c := range []*cobra.Command{build, export} {
+		c.Flags().BoolVar(&noCache, "no-cache", false, "run every run step again")
+		c.Flags().StringVar(&out.ext4, "ext4", "", "also write the image's root filesystem as an ext4 image FILE")
+		a.withJSON(c)
 	}
-	want := map[string]int{"build": 2, "export": 3}[verb]
-	if len(pos) != want {
-		return errors.New(imageUsage)
-	}
-	out := imageOutputs{ext4: *ext4}
-	if verb == "export" {
-		out.oci = pos[2]
-	} else {
-		out.oci = *oci
-	}
+	return parent(&cobra.Command{
+		Use:     "image COMMAND",
+		Short:   "build a task's image on this machine, and export it (OCI layout, ext4)",
+		GroupID: "workspaces",
+	}, imageUsage, build, export)
+}
+
+// imageResult is what helmr image build --json prints.
+type imageResult struct {
+	Task   string `json:"task"`
+	Image  string `json:"image"`
+	Digest string `json:"digest"`
+	Layers int    `json:"layers"`
+	OCI    string `json:"oci,omitempty"`
+	Ext4   string `json:"ext4,omitempty"`
+}
+
+func (a *App) buildImage(ctx context.Context, dir, task string, noCache bool, out imageOutputs) error {
 	// Refuse before building, not after.
 	if err := out.check(); err != nil {
 		return err
@@ -57,20 +75,35 @@ func runImage(ctx context.Context, a *App, args []string) error {
 	if err := a.cfg.Validate(); err != nil {
 		return err
 	}
-	img, err := buildTaskImage(ctx, a, pos[0], pos[1], *noCache)
+	img, name, err := buildTaskImage(ctx, a, dir, task, noCache)
 	if err != nil {
 		return err
 	}
-	return out.write(a, img)
+	if err := out.write(a, img); err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(imageResult{Task: task, Image: name, Digest: img.Digest, Layers: len(img.Layers), OCI: out.oci, Ext4: out.ext4})
+	}
+	return nil
+}
+
+// progress is where image builds print their steps' output: stdout, or
+// stderr when stdout is for JSON.
+func (a *App) progress() io.Writer {
+	if a.json {
+		return a.Stderr
+	}
+	return a.Stdout
 }
 
 // buildTaskImage builds the image of task in the project at dir with this
 // machine's layer cache, run-step tier and (for build secrets and registry
 // credentials) vault.
-func buildTaskImage(ctx context.Context, a *App, dir, taskID string, noCache bool) (images.Image, error) {
+func buildTaskImage(ctx context.Context, a *App, dir, taskID string, noCache bool) (images.Image, string, error) {
 	res, err := build.Build(ctx, dir, build.Options{Node: a.cfg.Node})
 	if err != nil {
-		return images.Image{}, err
+		return images.Image{}, "", err
 	}
 	var task *deployments.TaskManifest
 	for i := range res.Manifest.Tasks {
@@ -83,28 +116,28 @@ func buildTaskImage(ctx context.Context, a *App, dir, taskID string, noCache boo
 		for _, t := range res.Manifest.Tasks {
 			ids = append(ids, t.ID)
 		}
-		return images.Image{}, fmt.Errorf("project %s has no task %q with a sandbox (tasks: %s)", res.Manifest.Project, taskID, strings.Join(ids, ", "))
+		return images.Image{}, "", fmt.Errorf("project %s has no task %q with a sandbox (tasks: %s)", res.Manifest.Project, taskID, strings.Join(ids, ", "))
 	}
 	log := a.logger()
 	// Its own instance: a helmr dev using the same data dir keeps its
 	// sandboxes.
 	rt, err := newRuntime(a.cfg, log, fmt.Sprintf("cli-%d", os.Getpid()))
 	if err != nil {
-		return images.Image{}, err
+		return images.Image{}, "", err
 	}
 	nc, err := newNetwork(a.cfg, "", log)
 	if err != nil {
-		return images.Image{}, err
+		return images.Image{}, "", err
 	}
 	runner, err := worker.NewStepRunner(rt, nc, a.cfg.ExtraCACerts, a.cfg.DataDir, log)
 	if err != nil {
-		return images.Image{}, err
+		return images.Image{}, "", err
 	}
 	r := resolverFor(a.cfg.DataDir, a.cfg.CacheDir)
 	r.Runner = runner
 	opts := images.PrepareOptions{
 		Scope: res.Manifest.Project, NoCache: noCache,
-		Output: func(_ int, _ string, data []byte) { a.Stdout.Write(data) },
+		Output: func(_ int, _ string, data []byte) { a.progress().Write(data) },
 	}
 	if len(deployments.BuildSecretNames(task.Sandbox.Image)) > 0 {
 		// Build secrets and registry credentials come from this machine's
@@ -112,12 +145,12 @@ func buildTaskImage(ctx context.Context, a *App, dir, taskID string, noCache boo
 		// dir, or HELMR_MASTER_KEY).
 		st, _, err := openStore(ctx, a.cfg, log)
 		if err != nil {
-			return images.Image{}, err
+			return images.Image{}, "", err
 		}
 		defer st.Close()
 		v, err := openVault(ctx, a.cfg, st, true, log)
 		if err != nil {
-			return images.Image{}, err
+			return images.Image{}, "", err
 		}
 		project, env := res.Manifest.Project, a.cfg.Env
 		opts.Secret = func(ctx context.Context, name string) ([]byte, error) { return v.Reveal(ctx, project, env, name) }
@@ -125,10 +158,10 @@ func buildTaskImage(ctx context.Context, a *App, dir, taskID string, noCache boo
 	start := time.Now()
 	img, err := r.Prepare(ctx, task.Sandbox.Image, res.Files, opts)
 	if err != nil {
-		return images.Image{}, err
+		return images.Image{}, "", err
 	}
-	fmt.Fprintf(a.Stdout, "image %s %s: %d layers, built in %s\n", task.Sandbox.Image.Name, img.Digest, len(img.Layers), time.Since(start).Round(10*time.Microsecond))
-	return img, nil
+	fmt.Fprintf(a.progress(), "image %s %s: %d layers, built in %s\n", task.Sandbox.Image.Name, img.Digest, len(img.Layers), time.Since(start).Round(10*time.Microsecond))
+	return img, task.Sandbox.Image.Name, nil
 }
 
 // imageOutputs are where a built image is written: an OCI image layout
@@ -153,13 +186,13 @@ func (o imageOutputs) write(a *App, img images.Image) error {
 		if err := images.ExportOCI(img, o.oci); err != nil {
 			return err
 		}
-		fmt.Fprintf(a.Stdout, "wrote OCI image layout %s\n", o.oci)
+		fmt.Fprintf(a.progress(), "wrote OCI image layout %s\n", o.oci)
 	}
 	if o.ext4 != "" {
 		if err := images.WriteExt4(img, o.ext4); err != nil {
 			return err
 		}
-		fmt.Fprintf(a.Stdout, "wrote ext4 root filesystem %s\n", o.ext4)
+		fmt.Fprintf(a.progress(), "wrote ext4 root filesystem %s\n", o.ext4)
 	}
 	return nil
 }

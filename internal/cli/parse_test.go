@@ -1,14 +1,15 @@
 package cli
 
 import (
-	"flag"
-	"io"
 	"slices"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 // TestParse: flags before and after positional arguments; everything
-// after -- is positional, dashes included, wherever -- comes.
+// after -- is positional, dashes included, wherever -- comes (as helmr
+// exec WS -- CMD... needs).
 func TestParse(t *testing.T) {
 	for _, c := range []struct {
 		args, want []string
@@ -20,12 +21,15 @@ func TestParse(t *testing.T) {
 		{[]string{"--", "-ws"}, []string{"-ws"}, false},
 		{[]string{"a", "b", "--shell"}, []string{"a", "b"}, true},
 	} {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		shell := fs.Bool("shell", false, "")
-		got, err := parse(fs, c.args)
-		if err != nil || !slices.Equal(got, c.want) || *shell != c.shell {
-			t.Errorf("parse(%q) = %q, shell %v, %v; want %q, shell %v", c.args, got, *shell, err, c.want, c.shell)
+		var got []string
+		var shell bool
+		cmd := &cobra.Command{Use: "t", SilenceErrors: true, SilenceUsage: true,
+			RunE: func(_ *cobra.Command, args []string) error { got = args; return nil }}
+		cmd.Flags().BoolVar(&shell, "shell", false, "")
+		cmd.SetArgs(c.args)
+		err := cmd.Execute()
+		if err != nil || !slices.Equal(got, c.want) || shell != c.shell {
+			t.Errorf("parse(%q) = %q, shell %v, %v; want %q, shell %v", c.args, got, shell, err, c.want, c.shell)
 		}
 	}
 }

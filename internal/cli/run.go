@@ -3,33 +3,45 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/helmr/helmr/internal/client"
 	"github.com/helmr/helmr/internal/runs"
 )
 
-func runRun(ctx context.Context, a *App, args []string) error {
-	fs := a.flags("run")
-	payload := fs.String("payload-json", "null", "the run's JSON payload (stored in plaintext as audit data: never put secrets here; one holding a secret's value is refused)")
-	bindings := secretFlags{}
-	fs.Var(bindings, "secret", "bind a secret the task declares: NAME=vault:NAME (repeatable)")
-	key := fs.String("idempotency-key", "", "a repeat with the same key returns the same run")
-	wait := fs.Bool("wait", false, "follow the run's logs and wait for it to finish; exit non-zero unless it completed")
-	workspace := fs.String("workspace", "", "attach the run to this workspace (ws_…): it finds what the workspace's last run left; default: a new workspace")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+// runOptions are helmr run's flags.
+type runOptions struct {
+	payload, key, workspace string
+	bindings                secretFlags
+	wait                    bool
+}
+
+func (a *App) runCmd() *cobra.Command {
+	o := runOptions{bindings: secretFlags{}}
+	c := &cobra.Command{
+		Use:     "run TASK",
+		Short:   "start a run of TASK (--payload-json, --wait)",
+		GroupID: "runs",
+		Args:    exactly(1, "usage: helmr run TASK [--payload-json JSON] [--workspace ID] [--wait]"),
+		RunE:    func(c *cobra.Command, args []string) error { return a.run(c.Context(), args[0], o) },
 	}
-	if len(pos) != 1 {
-		return errors.New("usage: helmr run TASK [--payload-json JSON] [--workspace ID] [--wait]")
-	}
-	if !json.Valid([]byte(*payload)) {
-		return fmt.Errorf("--payload-json is not valid JSON: %s", *payload)
+	f := c.Flags()
+	f.StringVar(&o.payload, "payload-json", "null", "the run's JSON payload (stored in plaintext as audit data: never put secrets here; one holding a secret's value is refused)")
+	f.Var(o.bindings, "secret", "bind a secret the task declares: NAME=vault:NAME (repeatable)")
+	f.StringVar(&o.key, "idempotency-key", "", "a repeat with the same key returns the same run")
+	f.BoolVar(&o.wait, "wait", false, "follow the run's logs and wait for it to finish; exit non-zero unless it completed")
+	f.StringVar(&o.workspace, "workspace", "", "attach the run to this workspace (ws_…): it finds what the workspace's last run left; default: a new workspace")
+	return a.api(c)
+}
+
+func (a *App) run(ctx context.Context, task string, o runOptions) error {
+	if !json.Valid([]byte(o.payload)) {
+		return fmt.Errorf("--payload-json is not valid JSON: %s", o.payload)
 	}
 	c, err := a.client()
 	if err != nil {
@@ -38,12 +50,12 @@ func runRun(ctx context.Context, a *App, args []string) error {
 	if err := a.requireProject(); err != nil {
 		return err
 	}
-	r, created, err := c.Trigger(ctx, a.cfg.Project, a.cfg.Env, pos[0], client.TriggerOptions{
-		Payload: json.RawMessage(*payload), IdempotencyKey: *key, Secrets: bindings, WorkspaceID: *workspace})
+	r, created, err := c.Trigger(ctx, a.cfg.Project, a.cfg.Env, task, client.TriggerOptions{
+		Payload: json.RawMessage(o.payload), IdempotencyKey: o.key, Secrets: o.bindings, WorkspaceID: o.workspace})
 	if err != nil {
 		return err
 	}
-	if !*wait {
+	if !o.wait {
 		if a.json {
 			return a.printJSON(r)
 		}
@@ -131,55 +143,76 @@ func indent(s string) string {
 	return "  " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n  ")
 }
 
-func runRuns(ctx context.Context, a *App, args []string) error {
-	fs := a.flags("runs")
-	task := fs.String("task", "", "only runs of this task")
-	status := fs.String("status", "", "only runs in this status")
-	kind := fs.String("kind", "", "task (the default) or build: the runs that build deployments' images")
-	limit := fs.Int("limit", 20, "page size")
-	cursor := fs.String("cursor", "", "continue from a previous page")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+const runsUsage = "usage: helmr runs [--task T] [--status S] | helmr runs show ID"
+
+func (a *App) runsCmd() *cobra.Command {
+	var f runs.Filter
+	var status string
+	c := &cobra.Command{
+		Use:     "runs",
+		Short:   "list runs, or `runs show ID`",
+		GroupID: "runs",
+		Args:    exactly(0, runsUsage),
+		RunE: func(c *cobra.Command, _ []string) error {
+			f.Status = runs.Status(strings.ToUpper(status))
+			return a.listRuns(c.Context(), f)
+		},
 	}
+	fl := c.Flags()
+	fl.StringVar(&f.TaskID, "task", "", "only runs of this task")
+	fl.StringVar(&status, "status", "", "only runs in this status")
+	fl.StringVar(&f.Kind, "kind", "", "task (the default) or build: the runs that build deployments' images")
+	fl.IntVar(&f.Limit, "limit", 20, "page size")
+	fl.StringVar(&f.Cursor, "cursor", "", "continue from a previous page")
+	c.AddCommand(a.api(&cobra.Command{
+		Use:   "show ID",
+		Short: "show a run: its status, payload, output or error, and what it waits on",
+		Args:  exactly(1, runsUsage),
+		RunE:  func(c *cobra.Command, args []string) error { return a.showRunView(c.Context(), args[0]) },
+	}))
+	return a.api(c)
+}
+
+func (a *App) showRunView(ctx context.Context, id string) error {
 	c, err := a.client()
 	if err != nil {
 		return err
 	}
-	if len(pos) == 2 && pos[0] == "show" {
-		v, err := c.GetRunView(ctx, pos[1])
-		if err != nil {
-			return err
-		}
-		if a.json {
-			return a.printJSON(v)
-		}
-		if err := a.showRun(v.Run); err != nil {
-			return err
-		}
-		for _, w := range v.WaitingOn {
-			line := fmt.Sprintf("waiting on %s (%s)", w.ID, w.Kind)
-			if w.DisplayText != "" {
-				line += ": " + w.DisplayText
-			}
-			if w.TimeoutAt != nil {
-				line += " (times out " + w.TimeoutAt.Local().Format(time.RFC3339) + ")"
-			}
-			fmt.Fprintln(a.Stdout, line)
-		}
-		if len(v.WaitingOn) > 0 && v.WaitingOn[0].Kind == "human" {
-			fmt.Fprintf(a.Stdout, "answer: helmr approve %s [--data-json JSON] | helmr reject %s [--reason R]\n", v.ID, v.ID)
-		}
-		return nil
+	v, err := c.GetRunView(ctx, id)
+	if err != nil {
+		return err
 	}
-	if len(pos) != 0 {
-		return errors.New("usage: helmr runs [--task T] [--status S] | helmr runs show ID")
+	if a.json {
+		return a.printJSON(v)
+	}
+	if err := a.showRun(v.Run); err != nil {
+		return err
+	}
+	for _, w := range v.WaitingOn {
+		line := fmt.Sprintf("waiting on %s (%s)", w.ID, w.Kind)
+		if w.DisplayText != "" {
+			line += ": " + w.DisplayText
+		}
+		if w.TimeoutAt != nil {
+			line += " (times out " + w.TimeoutAt.Local().Format(time.RFC3339) + ")"
+		}
+		fmt.Fprintln(a.Stdout, line)
+	}
+	if len(v.WaitingOn) > 0 && v.WaitingOn[0].Kind == "human" {
+		fmt.Fprintf(a.Stdout, "answer: helmr approve %s [--data-json JSON] | helmr reject %s [--reason R]\n", v.ID, v.ID)
+	}
+	return nil
+}
+
+func (a *App) listRuns(ctx context.Context, f runs.Filter) error {
+	c, err := a.client()
+	if err != nil {
+		return err
 	}
 	if err := a.requireProject(); err != nil {
 		return err
 	}
-	page, err := c.ListRuns(ctx, a.cfg.Project, a.cfg.Env, runs.Filter{
-		TaskID: *task, Status: runs.Status(strings.ToUpper(*status)), Kind: *kind, Limit: *limit, Cursor: *cursor})
+	page, err := c.ListRuns(ctx, a.cfg.Project, a.cfg.Env, f)
 	if err != nil {
 		return err
 	}
@@ -225,26 +258,31 @@ func (a *App) showRun(r runs.Run) error {
 	return nil
 }
 
-func runLogs(ctx context.Context, a *App, args []string) error {
-	fs := a.flags("logs")
-	followFlag := fs.Bool("f", false, "follow until the run finishes")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+func (a *App) logsCmd() *cobra.Command {
+	var follow bool
+	c := &cobra.Command{
+		Use:     "logs RUN_ID",
+		Short:   "print a run's logs (-f to follow)",
+		GroupID: "runs",
+		Args:    exactly(1, "usage: helmr logs RUN_ID [-f]"),
+		RunE:    func(c *cobra.Command, args []string) error { return a.logs(c.Context(), args[0], follow) },
 	}
-	if len(pos) != 1 {
-		return errors.New("usage: helmr logs RUN_ID [-f]")
-	}
+	c.Flags().BoolVarP(&follow, "follow", "f", false, "follow until the run finishes")
+	aliases(c, map[string]string{"f": "follow"})
+	return a.api(c)
+}
+
+func (a *App) logs(ctx context.Context, id string, follow bool) error {
 	c, err := a.client()
 	if err != nil {
 		return err
 	}
-	if *followFlag {
-		return a.follow(ctx, c, pos[0], false)
+	if follow {
+		return a.follow(ctx, c, id, false)
 	}
 	var after int64
 	for {
-		page, err := c.Events(ctx, pos[0], after)
+		page, err := c.Events(ctx, id, after)
 		if err != nil {
 			return err
 		}
@@ -258,20 +296,22 @@ func runLogs(ctx context.Context, a *App, args []string) error {
 	}
 }
 
-func runCancel(ctx context.Context, a *App, args []string) error {
-	fs := a.flags("cancel")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return errors.New("usage: helmr cancel RUN_ID")
-	}
+func (a *App) cancelCmd() *cobra.Command {
+	return a.api(&cobra.Command{
+		Use:     "cancel RUN_ID",
+		Short:   "cancel a run",
+		GroupID: "runs",
+		Args:    exactly(1, "usage: helmr cancel RUN_ID"),
+		RunE:    func(c *cobra.Command, args []string) error { return a.cancel(c.Context(), args[0]) },
+	})
+}
+
+func (a *App) cancel(ctx context.Context, id string) error {
 	c, err := a.client()
 	if err != nil {
 		return err
 	}
-	r, err := c.CancelRun(ctx, pos[0])
+	r, err := c.CancelRun(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -286,6 +326,7 @@ func runCancel(ctx context.Context, a *App, args []string) error {
 type secretFlags map[string]string
 
 func (f secretFlags) String() string { return "" }
+func (f secretFlags) Type() string   { return "NAME=vault:NAME" }
 
 func (f secretFlags) Set(v string) error {
 	name, src, ok := strings.Cut(v, "=")

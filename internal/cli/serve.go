@@ -13,33 +13,25 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/config"
-	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/httpapi"
 	"github.com/helmr/helmr/internal/otlp"
 	"github.com/helmr/helmr/internal/runs"
+	storage "github.com/helmr/helmr/internal/store"
 	"github.com/helmr/helmr/internal/store/postgres"
 	"github.com/helmr/helmr/internal/store/sqlite"
 	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/waitpoints"
-	"github.com/helmr/helmr/internal/workers"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
 // store is what the control plane needs from a storage engine.
 type store interface {
-	runs.Store
-	deployments.Store
-	apikeys.Store
-	workers.Store
-	vault.Store
-	workspaces.Store
-	workspaces.TrajectoryStore
-	waitpoints.Store
-	checkpoints.Store
-	workspaces.OpQueue
+	storage.Store
 	Close() error
 }
 
@@ -199,23 +191,12 @@ func (c *controlPlane) Close(ctx context.Context) error {
 	return errors.Join(err, c.store.Close())
 }
 
-func (a *App) serverFlags(name string) *flagSet {
-	fs := newFlagSet(a, name)
-	fs.StringVar(&a.cfg.Addr, "addr", a.cfg.Addr, "listen address ($HELMR_ADDR)")
-	fs.StringVar(&a.cfg.DataDir, "data-dir", a.cfg.DataDir, "data directory for the embedded store and workspaces ($HELMR_DATA_DIR)")
-	return fs
-}
-
 func (a *App) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(a.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-// bootControlPlane parses a server command's flags, validates the
-// settings and starts the control plane.
-func (a *App) bootControlPlane(ctx context.Context, fs *flagSet, args []string) (*controlPlane, *slog.Logger, error) {
-	if _, err := parse(fs.FlagSet, args); err != nil {
-		return nil, nil, err
-	}
+// bootControlPlane validates the settings and starts the control plane.
+func (a *App) bootControlPlane(ctx context.Context) (*controlPlane, *slog.Logger, error) {
 	if err := a.cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
@@ -224,8 +205,18 @@ func (a *App) bootControlPlane(ctx context.Context, fs *flagSet, args []string) 
 	return cp, log, err
 }
 
-func runServer(ctx context.Context, a *App, args []string) error {
-	cp, _, err := a.bootControlPlane(ctx, a.serverFlags("server"), args)
+func (a *App) serverCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "server",
+		Short:   "run the control plane (needs HELMR_OWNER_TOKEN(_FILE); remote workers connect with worker credentials)",
+		GroupID: "serve",
+		Args:    exactly(0, "usage: helmr server [flags] (no arguments)"),
+		RunE:    func(c *cobra.Command, _ []string) error { return runServer(c.Context(), a) },
+	}
+}
+
+func runServer(ctx context.Context, a *App) error {
+	cp, _, err := a.bootControlPlane(ctx)
 	if err != nil {
 		return err
 	}

@@ -3,77 +3,115 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
+	"github.com/helmr/helmr/internal/client"
 	"github.com/helmr/helmr/internal/waitpoints"
 )
 
 const tokenUsage = "usage: helmr token list [--status S] [--run RUN] [--tag T] | get ID | complete ID [--data-json JSON] | cancel ID [--reason R]"
 
-// runToken lists, shows, completes and cancels waitpoints (tokens, human
+// tokenCmd lists, shows, completes and cancels waitpoints (tokens, human
 // waits, timers).
-func runToken(ctx context.Context, a *App, args []string) error {
-	if len(args) == 0 {
-		return errors.New(tokenUsage)
+func (a *App) tokenCmd() *cobra.Command {
+	var f waitpoints.Filter
+	var status, data, reason string
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "list waitpoints (--status S, --run RUN, --tag T)",
+		Args:  exactly(0, tokenUsage),
+		RunE: func(c *cobra.Command, _ []string) error {
+			f.Status = waitpoints.Status(strings.ToUpper(status))
+			return a.listTokens(c.Context(), f)
+		},
 	}
-	fs := a.flags("token " + args[0])
-	status := fs.String("status", "", "list: only waitpoints in this status (WAITING, COMPLETED, TIMED_OUT, CANCELED)")
-	run := fs.String("run", "", "list: only waitpoints of this run")
-	tag := fs.String("tag", "", "list: only waitpoints with this tag")
-	limit := fs.Int("limit", 20, "list: page size")
-	cursor := fs.String("cursor", "", "list: continue from a previous page")
-	data := fs.String("data-json", "", "complete: the data (JSON) the waiting task gets")
-	reason := fs.String("reason", "", "cancel: why (the waiting task gets it)")
-	pos, err := parse(fs, args[1:])
-	if err != nil {
-		return err
+	fl := list.Flags()
+	fl.StringVar(&status, "status", "", "only waitpoints in this status (WAITING, COMPLETED, TIMED_OUT, CANCELED)")
+	fl.StringVar(&f.RunID, "run", "", "only waitpoints of this run")
+	fl.StringVar(&f.Tag, "tag", "", "only waitpoints with this tag")
+	fl.IntVar(&f.Limit, "limit", 20, "page size")
+	fl.StringVar(&f.Cursor, "cursor", "", "continue from a previous page")
+	get := &cobra.Command{
+		Use:   "get ID",
+		Short: "show a waitpoint",
+		Args:  exactly(1, tokenUsage),
+		RunE: func(c *cobra.Command, args []string) error {
+			return a.tokenOp(func(cl *client.Client) (waitpoints.Waitpoint, error) { return cl.GetToken(c.Context(), args[0]) })
+		},
 	}
+	complete := &cobra.Command{
+		Use:   "complete ID",
+		Short: "complete a waitpoint: the waiting task gets --data-json",
+		Args:  exactly(1, tokenUsage),
+		RunE: func(c *cobra.Command, args []string) error {
+			d, err := dataJSON(data)
+			if err != nil {
+				return err
+			}
+			return a.tokenOp(func(cl *client.Client) (waitpoints.Waitpoint, error) {
+				return cl.CompleteToken(c.Context(), args[0], d)
+			})
+		},
+	}
+	complete.Flags().StringVar(&data, "data-json", "", "the data (JSON) the waiting task gets")
+	cancel := &cobra.Command{
+		Use:   "cancel ID",
+		Short: "cancel a waitpoint: the waiting task gets --reason",
+		Args:  exactly(1, tokenUsage),
+		RunE: func(c *cobra.Command, args []string) error {
+			return a.tokenOp(func(cl *client.Client) (waitpoints.Waitpoint, error) {
+				return cl.CancelToken(c.Context(), args[0], reason)
+			})
+		},
+	}
+	cancel.Flags().StringVar(&reason, "reason", "", "why (the waiting task gets it)")
+	return parent(&cobra.Command{
+		Use:     "token COMMAND",
+		Short:   "list, show, complete or cancel waitpoints (tokens, human waits, timers)",
+		GroupID: "runs",
+	}, tokenUsage, a.api(list), a.api(get), a.api(complete), a.api(cancel))
+}
+
+func (a *App) listTokens(ctx context.Context, f waitpoints.Filter) error {
 	c, err := a.client()
 	if err != nil {
 		return err
 	}
-	var w waitpoints.Waitpoint
-	switch {
-	case args[0] == "list" && len(pos) == 0:
-		if err := a.requireProject(); err != nil {
-			return err
-		}
-		page, err := c.ListTokens(ctx, a.cfg.Project, a.cfg.Env, waitpoints.Filter{
-			Status: waitpoints.Status(strings.ToUpper(*status)), RunID: *run, Tag: *tag, Limit: *limit, Cursor: *cursor})
-		if err != nil {
-			return err
-		}
-		if a.json {
-			return a.printJSON(page)
-		}
-		tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tKIND\tSTATUS\tRUN\tCREATED\tTEXT")
-		for _, w := range page.Waitpoints {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, w.Kind, w.Status, orDash(w.RunID),
-				w.CreatedAt.Local().Format(time.DateTime), w.DisplayText)
-		}
-		tw.Flush()
-		if page.NextCursor != "" {
-			fmt.Fprintf(a.Stdout, "more: helmr token list --cursor %s\n", page.NextCursor)
-		}
-		return nil
-	case args[0] == "get" && len(pos) == 1:
-		w, err = c.GetToken(ctx, pos[0])
-	case args[0] == "complete" && len(pos) == 1:
-		d, derr := dataJSON(*data)
-		if derr != nil {
-			return derr
-		}
-		w, err = c.CompleteToken(ctx, pos[0], d)
-	case args[0] == "cancel" && len(pos) == 1:
-		w, err = c.CancelToken(ctx, pos[0], *reason)
-	default:
-		return errors.New(tokenUsage)
+	if err := a.requireProject(); err != nil {
+		return err
 	}
+	page, err := c.ListTokens(ctx, a.cfg.Project, a.cfg.Env, f)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(page)
+	}
+	tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tKIND\tSTATUS\tRUN\tCREATED\tTEXT")
+	for _, w := range page.Waitpoints {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", w.ID, w.Kind, w.Status, orDash(w.RunID),
+			w.CreatedAt.Local().Format(time.DateTime), w.DisplayText)
+	}
+	tw.Flush()
+	if page.NextCursor != "" {
+		fmt.Fprintf(a.Stdout, "more: helmr token list --cursor %s\n", page.NextCursor)
+	}
+	return nil
+}
+
+// tokenOp calls the API with op and shows the waitpoint it returns.
+func (a *App) tokenOp(op func(*client.Client) (waitpoints.Waitpoint, error)) error {
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	w, err := op(c)
 	if err != nil {
 		return err
 	}
@@ -125,20 +163,25 @@ func (a *App) showWaitpoint(w waitpoints.Waitpoint) error {
 	return tw.Flush()
 }
 
-// runApprove completes the human wait (ctx.wait.human) a run waits on.
-func runApprove(ctx context.Context, a *App, args []string) error {
-	fs := a.flags("approve")
-	data := fs.String("data-json", "", "the answer (JSON) the task gets as { ok: true, data }")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+// approveCmd completes the human wait (ctx.wait.human) a run waits on.
+func (a *App) approveCmd() *cobra.Command {
+	var data string
+	c := &cobra.Command{
+		Use:     "approve RUN_ID",
+		Short:   "answer the human wait (ctx.wait.human) a run waits on: the task gets { ok: true, data }",
+		GroupID: "runs",
+		Args:    exactly(1, "usage: helmr approve RUN_ID [--data-json JSON]"),
+		RunE:    func(c *cobra.Command, args []string) error { return a.approve(c.Context(), args[0], data) },
 	}
-	if len(pos) != 1 {
-		return errors.New("usage: helmr approve RUN_ID [--data-json JSON]")
-	}
+	c.Flags().StringVar(&data, "data-json", "", "the answer (JSON) the task gets as { ok: true, data }")
+	return a.api(c)
+}
+
+func (a *App) approve(ctx context.Context, run, data string) error {
 	var d json.RawMessage
-	if *data != "" {
-		if d, err = dataJSON(*data); err != nil {
+	if data != "" {
+		var err error
+		if d, err = dataJSON(data); err != nil {
 			return err
 		}
 	}
@@ -146,40 +189,44 @@ func runApprove(ctx context.Context, a *App, args []string) error {
 	if err != nil {
 		return err
 	}
-	w, err := c.Approve(ctx, pos[0], d)
+	w, err := c.Approve(ctx, run, d)
 	if err != nil {
 		return err
 	}
 	if a.json {
 		return a.printJSON(w)
 	}
-	fmt.Fprintf(a.Stdout, "approved run %s (waitpoint %s)\n", pos[0], w.ID)
+	fmt.Fprintf(a.Stdout, "approved run %s (waitpoint %s)\n", run, w.ID)
 	return nil
 }
 
-// runReject cancels the human wait a run waits on: the task gets
+// rejectCmd cancels the human wait a run waits on: the task gets
 // { ok: false, canceled: true, reason }.
-func runReject(ctx context.Context, a *App, args []string) error {
-	fs := a.flags("reject")
-	reason := fs.String("reason", "", "why (the task gets it; default \"rejected\")")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+func (a *App) rejectCmd() *cobra.Command {
+	var reason string
+	c := &cobra.Command{
+		Use:     "reject RUN_ID",
+		Short:   "reject the human wait a run waits on: the task gets { ok: false, canceled: true, reason }",
+		GroupID: "runs",
+		Args:    exactly(1, "usage: helmr reject RUN_ID [--reason R]"),
+		RunE:    func(c *cobra.Command, args []string) error { return a.reject(c.Context(), args[0], reason) },
 	}
-	if len(pos) != 1 {
-		return errors.New("usage: helmr reject RUN_ID [--reason R]")
-	}
+	c.Flags().StringVar(&reason, "reason", "", "why (the task gets it; default \"rejected\")")
+	return a.api(c)
+}
+
+func (a *App) reject(ctx context.Context, run, reason string) error {
 	c, err := a.client()
 	if err != nil {
 		return err
 	}
-	w, err := c.Reject(ctx, pos[0], *reason)
+	w, err := c.Reject(ctx, run, reason)
 	if err != nil {
 		return err
 	}
 	if a.json {
 		return a.printJSON(w)
 	}
-	fmt.Fprintf(a.Stdout, "rejected run %s (waitpoint %s): %s\n", pos[0], w.ID, w.Reason)
+	fmt.Fprintf(a.Stdout, "rejected run %s (waitpoint %s): %s\n", run, w.ID, w.Reason)
 	return nil
 }

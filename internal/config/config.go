@@ -1,22 +1,25 @@
 // Package config holds the settings of the helmr binary: defaults, then
-// environment variables, then flags (applied by the CLI), then Validate. No
-// other package reads the environment.
+// the operator's config file, then environment variables, then flags
+// (applied by the CLI), then Validate. One table (Settings) declares every
+// setting. No other package reads the environment.
 package config
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/sandbox/disk"
 	"github.com/helmr/helmr/internal/sandbox/network"
+	"github.com/helmr/helmr/internal/sandbox/tiers"
 )
 
 // Config is every setting of the helmr binary.
@@ -29,7 +32,8 @@ type Config struct {
 	WorkerToken    string        // shared secret of remote workers
 	AgentPath      string        // static helmr-agent binary
 	RunscPath      string        // gVisor's runsc; default: $CacheDir/bin/runsc (scripts/install-runsc.sh)
-	SandboxDir     string        // per-sandbox scratch state; every parent must be searchable by others
+	StateDir       string        // the isolation tiers' state root; each keeps its own below it ($HELMR_STATE_DIR)
+	SandboxDir     string        // the process tier's state; default $StateDir/sandboxes; every parent must be searchable by others
 	Runtime        string        // isolation tier: auto, gvisor or process
 	Egress         string        // sandbox egress policy: open, none or allow:LIST (network.ParsePolicy)
 	WorkspaceQuota string        // size limit of each run's workspace (10Gi); 0: none
@@ -57,67 +61,6 @@ type Config struct {
 	Project string
 	Env     string
 	Profile string // path of the CLI profile file
-}
-
-// Default returns the defaults.
-func Default() Config {
-	home, _ := os.UserHomeDir()
-	return Config{
-		Addr:           "127.0.0.1:8480",
-		DataDir:        ".helmr",
-		CacheDir:       filepath.Join(home, ".cache", "helmr"),
-		Runtime:        "auto",
-		Egress:         "open",
-		WorkspaceQuota: "10Gi",
-		LayerCache:     "20Gi",
-		SandboxDir:     "/run/helmr/sandboxes",
-		Slots:          4,
-		Warm:           1,
-		WorkerTTL:      time.Minute,
-		Heartbeat:      10 * time.Second,
-		ParkAfter:      30 * time.Second,
-		WorkspaceIdle:  5 * time.Minute,
-		KeepMoved:      24 * time.Hour,
-		Node:           "node",
-		URL:            "http://127.0.0.1:8480",
-		Env:            "dev",
-		Profile:        filepath.Join(home, ".config", "helmr", "profile.json"),
-	}
-}
-
-// FromEnv applies HELMR_* environment variables over c.
-func (c Config) FromEnv(getenv func(string) string) (Config, error) {
-	str := map[string]*string{
-		"HELMR_ADDR": &c.Addr, "HELMR_DATA_DIR": &c.DataDir, "HELMR_DATABASE_URL": &c.DatabaseURL,
-		"HELMR_CACHE_DIR": &c.CacheDir, "HELMR_WORKER_TOKEN": &c.WorkerToken, "HELMR_AGENT_PATH": &c.AgentPath, "HELMR_RUNSC": &c.RunscPath, "HELMR_SANDBOX_DIR": &c.SandboxDir,
-		"HELMR_RUNTIME": &c.Runtime, "HELMR_EGRESS": &c.Egress, "HELMR_WORKSPACE_QUOTA": &c.WorkspaceQuota, "HELMR_DNS_UPSTREAM": &c.DNSUpstream, "HELMR_EXTRA_CA_CERTS": &c.ExtraCACerts, "HELMR_LAYER_CACHE": &c.LayerCache, "HELMR_MASTER_KEY": &c.MasterKey, "HELMR_MASTER_KEY_FILE": &c.MasterKeyFile, "HELMR_OWNER_TOKEN": &c.OwnerToken, "HELMR_OWNER_TOKEN_FILE": &c.OwnerTokenFile, "HELMR_API_KEY": &c.APIKey, "HELMR_NODE": &c.Node, "HELMR_OTLP_ENDPOINT": &c.OTLPEndpoint, "HELMR_URL": &c.URL,
-		"HELMR_CHECKPOINT_ENCRYPTION_KEY": &c.CheckpointKey,
-		"HELMR_PROJECT":                   &c.Project, "HELMR_ENV": &c.Env, "HELMR_PROFILE": &c.Profile,
-	}
-	for k, p := range str {
-		if v := getenv(k); v != "" {
-			*p = v
-		}
-	}
-	for name, p := range map[string]*time.Duration{"HELMR_WORKER_TTL": &c.WorkerTTL, "HELMR_HEARTBEAT": &c.Heartbeat, "HELMR_PARK_AFTER": &c.ParkAfter, "HELMR_WORKSPACE_IDLE": &c.WorkspaceIdle, "HELMR_KEEP_MOVED": &c.KeepMoved} {
-		if v := getenv(name); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return c, fmt.Errorf("%s=%q: not a duration (like 30s)", name, v)
-			}
-			*p = d
-		}
-	}
-	for name, p := range map[string]*int{"HELMR_SLOTS": &c.Slots, "HELMR_WARM": &c.Warm} {
-		if v := getenv(name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return c, fmt.Errorf("%s=%q: not a number", name, v)
-			}
-			*p = n
-		}
-	}
-	return c, nil
 }
 
 // DefaultFile is the operator's config file read when HELMR_CONFIG is not
@@ -149,15 +92,14 @@ func (c Config) FromFile(path string) (Config, error) {
 		}
 		vals[k], lines[k] = v, i+1
 	}
-	asked := map[string]bool{}
-	out, err := c.FromEnv(func(k string) string { asked[k] = true; return vals[k] })
-	if err != nil {
-		return c, fmt.Errorf("config file %s: %w", path, err)
-	}
-	for k := range vals {
-		if !asked[k] && k != "HELMR_CONFIG" {
+	for _, k := range slices.SortedFunc(maps.Keys(vals), func(a, b string) int { return lines[a] - lines[b] }) {
+		if _, ok := Lookup(k); !ok {
 			return c, fmt.Errorf("config file %s:%d: unknown setting %s", path, lines[k], k)
 		}
+	}
+	out, err := c.FromEnv(func(k string) string { return vals[k] })
+	if err != nil {
+		return c, fmt.Errorf("config file %s: %w", path, err)
 	}
 	return out, nil
 }
@@ -166,19 +108,25 @@ func (c Config) FromFile(path string) (Config, error) {
 // file (HELMR_CONFIG, else DefaultFile if present), then the environment.
 func Load(getenv func(string) string) (Config, error) {
 	c := Default()
-	path := getenv("HELMR_CONFIG")
-	if path == "" {
-		if _, err := os.Stat(DefaultFile); err == nil {
-			path = DefaultFile
-		}
-	}
-	if path != "" {
+	if path := File(getenv); path != "" {
 		var err error
 		if c, err = c.FromFile(path); err != nil {
 			return c, err
 		}
 	}
 	return c.FromEnv(getenv)
+}
+
+// File is the config file Load reads: HELMR_CONFIG, else DefaultFile if
+// it exists; empty if none.
+func File(getenv func(string) string) string {
+	if path := getenv("HELMR_CONFIG"); path != "" {
+		return path
+	}
+	if _, err := os.Stat(DefaultFile); err == nil {
+		return DefaultFile
+	}
+	return ""
 }
 
 // Validate checks the settings a server or worker needs.
@@ -205,10 +153,11 @@ func (c Config) Validate() error {
 	if c.Warm < 0 || c.Warm > 64 {
 		errs = append(errs, fmt.Errorf("warm sandboxes must be 0..64, got %d", c.Warm))
 	}
-	switch c.Runtime {
-	case "auto", "gvisor", "process":
-	default:
-		errs = append(errs, fmt.Errorf("unknown runtime %q (choose auto, gvisor or process)", c.Runtime))
+	if err := tiers.CheckPolicy(c.Runtime); err != nil {
+		errs = append(errs, err)
+	}
+	if !filepath.IsAbs(c.StateDir) || c.SandboxDir != "" && !filepath.IsAbs(c.SandboxDir) {
+		errs = append(errs, fmt.Errorf("HELMR_STATE_DIR (%q) and HELMR_SANDBOX_DIR (%q) must be absolute paths", c.StateDir, c.SandboxDir))
 	}
 	if _, err := network.ParsePolicy(c.Egress); err != nil {
 		errs = append(errs, err)

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/helmr/helmr/internal/config"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox/disk"
+	"github.com/helmr/helmr/internal/sandbox/tiers"
 	"github.com/helmr/helmr/internal/testenv"
 	"golang.org/x/sys/unix"
 )
@@ -41,31 +43,28 @@ type dev struct {
 	kill    func() // kills it (SIGKILL): no chance to clean up
 }
 
-// tiers are the isolation tiers the end-to-end tests run on.
-var tiers = []string{"process", "gvisor"}
-
-// forEachTier runs fn as a subtest per isolation tier.
+// forEachTier runs fn as a subtest per isolation tier of this build (the
+// tier registry's).
 func forEachTier(t *testing.T, fn func(t *testing.T, tier string)) {
-	for _, tier := range tiers {
+	for _, tier := range tiers.Built() {
 		t.Run(tier, func(t *testing.T) { fn(t, tier) })
 	}
 }
 
-// requireTier skips (fails on CI) when the host lacks what tier needs.
+// requireTier skips (fails on CI) when the host lacks what tier needs, as
+// the tier's probe says (the agent is built by the test).
 func requireTier(t *testing.T, tier string) {
 	t.Helper()
-	if tier == "gvisor" {
-		p := os.Getenv("HELMR_RUNSC")
-		if p == "" {
-			p = filepath.Join(testenv.CacheDir(), "bin", "runsc")
-		}
-		_, err := os.Stat(p)
-		testenv.Require(t, err == nil, "runsc not installed at "+p+": run scripts/install-runsc.sh")
+	tr, ok := tiers.Lookup(tier)
+	if !ok {
+		t.Fatalf("no tier %q in the registry", tier)
 	}
+	_, err := tr.Probe(tiers.Host{Runsc: os.Getenv("HELMR_RUNSC"), CacheDir: testenv.CacheDir()})
+	testenv.Require(t, err == nil, fmt.Sprintf("the %s tier cannot run here: %v", tier, err))
 }
 
 // startDev starts helmr dev on tier, on a free loopback port with a fresh
-// data dir; env adds or overrides HELMR_* settings.
+// data dir and state root; env adds or overrides HELMR_* settings.
 func startDev(t *testing.T, tier string, env ...string) *dev {
 	t.Helper()
 	testenv.RequireRoot(t)
@@ -79,7 +78,8 @@ func startDev(t *testing.T, tier string, env ...string) *dev {
 	d.base = append(os.Environ(),
 		"HELMR_DATA_DIR="+d.dataDir, "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
 		"HELMR_ADDR=127.0.0.1:0", "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROJECT=", "HELMR_URL=",
-		"HELMR_RUNTIME="+tier, "HELMR_API_KEY=", "HELMR_OWNER_TOKEN=", "HELMR_OWNER_TOKEN_FILE=")
+		"HELMR_RUNTIME="+tier, "HELMR_API_KEY=", "HELMR_OWNER_TOKEN=", "HELMR_OWNER_TOKEN_FILE=",
+		"HELMR_STATE_DIR="+testenv.StateRoot(t))
 	d.base = append(d.base, env...)
 	d.profile = filepath.Join(tmp, "profile.json")
 	d.launch()
@@ -337,24 +337,11 @@ func workspaceFile(t *testing.T, dataDir, workspaceID, name string) ([]byte, err
 	return os.ReadFile(filepath.Join(dir, name))
 }
 
-// mountsUnder lists the mount points below dir.
-func mountsUnder(dir string) []string {
-	data, _ := os.ReadFile("/proc/self/mountinfo")
-	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			out = append(out, f[4])
-		}
-	}
-	return out
-}
-
 // unmountUnder detaches whatever a killed helmr process left mounted below
 // dir before the test's temporary directories are removed.
 func unmountUnder(t *testing.T, dir string) {
 	t.Cleanup(func() {
-		for _, m := range mountsUnder(dir) {
+		for _, m := range testenv.MountsUnder(dir) {
 			_ = unix.Unmount(m, unix.MNT_DETACH)
 		}
 	})

@@ -27,7 +27,7 @@ func TestRemoteWorker(t *testing.T) {
 	bin := testenv.Binaries(t)
 	tmp := t.TempDir()
 	base := append(os.Environ(), "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
-		"HELMR_WORKER_TOKEN=", "HELMR_PROJECT=", "HELMR_OWNER_TOKEN="+ownerToken, "HELMR_API_KEY="+ownerToken)
+		"HELMR_WORKER_TOKEN=", "HELMR_PROJECT=", "HELMR_OWNER_TOKEN="+ownerToken, "HELMR_API_KEY="+ownerToken, "HELMR_STATE_DIR="+testenv.StateRoot(t))
 	server := start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "cp"), "HELMR_ADDR=127.0.0.1:0"),
 		"Helmr control plane at ", "server")
 	d := &dev{t: t, bin: bin, env: append(slices.Clip(base), "HELMR_URL="+server), dataDir: filepath.Join(tmp, "worker"), url: server, api: client.New(server, ownerToken)}
@@ -98,7 +98,8 @@ func TestLostWorker(t *testing.T) {
 	tmp := t.TempDir()
 	unmountUnder(t, tmp)
 	base := append(os.Environ(), "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
-		"HELMR_WORKER_TOKEN=test-worker-token", "HELMR_PROJECT=", "HELMR_OWNER_TOKEN="+ownerToken, "HELMR_API_KEY="+ownerToken, "HELMR_WORKER_TTL=2s", "HELMR_HEARTBEAT=300ms")
+		"HELMR_WORKER_TOKEN=test-worker-token", "HELMR_PROJECT=", "HELMR_OWNER_TOKEN="+ownerToken, "HELMR_API_KEY="+ownerToken, "HELMR_WORKER_TTL=2s", "HELMR_HEARTBEAT=300ms",
+		"HELMR_STATE_DIR="+testenv.StateRoot(t))
 	server := start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "cp"), "HELMR_ADDR=127.0.0.1:0"),
 		"Helmr control plane at ", "server")
 	worker := exec.Command(filepath.Join(bin, "helmr"), "worker", "--control-url", server)
@@ -152,7 +153,7 @@ func TestLostWorker(t *testing.T) {
 	})
 	_ = next.Process.Signal(os.Interrupt)
 	_ = next.Wait()
-	if m := mountsUnder(tmp); len(m) != 0 {
+	if m := testenv.MountsUnder(tmp); len(m) != 0 {
 		t.Errorf("mounts left after the next worker stopped: %v", m)
 	}
 }

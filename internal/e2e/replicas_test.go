@@ -30,7 +30,8 @@ func TestReplicasShareOperations(t *testing.T) {
 	tmp := t.TempDir()
 	base := append(os.Environ(), "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
 		"HELMR_PROJECT=", "HELMR_OWNER_TOKEN="+ownerToken, "HELMR_API_KEY="+ownerToken, "HELMR_DATABASE_URL="+db,
-		"HELMR_MASTER_KEY="+newCheckpointKey(t), "HELMR_WORKER_TOKEN=wtok-replicas-share-operations")
+		"HELMR_MASTER_KEY="+newCheckpointKey(t), "HELMR_WORKER_TOKEN=wtok-replicas-share-operations",
+		"HELMR_STATE_DIR="+testenv.StateRoot(t))
 	replicaA := start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "a"), "HELMR_ADDR=127.0.0.1:0"), "Helmr control plane at ", "server")
 	replicaB := start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "b"), "HELMR_ADDR=127.0.0.1:0"), "Helmr control plane at ", "server")
 	start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "worker"), "HELMR_RUNTIME=gvisor", "HELMR_PARK_AFTER=0"),

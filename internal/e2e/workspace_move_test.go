@@ -42,7 +42,8 @@ func testWorkspaceMoves(t *testing.T, tier string) {
 	unmountUnder(t, tmp)
 	base := append(os.Environ(), "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
 		"HELMR_WORKER_TOKEN=", "HELMR_PROJECT=", "HELMR_OWNER_TOKEN="+ownerToken, "HELMR_API_KEY="+ownerToken,
-		"HELMR_WORKER_TTL=2s", "HELMR_HEARTBEAT=300ms", "HELMR_CHECKPOINT_ENCRYPTION_KEY=", "HELMR_RUNTIME=", "HELMR_WORKSPACE_QUOTA=")
+		"HELMR_WORKER_TTL=2s", "HELMR_HEARTBEAT=300ms", "HELMR_CHECKPOINT_ENCRYPTION_KEY=", "HELMR_RUNTIME=", "HELMR_WORKSPACE_QUOTA=",
+		"HELMR_STATE_DIR="+testenv.StateRoot(t))
 	cpDir := filepath.Join(tmp, "cp")
 	server := start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+cpDir, "HELMR_ADDR=127.0.0.1:0"),
 		"Helmr control plane at ", "server")

@@ -44,13 +44,18 @@ type Checkpointer interface {
 	// The workspace is not part of the checkpoint: the caller saves it
 	// after Checkpoint returns, when nothing writes to it. Bytes the worker
 	// sent that the guest had not yet read are lost, so the caller
-	// checkpoints a sandbox whose processes are waiting on it.
+	// checkpoints a sandbox whose processes are waiting on it. The image
+	// is a flat directory of regular files whose last one lists the
+	// others' digests (WriteImageDigests).
 	Checkpoint(ctx context.Context, sb Sandbox, dir string) error
 	// Restore starts a sandbox from the checkpoint in dir. spec is the
 	// checkpointed sandbox's spec; host paths (layers, workspace) may
 	// differ, the sandbox's shape (mounts, user, limits) may not. The
 	// guest resumes where it was, with a fresh stream to its agent.
-	// Errors wrap ErrGuestRuntime (or ErrInvalidSpec).
+	// An image that is not what Checkpoint wrote is refused before
+	// anything boots from it (VerifyImage; the error wraps
+	// ErrTamperedImage too). Errors wrap ErrGuestRuntime (or
+	// ErrInvalidSpec).
 	Restore(ctx context.Context, spec Spec, dir string) (Sandbox, error)
 }
 

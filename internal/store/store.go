@@ -1,9 +1,11 @@
-// Package store holds what the storage engines (store/sqlite and
-// store/postgres) share: ID generation, list cursors and limits, embedded
-// migration loading, the rules for applying a run transition, and checks and
-// encodings for run needs and workers. The engines implement runs.Store,
-// deployments.Store and workers.Store over one schema; store/storetest is
-// the suite both must pass.
+// Package store is the storage layer both engines share: every query and
+// row scan of the domain's stores, written once over database/sql (DB),
+// with a Dialect for the little that differs; the migrations, one set of
+// templates for both; and the rules the queries apply (IDs, list cursors
+// and limits, run transitions, checks and encodings of run needs,
+// workers, waitpoints and workspaces). store/sqlite and store/postgres open
+// their databases and describe their dialects; store/storetest is the
+// suite both must pass.
 package store
 
 import (

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -168,4 +169,40 @@ func IDs(rows IDRows) ([]string, error) {
 		out = append(out, id)
 	}
 	return out, rows.Err()
+}
+
+// UpsertWorker records w's capabilities and last-seen time, replacing what
+// was recorded for its id.
+func (db *DB) UpsertWorker(ctx context.Context, w workers.Worker) error {
+	w, caps, err := NewWorker(w)
+	if err != nil {
+		return err
+	}
+	_, err = db.writer().exec(ctx, `INSERT INTO workers (id, capabilities, last_seen) VALUES (?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET capabilities = excluded.capabilities, last_seen = excluded.last_seen`,
+		w.ID, caps, w.LastSeen)
+	if err != nil {
+		return fmt.Errorf("upsert worker %s: %w", w.ID, err)
+	}
+	return nil
+}
+
+// ListWorkers returns the workers seen at or after since, by id.
+func (db *DB) ListWorkers(ctx context.Context, since time.Time) ([]workers.Worker, error) {
+	rows, err := db.read().query(ctx, `SELECT id, capabilities, last_seen FROM workers
+		WHERE last_seen >= ? ORDER BY id`, Since(since))
+	out, err := scanAll(rows, err, func(row scanner) (workers.Worker, error) {
+		var w workers.Worker
+		var caps string
+		if err := row.Scan(&w.ID, &caps, timeCol{&w.LastSeen}); err != nil {
+			return w, err
+		}
+		var err error
+		w.Capabilities, err = DecodeCapabilities(w.ID, caps)
+		return w, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	return out, nil
 }

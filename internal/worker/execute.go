@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/helmr/helmr/internal/agent/channel"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/images"
@@ -303,21 +304,26 @@ func dedupeEnv(env []string) []string {
 	return out
 }
 
-// startMessage is the adapter's first channel message.
-type startMessage struct {
-	Type    string            `json:"type"`
-	Module  string            `json:"module"`
-	Export  string            `json:"export"`
-	Payload json.RawMessage   `json:"payload"`
-	Run     map[string]any    `json:"run"`
-	Env     map[string]string `json:"env"`
+// report is how the adapter said the run ended: one of its result or
+// its error.
+type report struct {
+	result  *channel.Result
+	failure *channel.Error
 }
 
-// adapterMessage is a message from the adapter.
-type adapterMessage struct {
-	Type    string          `json:"type"`
-	Output  json.RawMessage `json:"output"`
-	Message string          `json:"message"`
-	Stack   string          `json:"stack"`
-	Name    string          `json:"name"`
+// readReport decodes msg if it is the adapter's result or error.
+func readReport(typ channel.Type, msg []byte) *report {
+	switch typ {
+	case channel.TypeResult:
+		var m channel.Result
+		if json.Unmarshal(msg, &m) == nil {
+			return &report{result: &m}
+		}
+	case channel.TypeError:
+		var m channel.Error
+		if json.Unmarshal(msg, &m) == nil {
+			return &report{failure: &m}
+		}
+	}
+	return nil
 }

@@ -2,13 +2,13 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/helmr/helmr/internal/agent/channel"
 	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
@@ -188,7 +188,10 @@ func (rw *runWaits) answer(ctx context.Context, ck *checkpoints.Checkpoint) erro
 	if wp.Kind != waitpoints.KindTimer {
 		result = waitpoints.ResultOf(wp)
 	}
-	b, _ := json.Marshal(map[string]any{"type": "response", "id": ck.RequestID, "result": result})
+	b, err := channel.Answer(ck.RequestID, result, nil)
+	if err != nil {
+		return err
+	}
 	rw.sendMu.Lock()
 	defer rw.sendMu.Unlock()
 	return rw.send(b)

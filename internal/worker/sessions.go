@@ -2,48 +2,39 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
+	"github.com/helmr/helmr/internal/agent/channel"
 	"github.com/helmr/helmr/internal/errdefs"
 )
 
-// sessionParams are the params of the session.* and metadata.* requests.
-type sessionParams struct {
-	After int64           `json:"after"`
-	ID    string          `json:"id"`
-	Data  json.RawMessage `json:"data"`
-	Key   string          `json:"key"`
-	Value json.RawMessage `json:"value"`
-}
-
-// isSessionRequest reports whether method is served by serveSession.
-func isSessionRequest(method string) bool {
-	return strings.HasPrefix(method, "session.") || strings.HasPrefix(method, "metadata.")
-}
-
 // serveSession answers the adapter's ctx.session and ctx.metadata calls.
-func (rw *runWaits) serveSession(ctx context.Context, req adapterRequest) (any, error) {
-	var p sessionParams
-	if len(req.Params) > 0 {
-		if err := json.Unmarshal(req.Params, &p); err != nil {
-			return nil, fmt.Errorf("%s: malformed params: %v", req.Method, err)
-		}
-	}
+func (rw *runWaits) serveSession(ctx context.Context, req channel.Request) (any, error) {
 	cp := rw.w.cfg.Control
 	switch req.Method {
-	case "session.input.next":
+	case channel.MethodSessionInputNext:
+		var p channel.InputNextParams
+		if err := params(req, &p); err != nil {
+			return nil, err
+		}
 		return rw.nextInput(ctx, p.After)
-	case "session.output.append":
+	case channel.MethodSessionOutputAppend:
+		var p channel.OutputAppendParams
+		if err := params(req, &p); err != nil {
+			return nil, err
+		}
 		rec, err := cp.AppendOutput(ctx, rw.runID, p.ID, p.Data)
 		if err != nil {
 			return nil, err
 		}
-		return map[string]int64{"seq": rec.Seq}, nil
-	case "metadata.set":
+		return channel.AppendResult{Seq: rec.Seq}, nil
+	case channel.MethodMetadataSet:
+		var p channel.MetadataSetParams
+		if err := params(req, &p); err != nil {
+			return nil, err
+		}
 		return nil, cp.SetMetadata(ctx, rw.runID, p.Key, p.Value)
 	}
 	return nil, fmt.Errorf("unknown request %q", req.Method)
@@ -60,7 +51,7 @@ func (rw *runWaits) nextInput(ctx context.Context, after int64) (any, error) {
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		case err == nil && len(recs) > 0:
-			return map[string]any{"records": recs}, nil
+			return channel.InputRecords{Records: recs}, nil
 		case err == nil:
 			backoff = 100 * time.Millisecond // none yet (or the run ended: ctx ends soon)
 		case errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrInvalid):

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/helmr/helmr/internal/agent/channel"
 	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
@@ -49,27 +50,28 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared, se
 	logs.redact = sec.redact
 	defer logs.Close()
 	var mu sync.Mutex
-	var result *adapterMessage
+	var result *report
 	reported := make(chan struct{})
 	b.attach(logs.Write, func(msg []byte) {
-		var m adapterMessage
+		var m channel.Envelope
 		mu.Lock()
 		defer mu.Unlock()
 		if json.Unmarshal(msg, &m) != nil {
 			return
 		}
-		if m.Type == "request" {
+		if m.Type == channel.TypeRequest {
 			waits.handle(ctx, msg)
 			return
 		}
-		if (m.Type == "result" || m.Type == "error") && result == nil {
-			result = &m
-			close(reported)
+		if result == nil {
+			if result = readReport(m.Type, msg); result != nil {
+				close(reported)
+			}
 		}
 	})
-	start, _ := json.Marshal(startMessage{
-		Type: "start", Module: "/opt/helmr/task/" + l.Task.Module, Export: l.Task.Export,
-		Payload: l.Run.Payload, Run: map[string]any{"id": l.Run.ID, "taskId": l.Run.TaskID},
+	start, _ := json.Marshal(channel.Start{
+		Type: channel.TypeStart, Module: "/opt/helmr/task/" + l.Task.Module, Export: l.Task.Export,
+		Payload: l.Run.Payload, Run: channel.RunInfo{ID: l.Run.ID, TaskID: l.Run.TaskID},
 		Env: startEnv(l, sec),
 	})
 	if resume != nil {
@@ -137,25 +139,26 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared, se
 	return o
 }
 
-func (w *Worker) outcome(l Lease, box sandbox.Sandbox, exit sandbox.ExitStatus, result *adapterMessage, tail []string) *runs.Outcome {
+func (w *Worker) outcome(l Lease, box sandbox.Sandbox, exit sandbox.ExitStatus, rep *report, tail []string) *runs.Outcome {
 	st := box.Stats()
 	if st.OOMKilled {
 		return failed(runs.ClassTaskProcess, "the task was killed for exceeding its memory limit of %s", orDefault(l.Task.Sandbox.Resources.Memory, "the worker default"))
 	}
-	if result != nil && result.Type == "result" {
-		out := result.Output
+	if rep != nil && rep.result != nil {
+		out := rep.result.Output
 		if len(out) == 0 {
 			out = json.RawMessage("null")
 		}
 		return &runs.Outcome{Status: runs.StatusCompleted, Output: out}
 	}
-	if result != nil {
-		msg := result.Message
-		if result.Name != "" && result.Name != "Error" && !strings.HasPrefix(msg, result.Name) {
-			msg = result.Name + ": " + msg
+	if rep != nil {
+		f := rep.failure
+		msg := f.Message
+		if f.Name != "" && f.Name != "Error" && !strings.HasPrefix(msg, f.Name) {
+			msg = f.Name + ": " + msg
 		}
 		o := failed(runs.ClassTaskProcess, "%s", msg)
-		o.Error.Stack = result.Stack
+		o.Error.Stack = f.Stack
 		return o
 	}
 	how := fmt.Sprintf("exited with code %d", exit.Code)

@@ -8,29 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/helmr/helmr/internal/agent/channel"
 	"github.com/helmr/helmr/internal/waitpoints"
 )
-
-// adapterRequest is a request from the adapter (ctx.wait.*, ctx.session.*,
-// ctx.metadata.*), answered with
-// a response of the same id.
-type adapterRequest struct {
-	ID     int64           `json:"id"`
-	Method string          `json:"method"`
-	Params json.RawMessage `json:"params"`
-}
-
-// waitParams are the params of the wait.* requests.
-type waitParams struct {
-	DisplayText    string          `json:"displayText"`
-	Schema         json.RawMessage `json:"schema"`
-	TimeoutSeconds float64         `json:"timeoutSeconds"`
-	IdempotencyKey string          `json:"idempotencyKey"`
-	Tags           []string        `json:"tags"`
-	Token          string          `json:"token"`
-	Seconds        float64         `json:"seconds"`
-	Until          *time.Time      `json:"until"`
-}
 
 // runWaits serves one run's wait requests and keeps its maxDuration clock:
 // the clock stops while the run waits (time spent WAITING does not count
@@ -110,9 +90,10 @@ func (rw *runWaits) end() bool {
 	return true
 }
 
-// handle answers a request in the background.
+// handle answers a request (ctx.wait.*, ctx.session.*, ctx.metadata.*)
+// in the background, with a response of the same id.
 func (rw *runWaits) handle(ctx context.Context, msg []byte) {
-	var req adapterRequest
+	var req channel.Request
 	if err := json.Unmarshal(msg, &req); err != nil {
 		rw.w.log.Warn("malformed request from the adapter", "run_id", rw.runID, "err", err)
 		return
@@ -124,13 +105,11 @@ func (rw *runWaits) handle(ctx context.Context, msg []byte) {
 		if ctx.Err() != nil || errors.Is(err, errParked) {
 			return // the run is ending or parked: nobody reads the answer here
 		}
-		resp := map[string]any{"type": "response", "id": req.ID}
+		b, err := channel.Answer(req.ID, result, err)
 		if err != nil {
-			resp["error"] = map[string]string{"message": err.Error()}
-		} else {
-			resp["result"] = result
+			rw.w.log.Error("answer the adapter", "run_id", rw.runID, "method", req.Method, "err", err)
+			return
 		}
-		b, _ := json.Marshal(resp)
 		rw.sendMu.Lock()
 		defer rw.sendMu.Unlock()
 		if err := rw.send(b); err != nil {
@@ -139,53 +118,89 @@ func (rw *runWaits) handle(ctx context.Context, msg []byte) {
 	}()
 }
 
-func (rw *runWaits) serve(ctx context.Context, req adapterRequest) (any, error) {
-	if isSessionRequest(req.Method) {
-		return rw.serveSession(ctx, req)
-	}
-	var p waitParams
-	if len(req.Params) > 0 {
-		if err := json.Unmarshal(req.Params, &p); err != nil {
-			return nil, fmt.Errorf("%s: malformed params: %v", req.Method, err)
-		}
-	}
+// serve answers one request; every method of channel.Methods has a case.
+func (rw *runWaits) serve(ctx context.Context, req channel.Request) (any, error) {
 	cp := rw.w.cfg.Control
 	switch req.Method {
-	case "wait.createToken":
+	case channel.MethodWaitCreateToken:
+		var p channel.CreateTokenParams
+		if err := params(req, &p); err != nil {
+			return nil, err
+		}
 		wp, err := cp.CreateWaitpoint(ctx, rw.runID, waitpoints.CreateRequest{Kind: waitpoints.KindToken,
 			TimeoutSeconds: p.TimeoutSeconds, IdempotencyKey: p.IdempotencyKey, Tags: p.Tags})
 		if err != nil {
 			return nil, err
 		}
-		return map[string]string{"id": wp.ID, "url": wp.CallbackURL}, nil
-	case "wait.human":
+		return channel.TokenResult{ID: wp.ID, URL: wp.CallbackURL}, nil
+	case channel.MethodWaitHuman:
+		var p channel.WaitHumanParams
+		if err := params(req, &p); err != nil {
+			return nil, err
+		}
 		wp, err := cp.CreateWaitpoint(ctx, rw.runID, waitpoints.CreateRequest{Kind: waitpoints.KindHuman,
 			DisplayText: p.DisplayText, Schema: p.Schema, TimeoutSeconds: p.TimeoutSeconds})
 		if err != nil {
 			return nil, err
 		}
 		return rw.wait(ctx, wp.ID, 0, req.ID)
-	case "wait.forToken":
+	case channel.MethodWaitForToken:
+		var p channel.ForTokenParams
+		if err := params(req, &p); err != nil {
+			return nil, err
+		}
 		if p.Token == "" {
 			return nil, errors.New("wait.forToken: a token id is required")
 		}
 		return rw.wait(ctx, p.Token, time.Duration(p.TimeoutSeconds*float64(time.Second)), req.ID)
-	case "wait.for", "wait.until":
-		creq := waitpoints.CreateRequest{Kind: waitpoints.KindTimer, TimeoutSeconds: p.Seconds, FireAt: p.Until}
-		if req.Method == "wait.for" && p.Seconds <= 0 {
+	case channel.MethodWaitFor:
+		var p channel.WaitForParams
+		if err := params(req, &p); err != nil {
+			return nil, err
+		}
+		if p.Seconds <= 0 {
 			return nil, nil // nothing to wait for
 		}
-		if req.Method == "wait.until" && (p.Until == nil || !p.Until.After(time.Now())) {
-			return nil, nil // the time has come
+		return nil, rw.waitTimer(ctx, req.ID, waitpoints.CreateRequest{Kind: waitpoints.KindTimer, TimeoutSeconds: p.Seconds})
+	case channel.MethodWaitUntil:
+		var p channel.WaitUntilParams
+		if err := params(req, &p); err != nil || p.Until == "" {
+			return nil, err // no time: it has come
 		}
-		wp, err := cp.CreateWaitpoint(ctx, rw.runID, creq)
+		until, err := p.Time()
 		if err != nil {
 			return nil, err
 		}
-		_, err = rw.wait(ctx, wp.ID, 0, req.ID)
-		return nil, err
+		if !until.After(time.Now()) {
+			return nil, nil // the time has come
+		}
+		return nil, rw.waitTimer(ctx, req.ID, waitpoints.CreateRequest{Kind: waitpoints.KindTimer, FireAt: &until})
+	case channel.MethodSessionInputNext, channel.MethodSessionOutputAppend, channel.MethodMetadataSet:
+		return rw.serveSession(ctx, req)
 	}
 	return nil, fmt.Errorf("unknown request %q", req.Method)
+}
+
+// params decodes a request's params into p (none: p stays zero).
+func params(req channel.Request, p any) error {
+	if len(req.Params) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(req.Params, p); err != nil {
+		return fmt.Errorf("%s: malformed params: %v", req.Method, err)
+	}
+	return nil
+}
+
+// waitTimer makes the run wait on a new timer (a request of wait.for or
+// wait.until).
+func (rw *runWaits) waitTimer(ctx context.Context, reqID int64, creq waitpoints.CreateRequest) error {
+	wp, err := rw.w.cfg.Control.CreateWaitpoint(ctx, rw.runID, creq)
+	if err != nil {
+		return err
+	}
+	_, err = rw.wait(ctx, wp.ID, 0, reqID)
+	return err
 }
 
 // wait makes the run wait on waitpoint id until it resolves (or, if

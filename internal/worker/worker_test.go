@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/helmr/helmr/internal/agent/channel"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/runs"
@@ -143,7 +144,7 @@ func (s fakeSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox
 	req.Started(fakeSender(started))
 	select {
 	case msg := <-started:
-		var m startMessage
+		var m channel.Start
 		if err := json.Unmarshal(msg, &m); err != nil || m.Type != "start" || m.Env["HELMR_RUN_ID"] != "run_1" {
 			return sandbox.ExitStatus{}, fmt.Errorf("bad start message %s", msg)
 		}

@@ -46,18 +46,27 @@ func (r *Runtime) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir string
 		case <-timeout.C:
 		}
 	}
-	return s.Destroy(ctx)
+	derr := s.Destroy(ctx)
+	if err := sandbox.WriteImageDigests(dir); err != nil {
+		return errors.Join(derr, fmt.Errorf("checkpoint sandbox %s: %w: %w", s.spec.ID, sandbox.ErrGuestRuntime, err))
+	}
+	return derr
 }
 
 // Restore implements sandbox.Checkpointer with `runsc restore`: a new
 // bundle from spec (its layers and workspace mounted afresh) and a new
-// stream to the agent, which the restored agent finds on its stdin.
+// stream to the agent, which the restored agent finds on its stdin. An
+// image that differs from what Checkpoint wrote is refused (an error
+// wrapping sandbox.ErrTamperedImage) before runsc reads any of it.
 func (r *Runtime) Restore(ctx context.Context, spec sandbox.Spec, dir string) (sandbox.Sandbox, error) {
 	if err := r.normalize(&spec); err != nil {
 		return nil, fmt.Errorf("restore sandbox %q: %w: %w", spec.ID, sandbox.ErrInvalidSpec, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, checkpointFile)); err != nil {
 		return nil, fmt.Errorf("restore sandbox %s: %w: no checkpoint image: %w", spec.ID, sandbox.ErrGuestRuntime, err)
+	}
+	if err := sandbox.VerifyImage(dir); err != nil {
+		return nil, fmt.Errorf("restore sandbox %s: %w: %w", spec.ID, sandbox.ErrGuestRuntime, err)
 	}
 	return r.start(ctx, spec, dir)
 }

@@ -13,71 +13,6 @@ import (
 	"github.com/helmr/helmr/internal/sandbox/sandboxtest"
 )
 
-// counterJS keeps a counter in memory only: each "inc" on its channel adds
-// one and answers the new value; "exit" ends it.
-const counterJS = `
-const net = require('net'), readline = require('readline');
-const s = new net.Socket({ fd: 3, readable: true, writable: true });
-let n = 0;
-readline.createInterface({ input: s }).on('line', (line) => {
-  if (line === '"exit"') { s.write('"bye"\n', () => process.exit(0)); return; }
-  n++;
-  s.write(JSON.stringify({ n }) + '\n');
-});
-`
-
-// channelProc is a process with a channel, run by Exec on its own
-// goroutine.
-type channelProc struct {
-	sender chan sandbox.Sender
-	msgs   chan string
-	done   chan error
-	status sandbox.ExitStatus
-}
-
-func execChannel(sb sandbox.Sandbox, req sandbox.ExecRequest) *channelProc {
-	p := &channelProc{sender: make(chan sandbox.Sender, 1), msgs: make(chan string, 16), done: make(chan error, 1)}
-	req.Channel = true
-	req.Started = func(s sandbox.Sender) { p.sender <- s }
-	req.OnMessage = func(m []byte) { p.msgs <- string(m) }
-	go func() {
-		st, err := sb.Exec(context.Background(), req)
-		p.status = st
-		p.done <- err
-	}()
-	return p
-}
-
-// ask sends msg and returns the process's answer.
-func (p *channelProc) ask(t *testing.T, s sandbox.Sender, msg string) string {
-	t.Helper()
-	if err := s.Send([]byte(msg)); err != nil {
-		t.Fatalf("Send(%s) = %v", msg, err)
-	}
-	select {
-	case m := <-p.msgs:
-		return m
-	case err := <-p.done:
-		t.Fatalf("process ended (%v) before answering %s", err, msg)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no answer to %s", msg)
-	}
-	return ""
-}
-
-func (p *channelProc) started(t *testing.T) sandbox.Sender {
-	t.Helper()
-	select {
-	case s := <-p.sender:
-		return s
-	case err := <-p.done:
-		t.Fatalf("process ended before it started: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("process did not start")
-	}
-	return nil
-}
-
 // TestCheckpointRestore: a process keeps its in-memory counter across
 // Checkpoint and Restore, the worker re-attaches to it over the restored
 // agent's new stream, the workspace is as it was, and the agent starts new
@@ -93,10 +28,10 @@ func TestCheckpointRestore(t *testing.T) {
 	}
 	defer func() { _ = sb.Destroy(context.Background()) }()
 
-	p := execChannel(sb, sandbox.ExecRequest{Argv: []string{"node", "-e", counterJS}})
-	s := p.started(t)
+	p := sandboxtest.ExecChannel(sb, sandbox.ExecRequest{Argv: []string{"node", "-e", sandboxtest.CounterJS}})
+	s := p.Started(t)
 	for i, want := range []string{`{"n":1}`, `{"n":2}`} {
-		if got := p.ask(t, s, `"inc"`); got != want {
+		if got := p.Ask(t, s, `"inc"`); got != want {
 			t.Fatalf("answer %d = %s, want %s", i, got, want)
 		}
 	}
@@ -112,7 +47,7 @@ func TestCheckpointRestore(t *testing.T) {
 	t.Logf("checkpoint took %v", time.Since(begin))
 	var cerr *sandbox.CheckpointedError
 	select {
-	case err := <-p.done:
+	case err := <-p.Done:
 		if !errors.As(err, &cerr) || !errors.Is(err, sandbox.ErrCheckpointed) {
 			t.Fatalf("Exec during Checkpoint = %v, want a CheckpointedError", err)
 		}
@@ -137,9 +72,9 @@ func TestCheckpointRestore(t *testing.T) {
 	defer func() { _ = restored.Destroy(context.Background()) }()
 	t.Logf("restore took %v", time.Since(begin))
 
-	p2 := execChannel(restored, sandbox.ExecRequest{Argv: []string{"node"}, Attach: cerr.ExecID})
-	s2 := p2.started(t)
-	if got := p2.ask(t, s2, `"inc"`); got != `{"n":3}` {
+	p2 := sandboxtest.ExecChannel(restored, sandbox.ExecRequest{Argv: []string{"node"}, Attach: cerr.ExecID})
+	s2 := p2.Started(t)
+	if got := p2.Ask(t, s2, `"inc"`); got != `{"n":3}` {
 		t.Errorf("answer after restore = %s, want {\"n\":3}", got)
 	}
 	r, err := restored.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"cat", "note"}, OnOutput: func(_ string, b []byte) {
@@ -150,13 +85,13 @@ func TestCheckpointRestore(t *testing.T) {
 	if err != nil || r.Code != 0 {
 		t.Errorf("new exec after restore = %+v, %v", r, err)
 	}
-	if got := p2.ask(t, s2, `"exit"`); got != `"bye"` {
+	if got := p2.Ask(t, s2, `"exit"`); got != `"bye"` {
 		t.Errorf("answer to exit = %s", got)
 	}
 	select {
-	case err := <-p2.done:
-		if err != nil || p2.status.Code != 0 {
-			t.Errorf("attached exec = %+v, %v; want exit 0", p2.status, err)
+	case err := <-p2.Done:
+		if err != nil || p2.Status.Code != 0 {
+			t.Errorf("attached exec = %+v, %v; want exit 0", p2.Status, err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("attached exec did not end")
@@ -170,6 +105,10 @@ func TestRestoreBadImage(t *testing.T) {
 	rootfs := sandboxtest.BaseRootFS(t)
 	image := t.TempDir()
 	if err := os.WriteFile(filepath.Join(image, checkpointFile), []byte(strings.Repeat("x", 4096)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Digests that match: runsc itself reads the garbage and fails.
+	if err := sandbox.WriteImageDigests(image); err != nil {
 		t.Fatal(err)
 	}
 	spec := sandbox.Spec{ID: "badimage", RootLayers: []string{rootfs}, WorkspaceHost: t.TempDir()}

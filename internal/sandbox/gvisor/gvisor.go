@@ -194,6 +194,11 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// Missing parents are made searchable (0711), as other tiers' state
+	// may live beside this one (see package tiers); StateDir is private.
+	if err := os.MkdirAll(filepath.Dir(cfg.StateDir), 0o711); err != nil {
+		return nil, fmt.Errorf("gvisor tier: state dir: %w", err)
+	}
 	for _, d := range []string{cfg.StateDir, cfg.runscRoot(), cfg.bundles()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("gvisor tier: state dir: %w", err)

@@ -1,27 +1,25 @@
-// Package postgres is the multi-node storage engine: runs.Store,
-// deployments.Store and workers.Store over PostgreSQL (pgx). Leases use
-// SELECT … FOR UPDATE SKIP LOCKED, event sequence numbers come from an
-// atomic UPDATE … RETURNING of the run's last_seq, and deployment versions
-// are assigned under a transaction-scoped advisory lock per project/env.
+// Package postgres is the multi-node storage engine: the shared SQL layer
+// (store.DB) over PostgreSQL, through pgx's database/sql driver. What only
+// PostgreSQL has lives here: row locks (SELECT … FOR UPDATE, and SKIP
+// LOCKED for leases), advisory and table locks that serialize version
+// numbers, and LISTEN/NOTIFY for the shared operations queue.
 package postgres
 
 import (
 	"context"
-	"embed"
-	"errors"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/helmr/helmr/internal/store"
 )
-
-//go:embed migrations/*.sql
-var migrationFS embed.FS
 
 // Advisory lock classes (the first key of pg_advisory_xact_lock(int, int)).
 const (
@@ -29,18 +27,22 @@ const (
 	lockDeployments = 0x68656c6e
 )
 
-// Store is a PostgreSQL-backed runs.Store, deployments.Store and workers.Store.
+// Store is a PostgreSQL-backed store.DB (runs.Store, deployments.Store,
+// workers.Store and the others) that also tells of changes to the
+// operations queue (workspaces.OpNotifier).
 type Store struct {
-	pool *pgxpool.Pool
+	*store.DB
+	db   *sql.DB
+	conn *pgx.ConnConfig // for the listener's own connection
 	log  *slog.Logger
-
-	chanOnce sync.Once
-	channel  string // see opsChannel
+	// channel carries the notices of changes to the operations queue
+	// (opsChannel).
+	channel string
 }
 
 // Open connects to the database at url (a postgres:// URL or key=value
-// string), applies pending migrations, and refuses a database whose schema
-// is newer than this binary knows.
+// string, with pgxpool's pool_* settings), applies pending migrations, and
+// refuses a database whose schema is newer than this binary knows.
 func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -49,13 +51,19 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) 
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("open postgres: %w", err)
+	db := stdlib.OpenDB(*cfg.ConnConfig)
+	db.SetMaxOpenConns(int(cfg.MaxConns))
+	db.SetMaxIdleConns(int(cfg.MaxConns))
+	db.SetConnMaxLifetime(cfg.MaxConnLifetime)
+	db.SetConnMaxIdleTime(cfg.MaxConnIdleTime)
+	s := &Store{db: db, conn: cfg.ConnConfig, log: logger}
+	s.DB = store.NewDB(db, db, s.dialect())
+	err = s.Migrate(ctx, logger)
+	if err == nil {
+		s.channel, err = opsChannel(ctx, db)
 	}
-	s := &Store{pool: pool, log: logger}
-	if err := s.migrate(ctx); err != nil {
-		pool.Close()
+	if err != nil {
+		db.Close()
 		return nil, fmt.Errorf("open postgres %s/%s: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Database, err)
 	}
 	return s, nil
@@ -63,66 +71,68 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (*Store, error) 
 
 // Close closes the connection pool.
 func (s *Store) Close() error {
-	s.pool.Close()
-	return nil
+	return s.db.Close()
 }
 
-// migrate applies the embedded migrations the database lacks, in one
-// transaction, under an advisory lock so that replicas starting together
-// take turns.
-func (s *Store) migrate(ctx context.Context) error {
-	ms, err := store.LoadMigrations(migrationFS, "migrations")
-	if err != nil {
+// dialect is PostgreSQL's SQL: $n placeholders, row locks, timestamptz,
+// tags as text[], and the locks and notices of s.
+func (s *Store) dialect() *store.Dialect {
+	return &store.Dialect{
+		Name:       "postgres",
+		Numbered:   true,
+		ForUpdate:  " FOR UPDATE",
+		SkipLocked: " FOR UPDATE SKIP LOCKED",
+		Time:       func(t time.Time) any { return t },
+		Tags:       func(tags []string) any { return tags },
+		TagsDest:   func(tags *[]string) sql.Scanner { return textArray{tags} },
+		HasTag:     "tags @> ARRAY[?::text]",
+		Lock:       lock,
+		Notify:     s.notify,
+		Types: store.Types{
+			Postgres: true,
+			Time:     "timestamptz", Blob: "bytea", Real: "double precision", BigInt: "bigint",
+			Serial:  "BIGSERIAL PRIMARY KEY",
+			Strings: "text[] NOT NULL DEFAULT '{}'",
+		},
+	}
+}
+
+// lock serializes writers until tx ends: migrations and deploys to a
+// project/env with the advisory locks replicas have always taken, data
+// keys with a table lock, other tables' rows of one key with an advisory
+// lock on the table's and the key's names.
+func lock(ctx context.Context, tx *sql.Tx, table, key string) error {
+	var err error
+	switch table {
+	case "schema_migrations":
+		_, err = tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, 0)`, lockMigrations)
+	case "deployments":
+		_, err = tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, lockDeployments, key)
+	case "vault_keys":
+		_, err = tx.ExecContext(ctx, `LOCK TABLE vault_keys IN EXCLUSIVE MODE`)
+	default:
+		_, err = tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, table, key)
+	}
+	return err
+}
+
+// textArray scans a text[] column (as database/sql hands it over, in text
+// format); NULL is an empty list.
+type textArray struct{ tags *[]string }
+
+// typeMaps holds pgtype.Maps (one goroutine's at a time) for textArray.
+var typeMaps = sync.Pool{New: func() any { return pgtype.NewMap() }}
+
+func (a textArray) Scan(src any) error {
+	var tags []string
+	m := typeMaps.Get().(*pgtype.Map)
+	defer typeMaps.Put(m)
+	if err := m.SQLScanner(&tags).Scan(src); err != nil {
 		return err
 	}
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, 0)`, lockMigrations); err != nil {
-			return fmt.Errorf("lock migrations: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-			version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL)`); err != nil {
-			return fmt.Errorf("create schema_migrations: %w", err)
-		}
-		var current int
-		if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
-			return fmt.Errorf("read schema version: %w", err)
-		}
-		pending, err := store.Pending(ms, current)
-		if err != nil {
-			return err
-		}
-		for _, m := range pending {
-			if _, err := tx.Exec(ctx, m.SQL); err != nil {
-				return fmt.Errorf("migration %s: %w", m.Name, err)
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
-				m.Version, m.Name, time.Now().UTC()); err != nil {
-				return fmt.Errorf("record migration %s: %w", m.Name, err)
-			}
-			s.log.Info("applied migration", "engine", "postgres", "migration", m.Name)
-		}
-		return nil
-	})
-}
-
-type scanner interface{ Scan(dest ...any) error }
-
-func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
-
-// utcPtr returns t in UTC; nil stays nil.
-func utcPtr(t *time.Time) *time.Time {
-	if t == nil {
-		return nil
+	if tags == nil {
+		tags = []string{}
 	}
-	u := t.UTC()
-	return &u
-}
-
-// nullText maps empty JSON or strings to NULL.
-func nullText[T ~string | ~[]byte](v T) *string {
-	if len(v) == 0 {
-		return nil
-	}
-	s := string(v)
-	return &s
+	*a.tags = tags
+	return nil
 }

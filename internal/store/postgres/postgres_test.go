@@ -18,7 +18,7 @@ import (
 type countingStore struct{ *Store }
 
 func (s countingStore) CountRows(ctx context.Context, table string) (n int, err error) {
-	err = s.pool.QueryRow(ctx, `SELECT COUNT(*) FROM `+pgx.Identifier{table}.Sanitize()).Scan(&n)
+	err = s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+pgx.Identifier{table}.Sanitize()).Scan(&n)
 	return n, err
 }
 
@@ -52,7 +52,7 @@ func TestOpenTwiceAndNewerSchema(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, '0999_future.sql', now())`)
+	_, err = s.db.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, '0999_future.sql', now())`)
 	s.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -63,23 +63,8 @@ func TestOpenTwiceAndNewerSchema(t *testing.T) {
 	}
 }
 
-func BenchmarkCreateRun(b *testing.B) { storetest.BenchmarkCreateRun(b, openTest) }
-
-func BenchmarkCreateRunParallel(b *testing.B) {
-	storetest.BenchmarkCreateRunParallel(b, openTest, 4)
-}
-
-func BenchmarkLeaseRun(b *testing.B) { storetest.BenchmarkLeaseRun(b, openTest, 0) }
-
-func BenchmarkLeaseRunSkip1000(b *testing.B) { storetest.BenchmarkLeaseRun(b, openTest, 1000) }
-
-func BenchmarkAppendEvents100(b *testing.B) {
-	storetest.BenchmarkAppendEvents(b, openTest, 100, 10, false)
-}
-
-func BenchmarkAppendEvents100Parallel(b *testing.B) {
-	storetest.BenchmarkAppendEvents(b, openTest, 100, 10, true)
-}
+// BenchmarkStore runs the suite's benchmarks: go test -bench Store.
+func BenchmarkStore(b *testing.B) { storetest.RunBenchmarks(b, openTest) }
 
 func TestVaultStore(t *testing.T) {
 	testenv.PostgresURL(t)
@@ -87,7 +72,7 @@ func TestVaultStore(t *testing.T) {
 		func(t *testing.T, s vault.Store) []byte {
 			// Every stored byte of the vault's tables, as text.
 			var dump string
-			err := s.(*Store).pool.QueryRow(t.Context(), `SELECT
+			err := s.(*Store).db.QueryRowContext(t.Context(), `SELECT
 				COALESCE((SELECT string_agg(t::text, '|') FROM vault_keys t), '') ||
 				COALESCE((SELECT string_agg(encode(ciphertext, 'escape') || t::text, '|') FROM secrets t), '')`).Scan(&dump)
 			if err != nil {

@@ -69,23 +69,8 @@ func TestOpenRejectsMemory(t *testing.T) {
 	}
 }
 
-func BenchmarkCreateRun(b *testing.B) { storetest.BenchmarkCreateRun(b, openTest) }
-
-func BenchmarkCreateRunParallel(b *testing.B) {
-	storetest.BenchmarkCreateRunParallel(b, openTest, 4)
-}
-
-func BenchmarkLeaseRun(b *testing.B) { storetest.BenchmarkLeaseRun(b, openTest, 0) }
-
-func BenchmarkLeaseRunSkip1000(b *testing.B) { storetest.BenchmarkLeaseRun(b, openTest, 1000) }
-
-func BenchmarkAppendEvents100(b *testing.B) {
-	storetest.BenchmarkAppendEvents(b, openTest, 100, 10, false)
-}
-
-func BenchmarkAppendEvents100Parallel(b *testing.B) {
-	storetest.BenchmarkAppendEvents(b, openTest, 100, 10, true)
-}
+// BenchmarkStore runs the suite's benchmarks: go test -bench Store.
+func BenchmarkStore(b *testing.B) { storetest.RunBenchmarks(b, openTest) }
 
 func TestPragmas(t *testing.T) {
 	s := openTest(t).(countingStore)

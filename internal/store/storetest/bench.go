@@ -110,3 +110,14 @@ func BenchmarkLeaseRun(b *testing.B, open func(tb testing.TB) Store, skipped int
 		b.Errorf("LeaseRun(anything) after the benchmark: %v, want a skipped run", err)
 	}
 }
+
+// RunBenchmarks runs every benchmark of the suite, each against a fresh
+// store from open, as sub-benchmarks of b.
+func RunBenchmarks(b *testing.B, open func(tb testing.TB) Store) {
+	b.Run("CreateRun", func(b *testing.B) { BenchmarkCreateRun(b, open) })
+	b.Run("CreateRunParallel", func(b *testing.B) { BenchmarkCreateRunParallel(b, open, 4) })
+	b.Run("LeaseRun", func(b *testing.B) { BenchmarkLeaseRun(b, open, 0) })
+	b.Run("LeaseRunSkip1000", func(b *testing.B) { BenchmarkLeaseRun(b, open, 1000) })
+	b.Run("AppendEvents100", func(b *testing.B) { BenchmarkAppendEvents(b, open, 100, 10, false) })
+	b.Run("AppendEvents100Parallel", func(b *testing.B) { BenchmarkAppendEvents(b, open, 100, 10, true) })
+}

@@ -16,37 +16,18 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/helmr/helmr/internal/apikeys"
-	"github.com/helmr/helmr/internal/checkpoints"
-	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
-	"github.com/helmr/helmr/internal/waitpoints"
-	"github.com/helmr/helmr/internal/workers"
-	"github.com/helmr/helmr/internal/workspaces"
+	"github.com/helmr/helmr/internal/store"
 )
 
 // Store is what an engine implements.
-type Store interface {
-	runs.Store
-	runs.SessionStore
-	deployments.Store
-	workers.Store
-	workspaces.Store
-	workspaces.TrajectoryStore
-	waitpoints.Store
-	apikeys.Store
-	checkpoints.Store
-	workspaces.OpQueue
-}
+type Store = store.Store
 
 // RowCounter is optionally implemented by the store an engine's test passes
 // to the suite, so the suite can check that failed writes leave no rows.
 type RowCounter interface {
 	CountRows(ctx context.Context, table string) (int, error)
 }
-
-// Tables lists every table of the schema that holds domain rows.
-var Tables = []string{"deployments", "deployment_files", "tasks", "runs", "run_events", "workers", "workspaces", "workspace_ops", "waitpoints", "api_keys", "run_stream_records", "run_metadata", "checkpoints", "op_queue", "op_queue_output"}
 
 type storeTest struct {
 	name string
@@ -122,8 +103,12 @@ func countRows(t *testing.T, s Store) map[string]int {
 		t.Logf("store %T does not count rows; row check skipped", s)
 		return nil
 	}
+	tables, err := store.Tables()
+	if err != nil {
+		t.Fatalf("store.Tables(): %v", err)
+	}
 	counts := map[string]int{}
-	for _, table := range Tables {
+	for _, table := range tables {
 		n, err := rc.CountRows(t.Context(), table)
 		if err != nil {
 			t.Fatalf("CountRows(%q): %v", table, err)

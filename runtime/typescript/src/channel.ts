@@ -1,7 +1,7 @@
 import type { Duplex } from "node:stream";
 import { StringDecoder } from "node:string_decoder";
 
-import type { Message, ResponseMessage } from "./protocol.js";
+import type { Message, Method, MethodParams, ResponseMessage } from "./protocol.js";
 
 /** A request the agent answered with an error. */
 export class RequestError extends Error {
@@ -59,7 +59,7 @@ export class Channel {
   }
 
   /** request sends {type:"request",id,method,params} and resolves with the response's result. */
-  request(method: string, params?: unknown): Promise<unknown> {
+  request<M extends Method>(method: M, params: MethodParams[M]): Promise<unknown> {
     if (this.#closed) return Promise.reject(new Error(`channel closed before request ${method}`));
     const id = this.#nextId++;
     return new Promise((resolve, reject) => {

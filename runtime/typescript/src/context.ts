@@ -1,6 +1,6 @@
 import { inspect } from "node:util";
 
-import type { RunInfo } from "./protocol.js";
+import type { Method, MethodParams, RunInfo } from "./protocol.js";
 import { createMetadata, createSession, type AdapterMetadata, type AdapterSession } from "./session.js";
 
 // The ctx a task's run receives. Its shape is @helmr/sdk's TaskContext; the
@@ -18,7 +18,7 @@ export type WaitResult<T> =
   | { ok: false; canceled: true; reason?: string; timedOut?: undefined };
 
 /** Sends a request to the worker and resolves with its answer (Channel.request). */
-export type Requester = (method: string, params?: unknown) => Promise<unknown>;
+export type Requester = <M extends Method>(method: M, params: MethodParams[M]) => Promise<unknown>;
 
 /** What the adapter passes to run as its second argument. */
 export interface AdapterContext {
@@ -71,13 +71,13 @@ export function createContext(run: RunInfo, request?: Requester): AdapterContext
         if (options.schema !== undefined && (options.schema === null || typeof options.schema !== "object" || Array.isArray(options.schema))) {
           throw new TypeError("ctx.wait.human: schema must be a JSON Schema object");
         }
-        const params: Record<string, unknown> = { displayText: options.displayText };
+        const params: MethodParams["wait.human"] = { displayText: options.displayText };
         if (options.timeout !== undefined) params.timeoutSeconds = seconds(options.timeout, "ctx.wait.human: timeout");
         if (options.schema !== undefined) params.schema = options.schema;
         return waitResult<T>(await ask("wait.human", params), "ctx.wait.human");
       },
       async createToken(options: { timeout?: Duration; idempotencyKey?: string; tags?: string[] } = {}) {
-        const params: Record<string, unknown> = {};
+        const params: MethodParams["wait.createToken"] = {};
         if (options.timeout !== undefined) params.timeoutSeconds = seconds(options.timeout, "ctx.wait.createToken: timeout");
         if (options.idempotencyKey !== undefined) {
           if (typeof options.idempotencyKey !== "string") throw new TypeError("ctx.wait.createToken: idempotencyKey must be a string");
@@ -98,7 +98,7 @@ export function createContext(run: RunInfo, request?: Requester): AdapterContext
       async forToken<T>(token: string | { id: string }, options: { timeout?: Duration } = {}) {
         const id = typeof token === "string" ? token : token?.id;
         if (typeof id !== "string" || id === "") throw new TypeError("ctx.wait.forToken: token must be a token id or { id }");
-        const params: Record<string, unknown> = { token: id };
+        const params: MethodParams["wait.forToken"] = { token: id };
         if (options.timeout !== undefined) params.timeoutSeconds = seconds(options.timeout, "ctx.wait.forToken: timeout");
         return waitResult<T>(await ask("wait.forToken", params), "ctx.wait.forToken");
       },

@@ -1,5 +1,8 @@
 // The adapter channel protocol: newline-delimited JSON over fd 3, one object
 // per line, in both directions between the guest agent and the adapter.
+// proto/adapter-channel.schema.json describes every message and method, with
+// examples in proto/adapter-channel.golden.json; test/schema.test.ts checks
+// this side's encodings against both (internal/agent/channel the worker's).
 //
 //   agent -> adapter  {"type":"start","module":"/opt/helmr/task/tasks/x.mjs","export":"x","payload":...,"run":{"id":"...","taskId":"..."}}
 //   adapter -> agent  {"type":"result","output":<JSON>}                     exactly one of these two,
@@ -21,6 +24,45 @@
 //   session.output.append  {id, data}     -> {seq}   (id: the idempotency key)
 //   metadata.set           {key, value}   -> null
 // WaitResult: {ok:true,data} | {ok:false,timedOut:true} | {ok:false,canceled:true,reason?}
+
+/** The message types ("type"). */
+export const messageTypes = ["start", "result", "error", "request", "response"] as const;
+
+/** A message's "type". */
+export type MessageType = (typeof messageTypes)[number];
+
+/** The params of each request method. */
+export interface MethodParams {
+  "wait.human": { displayText: string; timeoutSeconds?: number; schema?: Record<string, unknown> };
+  "wait.createToken": { timeoutSeconds?: number; idempotencyKey?: string; tags?: string[] };
+  "wait.forToken": { token: string; timeoutSeconds?: number };
+  "wait.for": { seconds: number };
+  "wait.until": { until: string };
+  "session.input.next": { after: number };
+  "session.output.append": { id: string; data: unknown };
+  "metadata.set": { key: string; value: unknown };
+}
+
+/** A request's "method". */
+export type Method = keyof MethodParams;
+
+/** The request methods, every key of MethodParams. */
+export const methods = [
+  "wait.human",
+  "wait.createToken",
+  "wait.forToken",
+  "wait.for",
+  "wait.until",
+  "session.input.next",
+  "session.output.append",
+  "metadata.set",
+] as const satisfies readonly Method[];
+
+// Compile-time checks: methods lists every method, and messageTypes every
+// type of Message.
+type Missing<All, Listed> = [Exclude<All, Listed>] extends [never] ? true : Exclude<All, Listed>;
+export const everyMethodListed: Missing<Method, (typeof methods)[number]> = true;
+export const everyTypeListed: Missing<Message["type"], MessageType> & Missing<MessageType, Message["type"]> = true;
 
 /** The run being executed, as the agent describes it. */
 export interface RunInfo {
@@ -64,8 +106,8 @@ export interface ErrorMessage {
 export interface RequestMessage {
   type: "request";
   id: number;
-  method: string;
-  params?: unknown;
+  method: Method;
+  params: MethodParams[Method];
 }
 
 /** The agent's answer to a request. */

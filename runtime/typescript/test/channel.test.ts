@@ -43,7 +43,7 @@ describe("channel", () => {
 
   it("fails pending requests when the channel closes", async () => {
     const { channel, toAdapter } = pair();
-    const r = channel.request("wait.human");
+    const r = channel.request("wait.human", { displayText: "ok?" });
     toAdapter.end();
     await assert.rejects(r, /channel closed before the response arrived/);
   });

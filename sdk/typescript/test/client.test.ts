@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
-import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { ServerResponse } from "node:http";
 import { after, before, describe, it } from "node:test";
 
 import {
@@ -15,47 +14,7 @@ import {
   ServerError,
   UnauthorizedError,
 } from "../src/client/index.js";
-
-interface Seen {
-  method: string;
-  url: string;
-  headers: IncomingMessage["headers"];
-  body: string;
-  at: number;
-}
-
-/** A small API stand-in: handlers by "METHOD path", every request recorded. */
-class FakeAPI {
-  seen: Seen[] = [];
-  handlers = new Map<string, (req: Seen, res: ServerResponse, n: number) => void>();
-  server = createServer((req, res) => {
-    let body = "";
-    req.setEncoding("utf8").on("data", (d: string) => (body += d));
-    req.on("end", () => {
-      const s: Seen = { method: req.method ?? "", url: req.url ?? "", headers: req.headers, body, at: Date.now() };
-      this.seen.push(s);
-      const key = `${s.method} ${s.url.split("?")[0]}`;
-      const h = this.handlers.get(key);
-      if (h === undefined) return json(res, 404, { error: { code: "not_found", message: `no handler for ${key}` } });
-      h(s, res, this.seen.filter((x) => `${x.method} ${x.url.split("?")[0]}` === key).length);
-    });
-  });
-  url = "";
-
-  async start() {
-    await new Promise<void>((resolve) => this.server.listen(0, "127.0.0.1", resolve));
-    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
-  }
-  reset() {
-    this.seen = [];
-    this.handlers.clear();
-  }
-}
-
-function json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}) {
-  res.writeHead(status, { "Content-Type": "application/json", ...headers });
-  res.end(JSON.stringify(body));
-}
+import { FakeAPI, json, type Seen } from "./fake-api.js";
 
 const run = { id: "run_1", project: "p", env: "dev", taskId: "t", status: "QUEUED", payload: 1, lastSeq: 1 };
 

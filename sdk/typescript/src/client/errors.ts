@@ -92,6 +92,11 @@ export function apiError(status: number, bodyText: string, retryAfterMs?: number
   } catch {
     // not JSON: keep the text
   }
+  return errorOf(status, code, message, details, retryAfterMs);
+}
+
+/** errorOf builds the error class of status (an answer's, or a stream's error event's). */
+export function errorOf(status: number, code: string, message: string, details?: unknown, retryAfterMs?: number): HelmrApiError {
   const Class = byStatus[status] ?? (status >= 500 ? ServerError : HelmrApiError);
   return new Class(status, code, message, details, retryAfterMs);
 }

@@ -6,6 +6,7 @@ export interface FetchResponse {
   status: number;
   headers: { get(name: string): string | null };
   text(): Promise<string>;
+  arrayBuffer(): Promise<ArrayBuffer>;
   body: { getReader(): { read(): Promise<{ done: boolean; value?: Uint8Array }>; cancel(): Promise<void> } } | null;
 }
 
@@ -13,7 +14,7 @@ export interface FetchResponse {
 export interface FetchInit {
   method: string;
   headers: Record<string, string>;
-  body?: string;
+  body?: string | Uint8Array;
   signal?: AbortSignalLike;
 }
 
@@ -32,6 +33,7 @@ interface Globals {
   setTimeout(fn: () => void, ms: number): unknown;
   clearTimeout(handle: unknown): void;
   TextDecoder: new (label?: string) => { decode(input?: Uint8Array, options?: { stream?: boolean }): string };
+  TextEncoder: new () => { encode(input: string): Uint8Array };
   process?: { env?: Record<string, string | undefined> };
   crypto?: { randomUUID?(): string };
 }

@@ -1,9 +1,10 @@
+import type { Answer, CallParams, Method, PathsWith } from "./api.js";
 import { ConnectionError, HelmrApiError, apiError } from "./errors.js";
 import { env, platform, sleep, type AbortSignalLike, type Fetch, type FetchResponse } from "./globals.js";
 
 /** How the runtime client reaches the API. */
 export interface ClientOptions {
-  /** The control plane's URL; default HELMR_URL, else http://127.0.0.1:8080. */
+  /** The control plane's URL; default HELMR_URL, else http://127.0.0.1:8480 (where helmr dev and helmr server listen by default). */
   baseURL?: string;
   /** An API key (hk_...) or the owner credential; default HELMR_API_KEY. */
   apiKey?: string;
@@ -20,14 +21,21 @@ export interface ClientOptions {
 /** One request. */
 export interface RequestOptions {
   query?: Record<string, string | number | undefined>;
+  /** A JSON body. */
   body?: unknown;
+  /** Bytes sent as the body instead (application/octet-stream). */
+  bytes?: Uint8Array;
   headers?: Record<string, string>;
   /** Safe to send again after a connection failure or a 5xx. */
   idempotent?: boolean;
   signal?: AbortSignalLike;
 }
 
-const defaultURL = "http://127.0.0.1:8080";
+/** Options of call, besides what the operation takes. */
+export type CallOptions<M extends Method, P extends PathsWith<M>> = CallParams<M, P> & Omit<RequestOptions, "query" | "body">;
+
+/** The control plane's default address (HELMR_ADDR of helmr dev and helmr server). */
+export const defaultURL = "http://127.0.0.1:8480";
 
 /** Transport sends requests with the credential, retrying as ClientOptions says. */
 export class Transport {
@@ -59,18 +67,33 @@ export class Transport {
     return h;
   }
 
-  /** request sends one API call and returns its JSON answer (undefined for 204). */
-  async request<T>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
-    const res = await this.send(method, path, options);
+  /**
+   * call sends the operation of method on a path of the document (a
+   * template such as "/v1/runs/{id}", filled from options.path) and returns
+   * its JSON answer, typed as the document says (undefined for 204).
+   */
+  async call<M extends Method, P extends PathsWith<M>>(method: M, path: P, options: CallOptions<M, P>): Promise<Answer<M, P>> {
+    const res = await this.callRaw(method, path, options);
     const text = await res.text();
-    return (text === "" ? undefined : JSON.parse(text)) as T;
+    // The one place an answer's JSON gets its type: the document's.
+    return (text === "" ? undefined : JSON.parse(text)) as Answer<M, P>;
   }
 
-  /** send is request without reading the body: the answer of a 2xx status, else its error. */
+  /** callRaw is call without reading the answer: for bodies that are not JSON (bytes, event streams). */
+  callRaw<M extends Method, P extends PathsWith<M>>(method: M, path: P, options: CallOptions<M, P>): Promise<FetchResponse> {
+    // CallOptions, checked against the document at the call, seen as what send takes.
+    const { path: params, ...rest } = options as RequestOptions & { path?: Record<string, string> };
+    return this.send(method, expand(path, params), rest);
+  }
+
+  /** send sends one request and returns the answer of a 2xx status without reading it, else throws its error. */
   async send(method: string, path: string, options: RequestOptions = {}): Promise<FetchResponse> {
     const headers = this.headers(options.headers);
-    let body: string | undefined;
-    if (options.body !== undefined) {
+    let body: string | Uint8Array | undefined;
+    if (options.bytes !== undefined) {
+      headers["Content-Type"] = "application/octet-stream";
+      body = options.bytes;
+    } else if (options.body !== undefined) {
       headers["Content-Type"] = "application/json";
       body = JSON.stringify(options.body);
     }
@@ -90,6 +113,15 @@ export class Transport {
       await sleep(delay(failure, attempt), options.signal);
     }
   }
+}
+
+/** expand fills a path template's {name} parts from params, escaped. */
+export function expand(template: string, params: Record<string, string> | undefined): string {
+  return template.replace(/\{([^}]+)\}/g, (_, name: string) => {
+    const v = params?.[name];
+    if (v === undefined || v === "") throw new TypeError(`@helmr/sdk: ${template} needs ${name}`);
+    return encodeURIComponent(v);
+  });
 }
 
 /** retryable: 429 and 503 always; other 5xx and lost connections when the request is idempotent. */

@@ -1,5 +1,6 @@
 // The runtime client of @helmr/sdk: for code outside tasks (CI, services,
-// scripts) that triggers runs, answers tokens and talks to a run's session.
+// scripts) that triggers runs, answers tokens, talks to a run's session and
+// works in workspaces. Its types come from proto/openapi.yaml (openapi.ts).
 
 import { env } from "./globals.js";
 import { Transport, type ClientOptions } from "./http.js";
@@ -7,13 +8,33 @@ import { Runs } from "./runs.js";
 import { Sessions } from "./sessions.js";
 import { Tokens } from "./tokens.js";
 import type { Scope } from "./types.js";
+import { Workspaces } from "./workspaces.js";
 
 export * from "./errors.js";
 export type { ClientOptions } from "./http.js";
 export type { ListRunsOptions, Runs, TriggerOptions } from "./runs.js";
 export type { Sessions, SessionAppendOptions, SessionReadOptions } from "./sessions.js";
 export type { CreateTokenOptions as CreateApiTokenOptions, ListTokensOptions, Tokens } from "./tokens.js";
-export type { Run, RunPage, RunStatus, Scope, SessionRecord, Waitpoint, WaitpointPage } from "./types.js";
+export type { WorkspaceFiles } from "./files.js";
+export type {
+  DirEntry,
+  DirListing,
+  ExecOutput,
+  ExecRequest,
+  ExecResult,
+  Operation,
+  Run,
+  RunPage,
+  RunStatus,
+  Scope,
+  SessionRecord,
+  Trajectory,
+  Waitpoint,
+  WaitpointPage,
+  Workspace,
+  WorkspaceList,
+} from "./types.js";
+export type { CreateWorkspaceOptions, ExecEvent, ExecOptions, ListWorkspacesOptions, TrajectoryOptions, Workspaces } from "./workspaces.js";
 
 /** Options of HelmrClient: where, with which credential, in which project environment. */
 export interface HelmrClientOptions extends ClientOptions {
@@ -32,6 +53,7 @@ export class HelmrClient {
   readonly runs: Runs;
   readonly tokens: Tokens;
   readonly sessions: Sessions;
+  readonly workspaces: Workspaces;
 
   constructor(options: HelmrClientOptions = {}) {
     const t = new Transport(options);
@@ -45,5 +67,6 @@ export class HelmrClient {
     this.runs = new Runs(t, scope);
     this.tokens = new Tokens(t, scope);
     this.sessions = new Sessions(t);
+    this.workspaces = new Workspaces(t, scope);
   }
 }

@@ -1,3 +1,4 @@
+import type { JSONBody, Operation } from "./api.js";
 import type { Transport } from "./http.js";
 import type { Run, RunPage, RunStatus, Scope } from "./types.js";
 
@@ -32,11 +33,12 @@ export class Runs {
 
   /** trigger starts a run of the task's latest deployment (needs runs:create). */
   trigger(taskId: string, payload?: unknown, options: TriggerOptions = {}): Promise<Run> {
-    const body: Record<string, unknown> = { payload: payload ?? null };
+    const body: JSONBody<Operation<"POST", "/v1/tasks/{id}/runs">> = { payload: payload ?? null };
     if (options.idempotencyKey !== undefined) body.idempotencyKey = options.idempotencyKey;
     if (options.secrets !== undefined) body.secrets = options.secrets;
     if (options.workspaceId !== undefined) body.workspaceId = options.workspaceId;
-    return this.#t.request("POST", `/v1/tasks/${encodeURIComponent(taskId)}/runs`, {
+    return this.#t.call("POST", "/v1/tasks/{id}/runs", {
+      path: { id: taskId },
       query: this.#scope(options),
       body,
       idempotent: options.idempotencyKey !== undefined,
@@ -45,17 +47,17 @@ export class Runs {
 
   /** retrieve returns a run with its metadata and what it waits on (needs runs:read). */
   retrieve(id: string): Promise<Run> {
-    return this.#t.request("GET", `/v1/runs/${encodeURIComponent(id)}`, { idempotent: true });
+    return this.#t.call("GET", "/v1/runs/{id}", { path: { id }, idempotent: true });
   }
 
   /** list returns a page of runs, newest first (needs runs:read). */
   list(options: ListRunsOptions = {}): Promise<RunPage> {
     const { task, status, kind, limit, cursor } = options;
-    return this.#t.request("GET", "/v1/runs", { query: { ...this.#scope(options), task, status, kind, limit, cursor }, idempotent: true });
+    return this.#t.call("GET", "/v1/runs", { query: { ...this.#scope(options), task, status, kind, limit, cursor }, idempotent: true });
   }
 
   /** cancel ends a run that has not finished (needs runs:manage; a finished run is a ConflictError). */
   cancel(id: string): Promise<Run> {
-    return this.#t.request("POST", `/v1/runs/${encodeURIComponent(id)}/cancel`);
+    return this.#t.call("POST", "/v1/runs/{id}/cancel", { path: { id } });
   }
 }

@@ -1,7 +1,7 @@
 import type { AbortSignalLike } from "./globals.js";
 import { newKey } from "./globals.js";
 import type { Transport } from "./http.js";
-import { follow } from "./sse.js";
+import { dataOf, follow } from "./sse.js";
 import type { SessionRecord } from "./types.js";
 
 /** Options of an append. */
@@ -53,7 +53,8 @@ export class Sessions {
 
   #append(runId: string, stream: "input" | "output", data: unknown, options: SessionAppendOptions): Promise<SessionRecord> {
     const key = options.idempotencyKey ?? newKey();
-    return this.#t.request("POST", `/v1/runs/${encodeURIComponent(runId)}/session/${stream}`, {
+    return this.#t.call("POST", `/v1/runs/{id}/session/${stream}`, {
+      path: { id: runId },
       body: { data: data ?? null, idempotencyKey: key },
       idempotent: true,
       ...(options.signal ? { signal: options.signal } : {}),
@@ -69,7 +70,7 @@ export class Sessions {
     });
     for await (const ev of evs) {
       if (ev.event !== "record") continue;
-      const rec = JSON.parse(ev.data) as SessionRecord;
+      const rec = dataOf("record", ev.data);
       if (rec.seq <= last) continue; // never twice, whatever the server resends
       last = rec.seq;
       yield rec;

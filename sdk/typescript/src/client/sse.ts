@@ -1,6 +1,23 @@
+import type { Schemas } from "./api.js";
 import { ConnectionError, HelmrApiError } from "./errors.js";
 import { platform, sleep, type AbortSignalLike } from "./globals.js";
 import { delay, retryable, type Transport } from "./http.js";
+
+/**
+ * The data of each named event the API streams, by the document's schemas
+ * (SSE bodies are text/event-stream, which the document cannot type).
+ */
+export interface EventData {
+  record: Schemas["Record"];
+  output: Schemas["ExecOutput"];
+  result: Schemas["ExecResult"];
+  error: Schemas["ExecStreamError"];
+}
+
+/** dataOf parses the data of an event named name as the document types it. */
+export function dataOf<E extends keyof EventData>(_name: E, data: string): EventData[E] {
+  return JSON.parse(data) as EventData[E];
+}
 
 /** One server-sent event. */
 export interface ServerSentEvent {
@@ -13,7 +30,7 @@ export interface ServerSentEvent {
  * events reads one SSE connection's events as they arrive; it ends when the
  * body does.
  */
-async function* events(body: { getReader(): { read(): Promise<{ done: boolean; value?: Uint8Array }>; cancel(): Promise<void> } }): AsyncGenerator<ServerSentEvent> {
+export async function* events(body: { getReader(): { read(): Promise<{ done: boolean; value?: Uint8Array }>; cancel(): Promise<void> } }): AsyncGenerator<ServerSentEvent> {
   const reader = body.getReader();
   const decoder = new platform.TextDecoder("utf-8");
   let buf = "";

@@ -32,7 +32,7 @@ export class Tokens {
   /** create makes a token not tied to a run; only this answer carries its callbackUrl (needs tokens:create). */
   create(options: CreateTokenOptions = {}): Promise<Waitpoint> {
     const { timeoutSeconds, idempotencyKey, tags } = options;
-    return this.#t.request("POST", "/v1/tokens", {
+    return this.#t.call("POST", "/v1/tokens", {
       query: this.#scope(options),
       body: { timeoutSeconds, idempotencyKey, tags },
       idempotent: idempotencyKey !== undefined,
@@ -42,12 +42,12 @@ export class Tokens {
   /** list returns a page of waitpoints (needs tokens:read). */
   list(options: ListTokensOptions = {}): Promise<WaitpointPage> {
     const { status, run, tag, limit, cursor } = options;
-    return this.#t.request("GET", "/v1/tokens", { query: { ...this.#scope(options), status, run, tag, limit, cursor }, idempotent: true });
+    return this.#t.call("GET", "/v1/tokens", { query: { ...this.#scope(options), status, run, tag, limit, cursor }, idempotent: true });
   }
 
   /** retrieve returns a waitpoint (needs tokens:read). */
   retrieve(id: string): Promise<Waitpoint> {
-    return this.#t.request("GET", `/v1/tokens/${encodeURIComponent(id)}`, { idempotent: true });
+    return this.#t.call("GET", "/v1/tokens/{id}", { path: { id }, idempotent: true });
   }
 
   /**
@@ -55,11 +55,11 @@ export class Tokens {
    * The same data again is a no-op; other data is a ConflictError.
    */
   complete(id: string, data: unknown): Promise<Waitpoint> {
-    return this.#t.request("POST", `/v1/tokens/${encodeURIComponent(id)}/complete`, { body: { data: data ?? null }, idempotent: true });
+    return this.#t.call("POST", "/v1/tokens/{id}/complete", { path: { id }, body: { data: data ?? null }, idempotent: true });
   }
 
   /** cancel cancels a waiting token; the waiting task gets a canceled result (needs tokens:cancel). */
   cancel(id: string, reason?: string): Promise<Waitpoint> {
-    return this.#t.request("POST", `/v1/tokens/${encodeURIComponent(id)}/cancel`, { body: reason === undefined ? {} : { reason }, idempotent: true });
+    return this.#t.call("POST", "/v1/tokens/{id}/cancel", { path: { id }, body: reason === undefined ? {} : { reason }, idempotent: true });
   }
 }

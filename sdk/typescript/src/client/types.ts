@@ -1,77 +1,53 @@
-// What the API answers, as the runtime client types it (proto/openapi.yaml).
+// What the API answers, as the runtime client types it: named after the
+// document's schemas (proto/openapi.yaml, generated into openapi.ts), never
+// written by hand.
+
+import type { Answer, Schemas } from "./api.js";
 
 /** A run's lifecycle state. */
-export type RunStatus = "QUEUED" | "STARTING" | "RUNNING" | "WAITING" | "COMPLETED" | "FAILED" | "TIMED_OUT" | "CANCELED";
+export type RunStatus = Schemas["Status"];
 
 /** A run (GET /v1/runs/{id} adds metadata and waitingOn). */
-export interface Run {
-  id: string;
-  kind?: "task" | "build";
-  project: string;
-  env: string;
-  taskId: string;
-  deploymentId: string;
-  deploymentVersion: number;
-  status: RunStatus;
-  payload: unknown;
-  output?: unknown;
-  error?: { class: string; message: string; stack?: string };
-  idempotencyKey?: string;
-  workspaceId?: string;
-  workerId?: string;
-  tier?: string;
-  createdAt: string;
-  startedAt?: string;
-  finishedAt?: string;
-  lastSeq: number;
-  /** What the task set with ctx.metadata.set (retrieve only). */
-  metadata?: Record<string, unknown>;
-  /** The waitpoints a WAITING run waits on (retrieve only). */
-  waitingOn?: Waitpoint[];
-}
+export type Run = Schemas["Run"];
 
 /** One page of runs, newest first. */
-export interface RunPage {
-  runs: Run[];
-  nextCursor?: string;
-}
+export type RunPage = Answer<"GET", "/v1/runs">;
 
 /** A token, human wait or timer. */
-export interface Waitpoint {
-  id: string;
-  project: string;
-  env: string;
-  runId?: string;
-  kind: "human" | "token" | "timer";
-  status: "WAITING" | "COMPLETED" | "TIMED_OUT" | "CANCELED";
-  displayText?: string;
-  tags: string[];
-  idempotencyKey?: string;
-  timeoutAt?: string;
-  data?: unknown;
-  reason?: string;
-  createdAt: string;
-  completedAt?: string;
-  /** Only in the answer that created the token. */
-  callbackUrl?: string;
-}
+export type Waitpoint = Schemas["Waitpoint"];
 
 /** One page of waitpoints. */
-export interface WaitpointPage {
-  waitpoints: Waitpoint[];
-  nextCursor?: string;
-}
+export type WaitpointPage = Answer<"GET", "/v1/tokens">;
 
-/** One record of a run's session stream. */
-export interface SessionRecord {
-  runId: string;
-  stream: "input" | "output";
-  /** 1, 2, ... per stream: the SSE event id, the cursor to resume after. */
-  seq: number;
-  idempotencyKey?: string;
-  time: string;
-  data: unknown;
-}
+/** One record of a run's session stream; seq (1, 2, ... per stream) is the SSE event id, the cursor to resume after. */
+export type SessionRecord = Schemas["Record"];
+
+/** A workspace: the files a task's sandbox works on, kept between runs and direct operations. */
+export type Workspace = Schemas["Workspace"];
+
+/** A project environment's live workspaces, newest first. */
+export type WorkspaceList = Answer<"GET", "/v1/workspaces">;
+
+/** A command to run in a workspace: argv (run as is) or command (run with /bin/sh -c). */
+export type ExecRequest = Schemas["ExecRequest"];
+
+/** How a command ended and what it printed. */
+export type ExecResult = Schemas["ExecResult"];
+
+/** Whole lines a streaming exec printed, as they came. */
+export type ExecOutput = Schemas["ExecOutput"];
+
+/** A directory of a workspace. */
+export type DirListing = Schemas["DirListing"];
+
+/** One entry of a DirListing. */
+export type DirEntry = Schemas["DirEntry"];
+
+/** A page of a workspace's trajectory, oldest operation first. */
+export type Trajectory = Schemas["Trajectory"];
+
+/** One direct operation in a workspace's trajectory. */
+export type Operation = Schemas["Operation"];
 
 /** The project environment a call addresses (default: the client's). */
 export interface Scope {

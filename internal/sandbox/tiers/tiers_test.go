@@ -1,0 +1,116 @@
+package tiers
+
+import (
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/helmr/helmr/internal/sandbox/gvisor"
+)
+
+func TestRegistry(t *testing.T) {
+	seen := map[string]bool{}
+	for i, tr := range All() {
+		if tr.Name == "" || tr.Name == Auto || seen[tr.Name] {
+			t.Errorf("tier %d has name %q: want a unique name other than %q", i, tr.Name, Auto)
+		}
+		seen[tr.Name] = true
+		if tr.Probe == nil || tr.Isolation == "" || tr.Strength < SharedKernel {
+			t.Errorf("tier %s lacks a probe, an isolation note or a strength", tr.Name)
+		}
+		if i > 0 && tr.Strength >= All()[i-1].Strength {
+			t.Errorf("tier %s is listed after %s but is not weaker", tr.Name, All()[i-1].Name)
+		}
+		if got, ok := Lookup(tr.Name); !ok || got.Name != tr.Name {
+			t.Errorf("Lookup(%q) = %v, %v", tr.Name, got.Name, ok)
+		}
+	}
+	for _, name := range []string{"gvisor", "process"} {
+		if !slices.Contains(Built(), name) {
+			t.Errorf("Built() = %v, want %s among them", Built(), name)
+		}
+	}
+	if _, ok := Lookup("firecracker"); ok {
+		t.Error("Lookup(firecracker) found a tier")
+	}
+	if want := filepath.Join(DefaultStateRoot, "gvisor"); gvisor.DefaultStateDir != want {
+		t.Errorf("gvisor.DefaultStateDir = %s, want %s (the gvisor tier's directory under the default state root)", gvisor.DefaultStateDir, want)
+	}
+}
+
+func TestCheckPolicy(t *testing.T) {
+	built := Built()
+	if got, want := Policies(), "auto, "+strings.Join(built[:len(built)-1], ", ")+" or "+built[len(built)-1]; got != want {
+		t.Errorf("Policies() = %q, want %q", got, want)
+	}
+	for _, p := range append([]string{Auto}, built...) {
+		if err := CheckPolicy(p); err != nil {
+			t.Errorf("CheckPolicy(%q) = %v", p, err)
+		}
+	}
+	// A tier listed without a constructor (doctor shows it) is not one
+	// an operator can choose yet.
+	bad := []string{"firecracker", ""}
+	for _, tr := range All() {
+		if tr.New == nil {
+			bad = append(bad, tr.Name)
+		}
+	}
+	for _, p := range bad {
+		if err := CheckPolicy(p); err == nil || !strings.Contains(err.Error(), `unknown runtime "`+p+`" (choose `+Policies()+")") {
+			t.Errorf("CheckPolicy(%q) = %v, want unknown runtime", p, err)
+		}
+	}
+}
+
+func TestSelect(t *testing.T) {
+	tier := func(name string, s Strength) Tier { return Tier{Name: name, Strength: s} }
+	vm, gv, proc := tier("microvm", HardwareVM), tier("gvisor", UserKernel), tier("process", SharedKernel)
+	// Listed out of order: auto goes by strength, not position.
+	ss := []Status{
+		{Tier: proc, Available: true, Detail: "namespaces"},
+		{Tier: vm, Detail: "no /dev/kvm"},
+		{Tier: gv, Available: true, Detail: "runsc at /x"},
+	}
+	for _, c := range []struct {
+		statuses []Status
+		policy   string
+		want     string // tier name, or a part of the error
+		ok       bool
+	}{
+		{ss, "auto", "gvisor", true},
+		{ss, "process", "process", true},
+		{ss, "gvisor", "gvisor", true},
+		{ss, "microvm", "runtime microvm is unavailable here: no /dev/kvm", false},
+		{ss, "kvm", `unknown runtime "kvm"`, false},
+		{ss[:2], "auto", "process", true},
+		{ss[1:2], "auto", "no isolation tier works on this host", false},
+	} {
+		got, err := Select(c.statuses, c.policy)
+		switch {
+		case c.ok && (err != nil || got.Name != c.want):
+			t.Errorf("Select(%d tiers, %q) = %q, %v; want %s", len(c.statuses), c.policy, got.Name, err, c.want)
+		case !c.ok && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("Select(%d tiers, %q) = %q, %v; want an error containing %q", len(c.statuses), c.policy, got.Name, err, c.want)
+		}
+	}
+}
+
+func TestProbeNeedsAgent(t *testing.T) {
+	ok := Tier{Name: "t", Probe: func(Host) (string, error) { return "fine", nil }, New: processTier.New}
+	if s := probe(ok, Host{Agent: "/bin/agent"}); !s.Available || s.Detail != "fine" {
+		t.Errorf("probe(with agent) = %+v, want available: fine", s)
+	}
+	if s := probe(ok, Host{AgentErr: errNoAgent}); s.Available || s.Detail != errNoAgent.Error() {
+		t.Errorf("probe(no agent) = %+v, want unavailable: %v", s, errNoAgent)
+	}
+	unbuilt := ok
+	unbuilt.New = nil
+	if s := probe(unbuilt, Host{Agent: "/bin/agent"}); s.Available {
+		t.Errorf("probe(tier without a constructor) = %+v, want unavailable", s)
+	}
+}
+
+var errNoAgent = errors.New("helmr-agent not found next to helmr")

@@ -1,0 +1,256 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/helmr/helmr/internal/errdefs"
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/workers"
+)
+
+const runColumns = `id, project, env, task_id, deployment_id, deployment_version, status,
+	payload, output, error, idempotency_key, worker_id, tier, max_duration_sec,
+	need_cpu, need_memory, created_at, started_at, finished_at, last_seq, secrets,
+	kind, need_digests, need_image, need_base_digest, workspace_id, need_host`
+
+func scanRun(row scanner) (runs.Run, error) {
+	var (
+		r                runs.Run
+		errJSON          json.RawMessage
+		secrets, digests string
+	)
+	err := row.Scan(&r.ID, &r.Project, &r.Env, &r.TaskID, &r.DeploymentID, &r.DeploymentVersion, &r.Status,
+		jsonCol{&r.Payload}, jsonCol{&r.Output}, jsonCol{&errJSON}, textCol{&r.IdempotencyKey}, &r.WorkerID, &r.Tier, &r.MaxDurationSec,
+		&r.Needs.CPU, &r.Needs.MemoryBytes, timeCol{&r.CreatedAt}, nullTimeCol{&r.StartedAt}, nullTimeCol{&r.FinishedAt}, &r.LastSeq, &secrets,
+		&r.Kind, &digests, &r.Needs.Image, &r.Needs.BaseDigest, &r.WorkspaceID, &r.Needs.Host)
+	if err != nil {
+		return runs.Run{}, err
+	}
+	if r.Secrets, err = DecodeBindings(r.ID, secrets); err != nil {
+		return runs.Run{}, err
+	}
+	r.Needs.Digests = DecodeDigests(digests)
+	if errJSON != nil {
+		r.Error = new(runs.Error)
+		if err := json.Unmarshal(errJSON, r.Error); err != nil {
+			return runs.Run{}, fmt.Errorf("decode error of run %s: %w", r.ID, err)
+		}
+	}
+	return r, nil
+}
+
+func errorJSON(e *runs.Error) (any, error) {
+	if e == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode run error: %w", err)
+	}
+	return string(b), nil
+}
+
+// CreateRun inserts r as QUEUED with its first status event, or returns the
+// run that already holds r's idempotency key for its project, env and task.
+// ON CONFLICT DO NOTHING (for a run with a key: none of the others can
+// conflict) waits for a concurrent insert of the same key, so the run it
+// then reads is committed.
+func (db *DB) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, error) {
+	if err := ValidateNeed(r.Needs); err != nil {
+		return runs.Run{}, false, fmt.Errorf("create run: %w", err)
+	}
+	r, first := NewRun(r)
+	var existing *runs.Run
+	err := db.write(ctx, func(tx txConn) error {
+		q := `INSERT INTO runs (` + runColumns + `)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, '', '', ?, ?, ?, ?, NULL, NULL, 1, ?, ?, ?, ?, ?, ?, ?)`
+		if r.IdempotencyKey != "" {
+			q += ` ON CONFLICT (project, env, task_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING`
+		}
+		n, err := tx.changed(ctx, q,
+			r.ID, r.Project, r.Env, r.TaskID, r.DeploymentID, r.DeploymentVersion, r.Status,
+			nullText(r.Payload), nullText(r.IdempotencyKey), r.MaxDurationSec,
+			r.Needs.CPU, r.Needs.MemoryBytes, r.CreatedAt, EncodeBindings(r.Secrets),
+			r.Kind, EncodeDigests(r.Needs.Digests), r.Needs.Image, r.Needs.BaseDigest, r.WorkspaceID, r.Needs.Host)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			old, err := scanRun(tx.queryRow(ctx, `SELECT `+runColumns+` FROM runs
+				WHERE project = ? AND env = ? AND task_id = ? AND idempotency_key = ?`,
+				r.Project, r.Env, r.TaskID, r.IdempotencyKey))
+			if err != nil {
+				return fmt.Errorf("read run with idempotency key %q: %w", r.IdempotencyKey, err)
+			}
+			existing = &old
+			return nil
+		}
+		return insertEvents(ctx, tx, []runs.Event{first})
+	})
+	if err != nil {
+		return runs.Run{}, false, fmt.Errorf("create run: %w", err)
+	}
+	if existing != nil {
+		return *existing, false, nil
+	}
+	return r, true, nil
+}
+
+// GetRun returns the run with id, or errdefs.ErrNotFound.
+func (db *DB) GetRun(ctx context.Context, id string) (runs.Run, error) {
+	r, err := scanRun(db.read().queryRow(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, id))
+	if err != nil {
+		return runs.Run{}, wrap(err, errdefs.ErrNotFound, "get run %s", id)
+	}
+	return r, nil
+}
+
+// ListRuns returns runs matching f, newest first, a page at a time.
+func (db *DB) ListRuns(ctx context.Context, f runs.Filter) (runs.Page, error) {
+	limit := Limit(f.Limit, DefaultRunsLimit, MaxRunsLimit)
+	var where []string
+	var args []any
+	for _, c := range []struct{ col, val string }{
+		{"project", f.Project}, {"env", f.Env}, {"task_id", f.TaskID}, {"status", string(f.Status)},
+		{"kind", RunKind(f.Kind)}, {"workspace_id", f.WorkspaceID},
+	} {
+		if c.val != "" {
+			where = append(where, c.col+" = ?")
+			args = append(args, c.val)
+		}
+	}
+	if f.Cursor != "" {
+		t, id, err := DecodeCursor(f.Cursor)
+		if err != nil {
+			return runs.Page{}, fmt.Errorf("list runs: %w", err)
+		}
+		where = append(where, "(created_at, id) < (?, ?)")
+		args = append(args, t, id)
+	}
+	q := `SELECT ` + runColumns + ` FROM runs`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY created_at DESC, id DESC LIMIT ?"
+	rows, err := db.read().query(ctx, q, append(args, limit+1)...)
+	list, err := scanAll(rows, err, scanRun)
+	if err != nil {
+		return runs.Page{}, fmt.Errorf("list runs: %w", err)
+	}
+	page := runs.Page{Runs: list}
+	if len(page.Runs) > limit {
+		page.Runs = page.Runs[:limit]
+		last := page.Runs[limit-1]
+		page.NextCursor = EncodeCursor(last.CreatedAt, last.ID)
+	}
+	return page, nil
+}
+
+// Transition applies t to the run with id, holding its row, and appends
+// its status event.
+func (db *DB) Transition(ctx context.Context, id string, t runs.Transition) (runs.Run, runs.Event, error) {
+	if err := ValidateTransition(t); err != nil {
+		return runs.Run{}, runs.Event{}, fmt.Errorf("transition run %s: %w", id, err)
+	}
+	var r runs.Run
+	var ev runs.Event
+	err := db.write(ctx, func(tx txConn) error {
+		var err error
+		r, err = scanRun(tx.queryRow(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`+db.d.ForUpdate, id))
+		if err != nil {
+			return wrap(err, errdefs.ErrNotFound, "transition run %s", id)
+		}
+		ev, err = applyTransition(ctx, tx, &r, t)
+		return err
+	})
+	if err != nil {
+		return runs.Run{}, runs.Event{}, err
+	}
+	return r, ev, nil
+}
+
+// applyTransition applies t to r (whose row tx holds), writes r back and
+// appends the event.
+func applyTransition(ctx context.Context, tx txConn, r *runs.Run, t runs.Transition) (runs.Event, error) {
+	ev, err := ApplyTransition(r, t)
+	if err != nil {
+		return runs.Event{}, err
+	}
+	errJSON, err := errorJSON(r.Error)
+	if err != nil {
+		return runs.Event{}, err
+	}
+	_, err = tx.exec(ctx, `UPDATE runs SET status = ?, worker_id = ?, tier = ?, output = ?, error = ?,
+		started_at = ?, finished_at = ?, last_seq = ? WHERE id = ?`,
+		r.Status, r.WorkerID, r.Tier, nullText(r.Output), errJSON,
+		r.StartedAt, r.FinishedAt, r.LastSeq, r.ID)
+	if err != nil {
+		return runs.Event{}, fmt.Errorf("update run %s: %w", r.ID, err)
+	}
+	if err := insertEvents(ctx, tx, []runs.Event{ev}); err != nil {
+		return runs.Event{}, err
+	}
+	return ev, nil
+}
+
+// LeaseRun moves the oldest QUEUED run that fits offer to STARTING for
+// workerID. CPU and memory are checked on the queued index; the few runs
+// that also need digests are checked against the offer here. Concurrent
+// leasers pass over each other's rows (SKIP LOCKED), or take turns where
+// one writer holds the database.
+func (db *DB) LeaseRun(ctx context.Context, workerID string, offer workers.Capabilities, now time.Time) (runs.Run, error) {
+	var r runs.Run
+	err := db.write(ctx, func(tx txConn) error {
+		rows, err := tx.query(ctx, `SELECT `+runColumns+` FROM runs
+			WHERE status = 'QUEUED' AND need_cpu <= ? AND need_memory <= ?
+			ORDER BY created_at, id LIMIT ?`+db.d.SkipLocked, offer.CPUs, offer.MemoryBytes, LeaseCandidates)
+		if err != nil {
+			return fmt.Errorf("lease run: %w", err)
+		}
+		found := false
+		for rows.Next() && !found {
+			if r, err = scanRun(rows); err != nil {
+				rows.Close()
+				return fmt.Errorf("lease run: %w", err)
+			}
+			found, _ = workers.Worker{ID: workerID, Capabilities: offer}.Takes(r.Needs)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("lease run: %w", err)
+		}
+		if !found {
+			return fmt.Errorf("lease run for worker %s: no queued run fits %g vCPUs, %d bytes: %w",
+				workerID, offer.CPUs, offer.MemoryBytes, errdefs.ErrNotFound)
+		}
+		_, err = applyTransition(ctx, tx, &r, runs.Transition{
+			From: []runs.Status{runs.StatusQueued}, To: runs.StatusStarting, WorkerID: workerID, Time: now,
+		})
+		return err
+	})
+	if err != nil {
+		return runs.Run{}, err
+	}
+	return r, nil
+}
+
+// DropRunHost clears the host requirement of a QUEUED run that still
+// needs host.
+func (db *DB) DropRunHost(ctx context.Context, id, host string) error {
+	return db.write(ctx, func(tx txConn) error {
+		var status, need string
+		err := tx.queryRow(ctx, `SELECT status, need_host FROM runs WHERE id = ?`+db.d.ForUpdate, id).Scan(&status, &need)
+		if err != nil {
+			return wrap(err, errdefs.ErrNotFound, "drop the host of run %s", id)
+		}
+		if status != string(runs.StatusQueued) || need != host || host == "" {
+			return fmt.Errorf("drop host %q of run %s: it is %s needing host %q: %w", host, id, status, need, errdefs.ErrConflict)
+		}
+		_, err = tx.exec(ctx, `UPDATE runs SET need_host = '' WHERE id = ?`, id)
+		return err
+	})
+}
