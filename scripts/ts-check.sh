@@ -2,7 +2,7 @@
 # ts-check.sh type-checks and tests Helmr's TypeScript: @helmr/sdk
 # (sdk/typescript), the guest adapter and index runner (runtime/typescript)
 # and the example projects, and checks that the client's generated types
-# (sdk/typescript/src/client/openapi.ts) are what proto/openapi.yaml
+# (sdk/typescript/src/client/gen/openapi.ts) are what proto/openapi.yaml
 # generates. The only dependencies are the dev tools pinned in
 # sdk/typescript/package-lock.json (typescript, @types/node,
 # openapi-typescript, ajv); the runtime and the examples use them from there.
@@ -17,9 +17,9 @@ if [[ ! -f "$sdk/node_modules/.package-lock.json" || "$sdk/package-lock.json" -n
 	(cd "$sdk" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-echo "ts-check: sdk/typescript/src/client/openapi.ts is generated from proto/openapi.yaml"
+echo "ts-check: sdk/typescript/src/client/gen/openapi.ts is generated from proto/openapi.yaml"
 if ! (cd "$sdk" && npm run --silent generate -- --check); then
-	echo "ts-check: openapi.ts is stale: run 'npm run generate' in sdk/typescript and commit it" >&2
+	echo "ts-check: gen/openapi.ts is stale: run 'npm run generate' in sdk/typescript and commit it" >&2
 	exit 1
 fi
 

@@ -1,10 +1,10 @@
 // The API's operations as types, derived from those openapi-typescript
-// generates from proto/openapi.yaml (openapi.ts, committed; scripts/ts-check.sh
+// generates from proto/openapi.yaml (gen/openapi.ts, committed; scripts/ts-check.sh
 // fails when it is stale): what a method and path take (path and query
 // parameters, a JSON body) and what they answer. Types only: nothing here
 // exists at run time.
 
-import type { components, paths } from "./openapi.js";
+import type { components, paths } from "./gen/openapi.js";
 
 /** The document's named schemas (components.schemas). */
 export type Schemas = components["schemas"];

@@ -1,6 +1,6 @@
 // The runtime client of @helmr/sdk: for code outside tasks (CI, services,
 // scripts) that triggers runs, answers tokens, talks to a run's session and
-// works in workspaces. Its types come from proto/openapi.yaml (openapi.ts).
+// works in workspaces. Its types come from proto/openapi.yaml (gen/openapi.ts).
 
 import { env } from "./globals.js";
 import { Transport, type ClientOptions } from "./http.js";

@@ -1,5 +1,5 @@
 // What the API answers, as the runtime client types it: named after the
-// document's schemas (proto/openapi.yaml, generated into openapi.ts), never
+// document's schemas (proto/openapi.yaml, generated into gen/openapi.ts), never
 // written by hand.
 
 import type { Answer, Schemas } from "./api.js";
