@@ -84,10 +84,15 @@ type OpQueue interface {
 type OpNotifier interface {
 	// ListenOps calls changed("") when an operation is queued, and
 	// changed(id) when operation id's output or result is stored, until
-	// ctx ends; also changed("") once it listens (changes before then
-	// went unheard). It reconnects after errors.
+	// ctx ends; also changed(AnyOp) each time it starts listening (what
+	// changed before then went unheard). It reconnects after errors.
 	ListenOps(ctx context.Context, changed func(id string))
 }
+
+// AnyOp, passed to Ops.Changed, says that anything in the shared queue
+// may have changed unheard (a listener that just connected): every
+// waiting worker and request reads it again.
+const AnyOp = "*"
 
 // QueuedOutput is a piece of output in an OpQueue.
 type QueuedOutput struct {
@@ -164,21 +169,30 @@ func NewOps() *Ops {
 
 // Changed tells the replica that the shared queue changed (see
 // OpNotifier): id "" that an operation was queued (waiting workers read
-// the queue now), else that operation id's output or result was stored
-// (its request reads them now).
+// the queue now), AnyOp that anything may have (workers and every waiting
+// request read it now), else that operation id's output or result was
+// stored (its request reads them now).
 func (o *Ops) Changed(id string) {
 	o.wakeMu.Lock()
 	defer o.wakeMu.Unlock()
-	if id == "" {
+	if id == "" || id == AnyOp {
 		if o.queuedC != nil {
 			close(o.queuedC)
 			o.queuedC = nil
 		}
-		return
 	}
-	if c := o.opC[id]; c != nil {
-		close(c)
-		delete(o.opC, id)
+	switch id {
+	case "":
+	case AnyOp:
+		for _, c := range o.opC {
+			close(c)
+		}
+		clear(o.opC)
+	default:
+		if c := o.opC[id]; c != nil {
+			close(c)
+			delete(o.opC, id)
+		}
 	}
 }
 

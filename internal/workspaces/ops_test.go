@@ -127,3 +127,36 @@ func TestSafeCut(t *testing.T) {
 		t.Errorf("Lookahead = %d, %d", Lookahead(values), Lookahead(nil))
 	}
 }
+
+// TestChangedAnyOpWakesEveryone: a listener that (re)connects says that
+// anything may have changed unheard; waiting workers and every waiting
+// request then read the shared queue again, not just the workers (a
+// request whose result was stored before its replica listened would
+// otherwise wait for its next poll).
+func TestChangedAnyOpWakesEveryone(t *testing.T) {
+	o := NewOps()
+	o.Shared = struct{ OpQueue }{} // only its presence matters here
+	queued, op1, op2 := o.queued(), o.opChanged("op_1"), o.opChanged("op_2")
+	o.Changed("")
+	select {
+	case <-queued:
+	default:
+		t.Error(`Changed("") did not wake the waiting workers`)
+	}
+	select {
+	case <-op1:
+		t.Error(`Changed("") woke a request`)
+	default:
+	}
+	o.Changed(AnyOp)
+	for name, c := range map[string]<-chan struct{}{"op_1": op1, "op_2": op2} {
+		select {
+		case <-c:
+		default:
+			t.Errorf("Changed(AnyOp) did not wake the request of %s", name)
+		}
+	}
+	if again := o.opChanged("op_1"); again == op1 {
+		t.Error("after Changed(AnyOp), opChanged returns the closed channel again")
+	}
+}

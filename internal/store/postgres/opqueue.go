@@ -62,7 +62,7 @@ func (s *Store) listenOps(ctx context.Context, changed func(id string)) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
 		return err
 	}
-	changed("") // what changed before it listened went unheard
+	changed(workspaces.AnyOp) // what changed before it listened went unheard
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
