@@ -58,6 +58,15 @@ func (p *ChannelProc) Ask(t *testing.T, s sandbox.Sender, msg string) string {
 	case m := <-p.Msgs:
 		return m
 	case err := <-p.Done:
+		// A process that answers and exits (the answer to "exit") can end
+		// Exec right after its message came: both are ready, and select
+		// picks either. Its messages are delivered before Exec returns.
+		select {
+		case m := <-p.Msgs:
+			p.Done <- err // for the caller's wait for the end
+			return m
+		default:
+		}
 		t.Fatalf("process ended (%v) before answering %s", err, msg)
 	case <-time.After(30 * time.Second):
 		t.Fatalf("no answer to %s", msg)
