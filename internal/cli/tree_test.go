@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/helmr/helmr/internal/config"
+	"github.com/helmr/helmr/internal/testenv"
 )
 
 // helmr runs the CLI with env as its whole environment.
@@ -158,9 +159,7 @@ func TestCompletion(t *testing.T) {
 			continue
 		}
 		bash, err := exec.LookPath("bash")
-		if err != nil {
-			t.Skip("no bash on this host to check the script with")
-		}
+		testenv.Require(t, err == nil, "no bash on this host to check the completion script with")
 		script := filepath.Join(t.TempDir(), "helmr.bash")
 		if err := os.WriteFile(script, []byte(out), 0o644); err != nil {
 			t.Fatal(err)

@@ -22,26 +22,7 @@ import (
 // agentPath is the helmr-agent built once for this package (TestMain).
 var agentPath string
 
-func TestMain(m *testing.M) {
-	os.Exit(testMain(m))
-}
-
-func testMain(m *testing.M) int {
-	if os.Geteuid() != 0 {
-		return m.Run() // tests skip: requiresGvisor
-	}
-	dir, err := os.MkdirTemp("", "helmr-agent-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if agentPath, err = sandboxtest.BuildAgent(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
-}
+func TestMain(m *testing.M) { os.Exit(sandboxtest.MainWithAgent(m, &agentPath)) }
 
 // runscPath is HELMR_RUNSC, else bin/runsc in the Helmr cache, where
 // scripts/install-runsc.sh puts it.

@@ -29,6 +29,27 @@ func BuildAgent(dir string) (string, error) {
 	return out, os.Chmod(out, 0o755)
 }
 
+// MainWithAgent is a TestMain for a package whose tests start sandboxes:
+// as root it builds helmr-agent once into a temporary directory and sets
+// *agent to its path (elsewhere the tests that need it skip, through
+// testenv.RequireRoot), runs the tests and returns their exit code.
+func MainWithAgent(m *testing.M, agent *string) int {
+	if os.Geteuid() != 0 {
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "helmr-agent-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if *agent, err = BuildAgent(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
 // BaseRootFS returns the base root filesystem (HELMR_BASE_ROOTFS, else
 // bases/bookworm-node22/rootfs under HELMR_CACHE_DIR or ~/.cache/helmr, as
 // scripts/build-base-rootfs.sh lays it out) or skips the test if it has

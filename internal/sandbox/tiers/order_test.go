@@ -18,24 +18,7 @@ import (
 // agentPath is the helmr-agent built once for this package (TestMain).
 var agentPath string
 
-func TestMain(m *testing.M) { os.Exit(testMain(m)) }
-
-func testMain(m *testing.M) int {
-	if os.Geteuid() != 0 {
-		return m.Run() // the tests that start sandboxes skip: RequireRoot
-	}
-	dir, err := os.MkdirTemp("", "helmr-agent-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if agentPath, err = sandboxtest.BuildAgent(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
-}
+func TestMain(m *testing.M) { os.Exit(sandboxtest.MainWithAgent(m, &agentPath)) }
 
 // testHost is a Host for the tests' agent and the cache's runsc, with its
 // state under root.
