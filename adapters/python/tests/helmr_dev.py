@@ -1,8 +1,11 @@
 """Starts a real `helmr dev` (bin/helmr of this repository) for the
-adapter tests, with a workspace to drive."""
+adapter tests, with a workspace to drive. It has its own data directory
+and its own state root for the isolation tiers (never the machine's
+/run/helmr), both removed when it closes."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -24,9 +27,11 @@ class HelmrDev:
                 raise RuntimeError(f"{helmr} is not built (run scripts/setup.sh)")
             raise unittest.SkipTest(f"{helmr} is not built (run scripts/setup.sh)")
         self.helmr = str(helmr)
-        self.tmp = tempfile.mkdtemp(prefix="helmr-adapters-")
+        self.tmp = tempfile.mkdtemp(prefix="helmr-ad-")  # short: runsc's socket paths live below it
+        os.chmod(self.tmp, 0o711)  # the process tier's sandboxes walk to their state by path
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("HELMR_") or k in ("HELMR_CACHE_DIR", "HELMR_RUNTIME")}
-        self.env.update(HELMR_DATA_DIR=f"{self.tmp}/data", HELMR_PROFILE=f"{self.tmp}/profile.json", HELMR_ADDR="127.0.0.1:0")
+        self.env.update(HELMR_DATA_DIR=f"{self.tmp}/data", HELMR_PROFILE=f"{self.tmp}/profile.json", HELMR_ADDR="127.0.0.1:0",
+                        HELMR_STATE_DIR=f"{self.tmp}/run")
         self.log = open(f"{self.tmp}/dev.log", "wb")
         self.proc = subprocess.Popen([self.helmr, "dev"], env=self.env, stdout=subprocess.PIPE, stderr=self.log, cwd=REPO)
         line = self.proc.stdout.readline().decode()
@@ -67,4 +72,19 @@ class HelmrDev:
         self.log.close()
         if self.proc.stdout:
             self.proc.stdout.close()
+        _detach_mounts_under(self.tmp)
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _detach_mounts_under(root: str) -> None:
+    """Detaches whatever is still mounted below root (a workspace disk, a
+    tier's state), deepest first, so that root can be removed."""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            points = [line.split()[4] for line in f]
+    except OSError:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    for p in reversed(points):
+        if p.startswith(root + "/"):
+            libc.umount2(p.encode(), 2)  # MNT_DETACH

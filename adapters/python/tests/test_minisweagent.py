@@ -74,6 +74,38 @@ class HelmrEnvironmentTest(unittest.TestCase):
         out = HelmrEnvironment(server_url=self.dev.url, api_key="hk_wrong", workspace=self.ws).execute({"command": "ls"})
         self.assertIn("401", out["exception_info"])
 
+    def test_template_vars_from_the_sandbox(self):
+        env = self.env(env={"GREETING": "hi"}, interpreter=["bash", "-c"])
+        probes = []
+        real = env.client.exec
+        env.client.exec = lambda *a, **k: probes.append(k) or real(*a, **k)
+        got = env.get_template_vars(task="t")
+        self.assertEqual(env.get_template_vars(), {k: v for k, v in got.items() if k != "task"})
+        self.assertEqual(len(probes), 1, "the sandbox's facts are read once")
+        flags = {"system": "-s", "node": "-n", "release": "-r", "version": "-v", "machine": "-m"}
+        for name, flag in flags.items():
+            want = self.env().client.exec(self.ws, argv=["uname", flag])["stdout"].strip()
+            self.assertEqual(got[name], want, f"template var {name}")
+        self.assertEqual(got["system"], "Linux")
+        self.assertIn("processor", got)
+        # The sandbox's environment, as upstream's local environment gives
+        # the harness machine's; then the configuration's fields.
+        self.assertEqual((got["HOME"], got["PATH"]), ("/root", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"))
+        self.assertEqual((got["env"], got["interpreter"], got["timeout"], got["cwd"]), ({"GREETING": "hi"}, ["bash", "-c"], 30, ""))
+        self.assertEqual((got["workspace"], got["helmr_workspace"], got["task"]), (self.ws, self.ws, "t"))
+        self.assertNotIn("api_key", got)
+
+    def test_interpreter(self):
+        out = self.env(interpreter=["bash", "-c"]).execute({"command": "echo $BASH_VERSION | cut -c1; shopt -q extglob; echo $?"})
+        self.assertEqual((out["output"], out["returncode"]), ("5\n1\n", 0))
+        out = self.env(interpreter=["python3", "-c"]).execute({"command": "import os, sys; print(os.getcwd()); sys.exit(3)"}, cwd="/tmp")
+        self.assertEqual((out["output"], out["returncode"]), ("/tmp\n", 3))
+        out = self.env(interpreter=["nosuch-shell", "-c"]).execute({"command": "true"})
+        self.assertEqual(out["returncode"], 127, out)
+        out = self.env().execute({"command": "pwd"}, cwd="/nonexistent")
+        self.assertEqual(out["returncode"], 1)
+        self.assertIn("/nonexistent", out["output"])
+
     def test_no_credential_in_serialized_state(self):
         env = self.env()
         blob = json.dumps([env.serialize(), env.get_template_vars(task="x"), repr(env.config), repr(env.client)])
@@ -99,6 +131,30 @@ class HelmrEnvironmentTest(unittest.TestCase):
         self.assertEqual(result["submission"], "42\n")
         self.assertIn(self.ws, agent.messages[0]["content"])
         self.assertNotIn(self.dev.api_key, json.dumps(agent.serialize()))
+
+
+class HelmrEnvironmentConfigTest(unittest.TestCase):
+    """Settings, checked before anything reaches a control plane."""
+
+    def test_bad_settings_are_refused_clearly(self):
+        cases = [
+            ({}, "workspace is required"),
+            ({"workspace": "ws_x", "interpreter": "bash -c"}, "interpreter must be a list"),
+            ({"workspace": "ws_x", "interpreter": []}, "interpreter must be a list"),
+            ({"workspace": "ws_x", "timeout": 0}, "timeout must be a positive number"),
+            ({"workspace": "ws_x", "env": {"A-B": "1"}}, "'A-B' is not a valid variable name"),
+            ({"workspace": "ws_x", "env": {"A": 1}}, "env A must be a string"),
+        ]
+        for kwargs, want in cases:
+            with self.subTest(kwargs=kwargs), self.assertRaisesRegex(ValueError, want):
+                HelmrEnvironment(**kwargs)
+
+    def test_other_environments_settings_are_ignored_with_a_warning(self):
+        with self.assertLogs("minisweagent.environment", "WARNING") as logs:
+            env = HelmrEnvironment(workspace="ws_x", image="python:3.11", run_args=["--rm"], timeout=60)
+        self.assertIn("ignores image, run_args", logs.output[0])
+        self.assertEqual(env.config.timeout, 60)
+        self.assertNotIn("image", env.serialize()["info"]["config"]["environment"])
 
 
 if __name__ == "__main__":
