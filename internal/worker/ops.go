@@ -364,6 +364,13 @@ func (ob *opBox) exec(ctx context.Context, req workspaces.ExecRequest, secrets m
 		}
 		return res, nil
 	}
+	if errors.Is(err, sandbox.ErrExecStart) {
+		// The command could not start (no such executable, a bad working
+		// directory): the caller's mistake, answered as a shell answers
+		// it, with 127 or 126 and the reason on stderr.
+		res.Stderr += strings.TrimSuffix(err.Error(), ": "+sandbox.ErrExecStart.Error()) + "\n"
+		return res, nil
+	}
 	if err != nil {
 		return res, fmt.Errorf("exec in workspace %s: %w", ob.ws, err)
 	}
