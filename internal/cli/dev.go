@@ -179,7 +179,7 @@ func newWorker(cfg config.Config, dev bool, log *slog.Logger, control worker.Con
 		Runtime: rt, Control: control, Logger: log, Network: nc, WorkspaceQuota: quota, ExtraCACerts: cfg.ExtraCACerts, LayerCacheMax: layerMax,
 		Adapter:   adapter,
 		Images:    resolverFor(cfg.DataDir, cfg.CacheDir),
-		ParkAfter: cfg.ParkAfter, CheckpointKey: key, WorkspaceIdle: cfg.WorkspaceIdle,
+		ParkAfter: cfg.ParkAfter, CheckpointKey: key, WorkspaceIdle: cfg.WorkspaceIdle, ShellIdle: cfg.ShellIdle,
 		KeepMoved: cfg.KeepMoved,
 	})
 }

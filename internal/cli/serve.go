@@ -121,7 +121,7 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		}
 		if v != nil {
 			ops.Resolve = func(ctx context.Context, op workspaces.Op) (map[string]string, error) {
-				return workspaces.SecretsFor(ctx, v, op.Workspace, *op.Exec)
+				return workspaces.SecretsFor(ctx, v, op.Workspace, op.Refs())
 			}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,6 +167,14 @@ const ownerToken = "hko_remote-e2e-owner-credential-0123456789"
 // prefix on its first matching stdout line.
 func start(t *testing.T, bin string, env []string, prefix string, args ...string) string {
 	t.Helper()
+	v, _ := startStoppable(t, bin, env, prefix, args...)
+	return v
+}
+
+// startStoppable is start, and returns a function that stops the
+// process (as an interrupt does) and waits for it.
+func startStoppable(t *testing.T, bin string, env []string, prefix string, args ...string) (string, func()) {
+	t.Helper()
 	cmd := exec.Command(filepath.Join(bin, "helmr"), args...)
 	cmd.Env = env
 	out, err := cmd.StdoutPipe()
@@ -178,9 +187,15 @@ func start(t *testing.T, bin string, env []string, prefix string, args ...string
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(os.Interrupt)
+			_ = cmd.Wait()
+		})
+	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
+		stop()
 		if t.Failed() {
 			t.Logf("helmr %s log:\n%s", args[0], logs.String())
 		}
@@ -196,9 +211,9 @@ func start(t *testing.T, bin string, env []string, prefix string, args ...string
 	}()
 	select {
 	case v := <-got:
-		return v
+		return v, stop
 	case <-time.After(30 * time.Second):
 		t.Fatalf("helmr %s did not start; log:\n%s", args[0], logs.String())
-		return ""
+		return "", stop
 	}
 }

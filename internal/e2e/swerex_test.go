@@ -4,13 +4,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/helmr/helmr/internal/client"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/testenv"
 )
 
 // TestSwerexConcurrentSession sends run_in_session calls from 40 clients
@@ -86,5 +92,68 @@ func TestSwerexConcurrentSession(t *testing.T) {
 	// Runs go on: one completes.
 	if r := d.waitDone(mustRun(t, d.mustHelmr("run", "notes", "--project", "workspace", "--payload-json", `{"line":"two"}`, "--json")).ID, 2*time.Minute); r.Status != runs.StatusCompleted {
 		t.Errorf("run after the concurrent calls = %s %+v", r.Status, r.Error)
+	}
+}
+
+// TestSwerexSessionOutlivesServerRestart: a SWE-ReX session is a shell in
+// the workspace's sandbox on the worker, not state of the control plane:
+// after `helmr server` restarts, the session goes on with everything a
+// shell keeps (a function, an unexported variable, cd -).
+func TestSwerexSessionOutlivesServerRestart(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.BaseRootfs(t)
+	bin := testenv.Binaries(t)
+	tmp := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	base := append(os.Environ(), "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
+		"HELMR_WORKER_TOKEN=", "HELMR_PROJECT=", "HELMR_OWNER_TOKEN="+ownerToken, "HELMR_API_KEY="+ownerToken, "HELMR_STATE_DIR="+testenv.StateRoot(t))
+	serverEnv := append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "cp"), "HELMR_ADDR="+addr)
+	server, stopServer := startStoppable(t, bin, serverEnv, "Helmr control plane at ", "server")
+	d := &dev{t: t, bin: bin, env: append(slices.Clip(base), "HELMR_URL="+server), dataDir: filepath.Join(tmp, "worker"), url: server, api: client.New(server, ownerToken), token: ownerToken}
+	cred := strings.TrimSpace(d.mustHelmr("apikey", "create", "--worker", "--name", "remote"))
+	start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "worker"), "HELMR_WORKER_TOKEN="+cred,
+		"HELMR_CHECKPOINT_ENCRYPTION_KEY="+newCheckpointKey(t)),
+		"Helmr worker leasing runs from ", "worker", "--control-url", server)
+	d.deploy("internal/e2e/testdata/workspace")
+	r := d.waitDone(mustRun(t, d.mustHelmr("run", "notes", "--project", "workspace", "--payload-json", `{"line":"one"}`, "--json")).ID, 2*time.Minute)
+	if r.Status != runs.StatusCompleted || r.WorkspaceID == "" {
+		t.Fatalf("run = %s in %q", r.Status, r.WorkspaceID)
+	}
+	call := func(path, body string) (int, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", server+"/v1/swerex/"+r.WorkspaceID+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+ownerToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out
+	}
+	if st, out := call("/create_session", `{"session": "s"}`); st != http.StatusOK {
+		t.Fatalf("create_session = %d %v", st, out)
+	}
+	if st, out := call("/run_in_session", `{"session": "s", "command": "f() { echo fn-$1; }\nX=unexported\ncd /tmp && cd /"}`); st != http.StatusOK {
+		t.Fatalf("run_in_session = %d %v", st, out)
+	}
+	stopServer()
+	start(t, bin, serverEnv, "Helmr control plane at ", "server")
+	var out map[string]any
+	var st int
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		// The worker reconnects to the new server in its own time.
+		if st, out = call("/run_in_session", `{"session": "s", "command": "f a; echo $X; cd -"}`); st != http.StatusGatewayTimeout {
+			break
+		}
+	}
+	if st != http.StatusOK || out["output"] != "fn-a\nunexported\n/tmp\n" {
+		t.Errorf("run_in_session after the restart = %d %v, want the function, the variable and cd - of the session", st, out)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,6 +37,9 @@ type apiEnv struct {
 	owner string // the owner credential, sent unless a call sets Authorization
 	blobs *checkpoints.DirBlobs
 	svc   *runs.Service
+
+	shellMu sync.Mutex
+	shells  map[string]bool // the test worker's open shell sessions
 }
 
 func newAPI(t *testing.T) *apiEnv {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/errdefs"
@@ -63,7 +64,12 @@ func (s *Server) adapt(h handlerFunc) http.Handler {
 		if he.Details != nil {
 			body["details"] = he.Details
 		}
-		writeJSON(w, he.Status, map[string]any{"error": body})
+		out := map[string]any{"error": body}
+		if strings.HasPrefix(r.URL.Path, "/v1/swerex/") {
+			// SWE-ReX's client prints FastAPI's "detail" of an error.
+			out["detail"] = he.Message
+		}
+		writeJSON(w, he.Status, out)
 	})
 }
 

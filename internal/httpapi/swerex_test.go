@@ -67,14 +67,10 @@ func TestSwerexSessionConcurrentCalls(t *testing.T) {
 	if st, body := e.call("GET", "/v1/health", nil); st != http.StatusOK {
 		t.Fatalf("health after concurrent calls = %d %v", st, body)
 	}
-	// The session holds the state one of the calls ended with: its
-	// directory and its export, together.
-	st, body := e.call("POST", base+"/run_in_session", `{"session": "s", "command": "echo $LAST $(basename $PWD)"}`)
-	var last int
-	out, _ := body["output"].(string)
-	out = strings.TrimSpace(out)
-	if _, err := fmt.Sscanf(out, "%d d%d", &last, &last); st != http.StatusOK || err != nil || out != fmt.Sprintf("%d d%d", last, last) || last < 0 || last >= n {
-		t.Errorf("run_in_session after the concurrent calls = %d %v, want the export and directory of one of them", st, body)
+	// A session the worker does not hold is SWE-ReX's exception.
+	st, body := e.call("POST", base+"/run_in_session", `{"session": "nope", "command": "true"}`)
+	if exc, _ := body["swerexception"].(map[string]any); st != 511 || exc["class_path"] != "swerex.exceptions.SessionDoesNotExistError" {
+		t.Errorf("run_in_session on no session = %d %v, want 511 SessionDoesNotExistError", st, body)
 	}
 }
 
@@ -127,17 +123,50 @@ func (e *apiEnv) runOps(ctx context.Context, workerID, dir string) {
 		var op workspaces.Op
 		_ = json.NewDecoder(resp.Body).Decode(&op)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || op.Exec == nil {
+		var res workspaces.OpResult
+		switch {
+		case resp.StatusCode != http.StatusOK:
+			continue
+		case op.Exec != nil:
+			ex := runLocal(ctx, dir, *op.Exec)
+			res = workspaces.OpResult{Exec: &ex, Host: "h-ops"}
+		case op.Shell != nil:
+			sh := e.shell(ctx, dir, *op.Shell)
+			res = workspaces.OpResult{Shell: &sh, Host: "h-ops"}
+		default:
 			continue
 		}
-		res := runLocal(ctx, dir, *op.Exec)
-		data, _ := json.Marshal(workspaces.OpResult{Exec: &res, Host: "h-ops"})
+		data, _ := json.Marshal(res)
 		post, _ := http.NewRequestWithContext(ctx, "POST", e.srv.URL+"/v1/worker/ops/"+op.ID+"/result", bytes.NewReader(data))
 		post.Header.Set("Authorization", "Bearer wtok")
 		if resp, err := http.DefaultClient.Do(post); err == nil {
 			resp.Body.Close()
 		}
 	}
+}
+
+// shell answers a shell request as a worker would, one command of a
+// session at a time, each in the host's bash (the session's state is the
+// sandbox's business, tested with the tiers).
+func (e *apiEnv) shell(ctx context.Context, dir string, req workspaces.ShellRequest) workspaces.ShellResult {
+	e.shellMu.Lock()
+	defer e.shellMu.Unlock()
+	if e.shells == nil {
+		e.shells = map[string]bool{}
+	}
+	switch {
+	case req.Op == workspaces.ShellOpen && e.shells[req.Session]:
+		return workspaces.ShellResult{Exists: true}
+	case req.Op == workspaces.ShellOpen:
+		e.shells[req.Session] = true
+		return workspaces.ShellResult{}
+	case !e.shells[req.Session]:
+		return workspaces.ShellResult{Missing: true}
+	case req.Op == workspaces.ShellRun:
+		res := runLocal(ctx, dir, workspaces.ExecRequest{Argv: []string{"bash", "-c", req.Command}})
+		return workspaces.ShellResult{Output: res.Stdout + res.Stderr, ExitCode: res.ExitCode}
+	}
+	return workspaces.ShellResult{}
 }
 
 // runLocal runs an exec request on the host in dir, with a bare
@@ -166,4 +195,31 @@ func runLocal(ctx context.Context, dir string, req workspaces.ExecRequest) works
 		res.ExitCode, res.Stderr = 127, err.Error()
 	}
 	return res
+}
+
+// TestSwerexErrorsCarryDetail: SWE-ReX's client prints the "detail" of an
+// error answer, as FastAPI sends it; Helmr's errors on its routes carry
+// one beside Helmr's own shape.
+func TestSwerexErrorsCarryDetail(t *testing.T) {
+	e := newAPI(t)
+	for _, c := range []struct {
+		token, path string
+		status      int
+	}{
+		{"nope", "/v1/swerex/ws_missing/is_alive", http.StatusUnauthorized},
+		{e.owner, "/v1/swerex/ws_missing/is_alive", http.StatusNotFound},
+	} {
+		req, _ := http.NewRequest("GET", e.srv.URL+c.path, nil)
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if errBody, _ := body["error"].(map[string]any); resp.StatusCode != c.status || body["detail"] == "" || body["detail"] != errBody["message"] {
+			t.Errorf("GET %s = %d %v, want %d with detail", c.path, resp.StatusCode, body, c.status)
+		}
+	}
 }

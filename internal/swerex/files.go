@@ -18,7 +18,7 @@ import (
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
-func (a *API) readFile(r *http.Request, ws workspaces.Workspace, _ *runtime) (any, error) {
+func (a *API) readFile(r *http.Request, ws workspaces.Workspace) (any, error) {
 	var req struct {
 		Path string `json:"path"`
 	}
@@ -47,7 +47,7 @@ func (a *API) readFile(r *http.Request, ws workspaces.Workspace, _ *runtime) (an
 	return map[string]any{"content": string(data)}, nil
 }
 
-func (a *API) writeFile(r *http.Request, ws workspaces.Workspace, _ *runtime) (any, error) {
+func (a *API) writeFile(r *http.Request, ws workspaces.Workspace) (any, error) {
 	var req struct {
 		Content *string `json:"content"`
 		Path    string  `json:"path"`
@@ -84,7 +84,7 @@ func (a *API) put(ctx context.Context, ws workspaces.Workspace, p string, data [
 
 // upload takes SWE-ReX's multipart upload: a file (or a zip of a
 // directory, unzip=true) written to target_path.
-func (a *API) upload(r *http.Request, ws workspaces.Workspace, _ *runtime) (any, error) {
+func (a *API) upload(r *http.Request, ws workspaces.Workspace) (any, error) {
 	if err := r.ParseMultipartForm(32 << 20); err != nil {
 		return nil, &schemaError{"the body must be a multipart form with file and target_path: " + err.Error()}
 	}

@@ -1,54 +1,27 @@
 package swerex
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
-	"sort"
-	"strings"
-	"sync"
 
 	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
-// A bash session is the shell state carried from one command to the
-// next: its working directory and exported environment (each command
-// runs in a fresh bash in the workspace's sandbox). Unexported variables,
-// functions and background jobs do not carry over. Commands sent to one
-// session at once run at once: each starts from the state the session
-// had when it began, and the session keeps the state of the last to end.
+// A SWE-ReX bash session is a shell session of the workspace (see
+// workspaces.Service.Shell): a real bash the sandbox's guest agent holds
+// on a terminal, so everything a shell keeps (working directory, cd -,
+// variables exported or not, functions, aliases, options, jobs) carries
+// from one command to the next, as in SWE-ReX's own runtime. It lives in
+// the workspace's sandbox, not in this process: any replica reaches it,
+// it survives a control-plane restart, and it ends with the sandbox, when
+// closed, or when idle past the worker's HELMR_SHELL_IDLE.
 
-// session is a session's state, which concurrent commands read and
-// replace as a whole under mu.
-type session struct {
-	mu    sync.Mutex
-	state state
-}
+// ps1 is the expect_string SWE-ReX's sessions answer (their prompt).
+const ps1 = "SHELLPS1PREFIX"
 
-// state is what one command leaves the next: never changed once made, so
-// a command reads it outside the lock.
-type state struct {
-	cwd string
-	env map[string]string
-}
-
-func (s *session) get() state {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.state
-}
-
-func (s *session) set(st state) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.state = st
-}
-
-func (a *API) createSession(r *http.Request, ws workspaces.Workspace, rt *runtime) (any, error) {
+func (a *API) createSession(r *http.Request, ws workspaces.Workspace) (any, error) {
 	req := struct {
 		StartupSource  []string `json:"startup_source"`
 		Session        string   `json:"session"`
@@ -59,35 +32,26 @@ func (a *API) createSession(r *http.Request, ws workspaces.Workspace, rt *runtim
 		return nil, err
 	}
 	if req.SessionType != "bash" {
-		return nil, errdefs.Invalidf("session_type %q: only bash sessions exist", req.SessionType)
+		return nil, &schemaError{fmt.Sprintf("session_type %q: only bash sessions exist", req.SessionType)}
 	}
-	rt.mu.Lock()
-	_, exists := rt.sessions[req.Session]
-	rt.mu.Unlock()
-	if exists {
-		return nil, &swerexError{"swerex.exceptions.SessionExistsError", "session " + req.Session + " already exists"}
-	}
-	sess := &session{}
-	var cmd strings.Builder
-	for _, f := range req.StartupSource {
-		fmt.Fprintf(&cmd, "source %s\n", shellQuote(f))
-	}
-	// 0 (a negative startup timeout) is the default exec timeout.
-	timeout := max(0, min(req.StartupTimeout+30, workspaces.MaxExecTimeout))
-	obs, err := a.run(r.Context(), ws, sess, cmd.String(), timeout)
+	res, err := a.ws.Shell(r.Context(), ws, workspaces.ShellRequest{
+		Op: workspaces.ShellOpen, Session: req.Session, StartupSource: req.StartupSource,
+		TimeoutSeconds: min(max(req.StartupTimeout, 0), workspaces.MaxExecTimeout),
+	}, workspaces.Trace{Kind: "swerex.create_session", Request: map[string]any{"session": req.Session, "startup_source": req.StartupSource}})
 	if err != nil {
 		return nil, err
 	}
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if _, exists := rt.sessions[req.Session]; exists {
-		return nil, &swerexError{"swerex.exceptions.SessionExistsError", "session " + req.Session + " already exists"}
+	if res.Exists {
+		return nil, &swerexError{class: "swerex.exceptions.SessionExistsError", message: "session " + req.Session + " already exists"}
 	}
-	rt.sessions[req.Session] = sess
-	return map[string]any{"output": obs.output, "session_type": "bash"}, nil
+	return map[string]any{"output": res.Output, "session_type": "bash"}, nil
 }
 
-func (a *API) runInSession(r *http.Request, ws workspaces.Workspace, rt *runtime) (any, error) {
+func noSession(name string) error {
+	return &swerexError{class: "swerex.exceptions.SessionDoesNotExistError", message: fmt.Sprintf("session %s does not exist", pyRepr(name))}
+}
+
+func (a *API) runInSession(r *http.Request, ws workspaces.Workspace) (any, error) {
 	req := struct {
 		Command     string   `json:"command"`
 		Session     string   `json:"session"`
@@ -98,200 +62,124 @@ func (a *API) runInSession(r *http.Request, ws workspaces.Workspace, rt *runtime
 		ErrorMsg    string   `json:"error_msg"`
 		Expect      []string `json:"expect"`
 		ActionType  string   `json:"action_type"`
+		NRetry      *int     `json:"n_retry"`
 	}{Session: "default", Check: "raise", ActionType: "bash"}
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
-	rt.mu.Lock()
-	sess, ok := rt.sessions[req.Session]
-	rt.mu.Unlock()
-	if !ok {
-		return nil, &swerexError{"swerex.exceptions.SessionDoesNotExistError", fmt.Sprintf("session %q does not exist", req.Session)}
-	}
 	switch req.ActionType {
 	case "bash_interrupt":
-		// Each command is its own process, ended when it ends or at its
-		// timeout: nothing runs between commands to interrupt.
-		return map[string]any{"output": "", "exit_code": 0, "failure_reason": "", "expect_string": "", "session_type": "bash"}, nil
+		return a.interrupt(r, ws, req.Session, req.Timeout, req.NRetry)
 	case "bash":
 	default:
-		return nil, errdefs.Invalidf("action_type %q: bash or bash_interrupt", req.ActionType)
+		return nil, &schemaError{fmt.Sprintf("action_type %q: bash or bash_interrupt", req.ActionType)}
+	}
+	switch req.Check {
+	case "raise", "silent", "ignore":
+	default:
+		return nil, &schemaError{fmt.Sprintf("check %q: raise, silent or ignore", req.Check)}
 	}
 	if req.Interactive || req.Quit {
-		return nil, &swerexError{"swerex.exceptions.SwerexException", "interactive commands are not supported by Helmr's SWE-ReX runtime: each command runs to its end"}
+		return nil, &swerexError{class: "swerex.exceptions.SwerexException", message: "interactive commands are not supported by Helmr's SWE-ReX runtime: each command runs to its prompt"}
 	}
-	timeout := float64(workspaces.MaxExecTimeout)
+	timeout := 0.0 // SWE-ReX's default: no bound (here, MaxExecTimeout)
 	if req.Timeout != nil && *req.Timeout > 0 {
-		timeout = min(*req.Timeout, timeout)
+		timeout = min(*req.Timeout, workspaces.MaxExecTimeout)
 	}
-	obs, err := a.run(r.Context(), ws, sess, req.Command, timeout)
+	res, err := a.ws.Shell(r.Context(), ws, workspaces.ShellRequest{Op: workspaces.ShellRun, Session: req.Session, Command: req.Command, TimeoutSeconds: timeout},
+		workspaces.Trace{Kind: "swerex.run_in_session", Request: map[string]any{"session": req.Session, "command": req.Command, "timeout": timeout}})
 	if err != nil {
 		return nil, err
 	}
-	var code any = obs.code
+	switch {
+	case res.Missing:
+		return nil, noSession(req.Session)
+	case res.SyntaxError:
+		return nil, &withInfo{err: &swerexError{class: "swerex.exceptions.BashIncorrectSyntaxError",
+			message: fmt.Sprintf("Error (exit code %d) while checking bash command \n%s\n---- Stderr ----\n%s\n---- Stdout ----\n%s",
+				res.ExitCode, pyRepr(req.Command), res.SyntaxStderr, res.Output)},
+			extra: map[string]any{"bash_stdout": res.Output, "bash_stderr": res.SyntaxStderr}}
+	case res.TimedOut:
+		shown := "None"
+		if timeout > 0 {
+			shown = fmt.Sprint(timeout)
+		}
+		return nil, &swerexError{class: "swerex.exceptions.CommandTimeoutError",
+			message: fmt.Sprintf("timeout after %s seconds while running command %s", shown, pyRepr(req.Command))}
+	}
+	var code any = res.ExitCode
 	switch {
 	case req.Check == "ignore":
 		code = nil
-	case req.Check == "raise" && obs.code != 0:
-		msg := fmt.Sprintf("Command %s failed with exit code %d. Here is the output:\n%s", pyRepr(req.Command), obs.code, pyRepr(obs.output))
+	case req.Check == "raise" && res.ExitCode != 0:
+		msg := fmt.Sprintf("Command %s failed with exit code %d. Here is the output:\n%s", pyRepr(req.Command), res.ExitCode, pyRepr(res.Output))
 		if req.ErrorMsg != "" {
 			msg = req.ErrorMsg + ": " + msg
 		}
-		return nil, &swerexError{"swerex.exceptions.NonZeroExitCodeError", msg}
+		return nil, &swerexError{class: "swerex.exceptions.NonZeroExitCodeError", message: msg}
 	}
-	return map[string]any{"output": obs.output, "exit_code": code, "failure_reason": "", "expect_string": "", "session_type": "bash"}, nil
+	return map[string]any{"output": res.Output, "exit_code": code, "failure_reason": "", "expect_string": ps1, "session_type": "bash"}, nil
 }
 
-type observation struct {
-	output string
-	code   int
-}
-
-// run runs command in a fresh bash in the workspace with the session's
-// directory and environment, and takes the directory and environment it
-// ends with into the session.
-func (a *API) run(ctx context.Context, ws workspaces.Workspace, sess *session, command string, timeout float64) (observation, error) {
-	mark := make([]byte, 12)
-	_, _ = rand.Read(mark)
-	marker := "__HELMR_SWEREX_" + hex.EncodeToString(mark) + "__"
-	st := sess.get()
-	var b strings.Builder
-	b.WriteString("exec 2>&1\n")
-	if st.cwd != "" {
-		fmt.Fprintf(&b, "cd %s 2>/dev/null\n", shellQuote(st.cwd))
+// interrupt answers a BashInterruptAction: ^C to the session's terminal,
+// up to n_retry times (default 3), each waiting timeout (default 0.2 s)
+// for the prompt, then suspending and killing the job.
+func (a *API) interrupt(r *http.Request, ws workspaces.Workspace, session string, timeout *float64, nRetry *int) (any, error) {
+	req := workspaces.ShellRequest{Op: workspaces.ShellInterrupt, Session: session, TimeoutSeconds: 0.2, Retries: 3}
+	if timeout != nil && *timeout > 0 {
+		req.TimeoutSeconds = min(*timeout, 60)
 	}
-	keys := make([]string, 0, len(st.env))
-	for k := range st.env {
-		keys = append(keys, k)
+	if nRetry != nil {
+		if *nRetry < 1 || *nRetry > 100 {
+			return nil, &schemaError{"n_retry must be 1 to 100"}
+		}
+		req.Retries = *nRetry
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(st.env[k]))
-	}
-	b.WriteString(command)
-	fmt.Fprintf(&b, "\n__helmr_rc=$?\nprintf '\\n%s\\n%%s\\n' \"$__helmr_rc\"\npwd\nenv -0\n", marker)
-	res, err := a.ws.Exec(ctx, ws, workspaces.ExecRequest{Argv: []string{"bash", "-c", b.String()}, TimeoutSeconds: timeout},
-		workspaces.Trace{Kind: "swerex.run_in_session", Request: map[string]any{"command": command, "timeout": timeout}})
+	res, err := a.ws.Shell(r.Context(), ws, req, workspaces.Trace{Kind: "swerex.interrupt", Request: map[string]any{"session": session}})
 	if err != nil {
-		return observation{}, err
+		return nil, err
 	}
-	if res.TimedOut {
-		return observation{}, &swerexError{"swerex.exceptions.CommandTimeoutError",
-			fmt.Sprintf("timeout after %g seconds while running command %s", timeout, pyRepr(command))}
+	switch {
+	case res.Missing:
+		return nil, noSession(session)
+	case res.TimedOut:
+		return nil, &swerexError{class: "pexpect.exceptions.TIMEOUT", message: "Failed to interrupt session"}
 	}
-	out, rest, found := strings.Cut(res.Stdout, "\n"+marker+"\n")
-	if !found { // the command ended the shell (exit): no state to keep
-		return observation{output: strings.TrimSuffix(res.Stdout, "\n"), code: res.ExitCode}, nil
-	}
-	rc, rest, _ := strings.Cut(rest, "\n")
-	cwd, envs, _ := strings.Cut(rest, "\n")
-	code := 0
-	fmt.Sscanf(rc, "%d", &code)
-	next := state{cwd: cwd, env: map[string]string{}}
-	for _, kv := range strings.Split(envs, "\x00") {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || !workspaces.ValidEnvName(k) {
-			continue
-		}
-		switch k {
-		case "PWD", "OLDPWD", "SHLVL", "_", "__helmr_rc":
-			continue
-		}
-		next.env[k] = v
-	}
-	sess.set(next)
-	return observation{output: out, code: code}, nil
+	return map[string]any{"output": res.Output, "exit_code": 0, "failure_reason": "", "expect_string": ps1, "session_type": "bash"}, nil
 }
 
-func (a *API) closeSession(r *http.Request, _ workspaces.Workspace, rt *runtime) (any, error) {
+func (a *API) closeSession(r *http.Request, ws workspaces.Workspace) (any, error) {
 	req := struct {
-		Session string `json:"session"`
+		Session     string `json:"session"`
+		SessionType string `json:"session_type"`
 	}{Session: "default"}
 	if err := decode(r, &req); err != nil {
 		return nil, err
 	}
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if _, ok := rt.sessions[req.Session]; !ok {
-		return nil, &swerexError{"swerex.exceptions.SessionDoesNotExistError", fmt.Sprintf("session %q does not exist", req.Session)}
+	res, err := a.ws.Shell(r.Context(), ws, workspaces.ShellRequest{Op: workspaces.ShellClose, Session: req.Session},
+		workspaces.Trace{Kind: "swerex.close_session", Request: map[string]any{"session": req.Session}})
+	if err != nil {
+		return nil, err
 	}
-	delete(rt.sessions, req.Session)
+	if res.Missing {
+		return nil, noSession(req.Session)
+	}
 	return map[string]any{"session_type": "bash"}, nil
 }
 
-func (a *API) execute(r *http.Request, ws workspaces.Workspace, _ *runtime) (any, error) {
-	var req struct {
-		Command  json.RawMessage   `json:"command"`
-		Timeout  *float64          `json:"timeout"`
-		Shell    bool              `json:"shell"`
-		Check    bool              `json:"check"`
-		ErrorMsg string            `json:"error_msg"`
-		Env      map[string]string `json:"env"`
-		Cwd      *string           `json:"cwd"`
-		Merge    bool              `json:"merge_output_streams"`
+// close answers SWE-ReX's close: every session of the runtime ends.
+func (a *API) close(r *http.Request, ws workspaces.Workspace) (any, error) {
+	if ws.DeletedAt != nil {
+		return map[string]any{}, nil
 	}
-	if err := decode(r, &req); err != nil {
+	if _, err := a.ws.Shell(r.Context(), ws, workspaces.ShellRequest{Op: workspaces.ShellCloseAll}, workspaces.Trace{}); err != nil && !errdefsIsBenign(err) {
 		return nil, err
 	}
-	cwd := ""
-	if req.Cwd != nil {
-		cwd = *req.Cwd
-	}
-	argv, err := executeArgv(req.Command, req.Shell, cwd, req.Merge)
-	if err != nil {
-		return nil, err
-	}
-	exec := workspaces.ExecRequest{Argv: argv, Env: req.Env, TimeoutSeconds: workspaces.MaxExecTimeout}
-	if req.Timeout != nil && *req.Timeout > 0 {
-		exec.TimeoutSeconds = min(*req.Timeout, workspaces.MaxExecTimeout)
-	}
-	res, err := a.ws.Exec(r.Context(), ws, exec, workspaces.Trace{Kind: "swerex.execute"})
-	if err != nil {
-		return nil, err
-	}
-	if res.TimedOut {
-		return nil, &swerexError{"swerex.exceptions.CommandTimeoutError", fmt.Sprintf("Timeout (%gs) exceeded while running command", exec.TimeoutSeconds)}
-	}
-	if req.Check && res.ExitCode != 0 {
-		msg := fmt.Sprintf("Command %s failed with exit code %d. Stdout:\n%s\nStderr:\n%s", string(req.Command), res.ExitCode, pyRepr(res.Stdout), pyRepr(res.Stderr))
-		if req.ErrorMsg != "" {
-			msg = req.ErrorMsg + ": " + msg
-		}
-		return nil, &swerexError{"swerex.exceptions.NonZeroExitCodeError", msg}
-	}
-	return map[string]any{"stdout": res.Stdout, "stderr": res.Stderr, "exit_code": res.ExitCode}, nil
+	return map[string]any{}, nil
 }
 
-// executeArgv is the argv that runs an execute request's command (a
-// string, or a list of strings) as subprocess.run would: one sh runs it,
-// in cwd (absolute, as subprocess's cwd) if given, with the streams
-// merged if asked.
-func executeArgv(command json.RawMessage, shell bool, cwd string, merge bool) ([]string, error) {
-	var argv []string
-	var str string
-	if err := json.Unmarshal(command, &argv); err != nil {
-		if err := json.Unmarshal(command, &str); err != nil || str == "" {
-			return nil, &schemaError{"command must be a string or a list of strings"}
-		}
-	}
-	if argv != nil && shell {
-		str, argv = strings.Join(argv, " "), nil
-	}
-	if argv == nil && !shell {
-		argv = []string{str} // as subprocess.run does with a string and shell=False
-	}
-	if len(argv) == 0 && str == "" {
-		return nil, &schemaError{"command is empty"}
-	}
-	script := ""
-	if merge {
-		script += "exec 2>&1\n"
-	}
-	if cwd != "" {
-		script += "cd " + shellQuote(cwd) + " || exit 1\n"
-	}
-	if argv != nil {
-		return append([]string{"sh", "-c", script + `exec "$@"`, "sh"}, argv...), nil
-	}
-	return []string{"sh", "-c", script + str}, nil
+// errdefsIsBenign: closing the sessions of a workspace that a run holds
+// now, or whose worker is gone, leaves nothing open to close.
+func errdefsIsBenign(err error) bool {
+	return errors.Is(err, errdefs.ErrConflict) || errors.Is(err, errdefs.ErrTimeout)
 }

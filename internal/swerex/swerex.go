@@ -21,19 +21,19 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 
 	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
 // Workspaces is what the API asks of the workspaces service
-// (workspaces.Service): direct operations, validated, recorded in the
-// workspace's trajectory as tr says.
+// (workspaces.Service): direct operations and shell sessions, validated,
+// recorded in the workspace's trajectory as tr says.
 type Workspaces interface {
 	Exec(ctx context.Context, ws workspaces.Workspace, req workspaces.ExecRequest, tr workspaces.Trace) (workspaces.ExecResult, error)
 	ExecStdin(ctx context.Context, ws workspaces.Workspace, req workspaces.ExecRequest, tr workspaces.Trace) (workspaces.ExecResult, error)
 	ExecOutput(ctx context.Context, ws workspaces.Workspace, req workspaces.ExecRequest, tr workspaces.Trace, max int, tooLarge string) (workspaces.ExecResult, error)
+	Shell(ctx context.Context, ws workspaces.Workspace, req workspaces.ShellRequest, tr workspaces.Trace) (workspaces.ShellResult, error)
 }
 
 // Handler is a SWE-ReX endpoint on workspace ws, which the caller found
@@ -42,38 +42,16 @@ type Workspaces interface {
 // to answer as the rest of its API does.
 type Handler func(w http.ResponseWriter, r *http.Request, ws workspaces.Workspace) error
 
-// API is the SWE-ReX remote runtime of every workspace.
+// API is the SWE-ReX remote runtime of every workspace. It keeps nothing
+// a request needs but its replay cache (sessions live in the sandboxes).
 type API struct {
-	ws       Workspaces
-	runtimes sync.Map // workspace id → *runtime
+	ws      Workspaces
+	replies *replayCache
 }
 
 // New returns the SWE-ReX API over the workspaces of ws.
 func New(ws Workspaces) *API {
-	return &API{ws: ws}
-}
-
-// maxReplies is how many responses per workspace are kept for
-// X-Request-ID replay (SWE-ReX's server keeps the last one).
-const maxReplies = 64
-
-// runtime is one workspace's SWE-ReX state: its bash sessions and its
-// latest replies by X-Request-ID.
-type runtime struct {
-	mu       sync.Mutex
-	sessions map[string]*session
-	replies  map[string]reply
-	order    []string
-}
-
-type reply struct {
-	status int
-	body   []byte
-}
-
-func (a *API) runtimeFor(id string) *runtime {
-	v, _ := a.runtimes.LoadOrStore(id, &runtime{sessions: map[string]*session{}, replies: map[string]reply{}})
-	return v.(*runtime)
+	return &API{ws: ws, replies: newReplayCache(replayBytes, replayAge)}
 }
 
 // swerexError is an exception SWE-ReX's client re-raises.
@@ -82,6 +60,15 @@ type swerexError struct {
 }
 
 func (e *swerexError) Error() string { return e.message }
+
+// withInfo is a swerexError with the extra_info its exception carries.
+type withInfo struct {
+	err   *swerexError
+	extra map[string]any
+}
+
+func (e *withInfo) Error() string { return e.err.message }
+func (e *withInfo) Unwrap() error { return e.err }
 
 // schemaError is a request SWE-ReX's schema refuses: a 422, as its server
 // (FastAPI) answers.
@@ -92,83 +79,86 @@ type schemaError struct {
 func (e *schemaError) Error() string { return e.message }
 
 // endpoint is a SWE-ReX endpoint's logic: its answer, or an error.
-type endpoint func(r *http.Request, ws workspaces.Workspace, rt *runtime) (any, error)
+type endpoint func(r *http.Request, ws workspaces.Workspace) (any, error)
 
 // IsAlive answers GET is_alive.
 func (a *API) IsAlive(w http.ResponseWriter, r *http.Request, ws workspaces.Workspace) error {
-	return a.serve(w, r, ws, a.isAlive)
+	return a.serve(w, r, ws, a.isAlive, false)
 }
 
 // CreateSession answers POST create_session.
 func (a *API) CreateSession(w http.ResponseWriter, r *http.Request, ws workspaces.Workspace) error {
-	return a.serve(w, r, ws, a.createSession)
+	return a.serve(w, r, ws, a.createSession, true)
 }
 
 // RunInSession answers POST run_in_session.
 func (a *API) RunInSession(w http.ResponseWriter, r *http.Request, ws workspaces.Workspace) error {
-	return a.serve(w, r, ws, a.runInSession)
+	return a.serve(w, r, ws, a.runInSession, true)
 }
 
 // CloseSession answers POST close_session.
 func (a *API) CloseSession(w http.ResponseWriter, r *http.Request, ws workspaces.Workspace) error {
-	return a.serve(w, r, ws, a.closeSession)
+	return a.serve(w, r, ws, a.closeSession, true)
 }
 
 // Execute answers POST execute.
 func (a *API) Execute(w http.ResponseWriter, r *http.Request, ws workspaces.Workspace) error {
-	return a.serve(w, r, ws, a.execute)
+	return a.serve(w, r, ws, a.execute, true)
 }
 
 // ReadFile answers POST read_file.
 func (a *API) ReadFile(w http.ResponseWriter, r *http.Request, ws workspaces.Workspace) error {
-	return a.serve(w, r, ws, a.readFile)
+	return a.serve(w, r, ws, a.readFile, false)
 }
 
 // WriteFile answers POST write_file.
 func (a *API) WriteFile(w http.ResponseWriter, r *http.Request, ws workspaces.Workspace) error {
-	return a.serve(w, r, ws, a.writeFile)
+	return a.serve(w, r, ws, a.writeFile, true)
 }
 
 // Upload answers POST upload.
 func (a *API) Upload(w http.ResponseWriter, r *http.Request, ws workspaces.Workspace) error {
-	return a.serve(w, r, ws, a.upload)
+	return a.serve(w, r, ws, a.upload, true)
 }
 
 // Close answers POST close.
 func (a *API) Close(w http.ResponseWriter, r *http.Request, ws workspaces.Workspace) error {
-	return a.serve(w, r, ws, a.close)
+	return a.serve(w, r, ws, a.close, true)
 }
 
-// serve runs an endpoint with X-Request-ID replay and SWE-ReX's error
-// shapes.
-func (a *API) serve(w http.ResponseWriter, r *http.Request, ws workspaces.Workspace, h endpoint) error {
-	rt := a.runtimeFor(ws.ID)
-	reqID := r.Header.Get("X-Request-ID")
-	if reqID != "" {
-		rt.mu.Lock()
-		rep, ok := rt.replies[reqID]
-		rt.mu.Unlock()
-		if ok {
+// serve runs an endpoint in SWE-ReX's error shapes, answering a retry
+// (the X-Request-ID of a request answered before) with the answer kept
+// for it, if the endpoint is one that changes something (replay); reads
+// simply run again.
+func (a *API) serve(w http.ResponseWriter, r *http.Request, ws workspaces.Workspace, h endpoint, replay bool) error {
+	key := ""
+	if id := r.Header.Get("X-Request-ID"); id != "" && replay {
+		key = ws.ID + "\x00" + id
+		if rep, ok := a.replies.get(key); ok {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(rep.status)
 			_, err := w.Write(rep.body)
 			return err
 		}
 	}
-	out, err := h(r, ws, rt)
+	out, err := h(r, ws)
 	status := http.StatusOK
 	var se *swerexError
 	var ve *schemaError
 	switch {
 	case errors.As(err, &se):
 		status = 511
+		extra := map[string]any{}
+		if wi := (*withInfo)(nil); errors.As(err, &wi) {
+			extra = wi.extra
+		}
 		out = map[string]any{"swerexception": map[string]any{
-			"message": se.message, "class_path": se.class, "traceback": "", "extra_info": map[string]any{},
+			"message": se.message, "class_path": se.class, "traceback": "", "extra_info": extra,
 		}}
 	case errors.As(err, &ve):
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusUnprocessableEntity)
-		return json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"code": "invalid_request", "message": ve.message}})
+		return json.NewEncoder(w).Encode(map[string]any{"detail": ve.message, "error": map[string]any{"code": "invalid_request", "message": ve.message}})
 	case err != nil:
 		return err // Helmr's own errors (not found, conflict, no worker) as the rest of the API sends them
 	}
@@ -176,28 +166,13 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, ws workspaces.Worksp
 	if err != nil {
 		return err
 	}
-	if reqID != "" {
-		rt.remember(reqID, reply{status: status, body: body})
+	if key != "" {
+		a.replies.put(key, reply{status: status, body: body})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, err = w.Write(body)
 	return err
-}
-
-// remember keeps rep as the reply to request id, forgetting the oldest
-// beyond maxReplies.
-func (rt *runtime) remember(id string, rep reply) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if _, ok := rt.replies[id]; !ok {
-		rt.order = append(rt.order, id)
-		if len(rt.order) > maxReplies {
-			delete(rt.replies, rt.order[0])
-			rt.order = rt.order[1:]
-		}
-	}
-	rt.replies[id] = rep
 }
 
 // decode reads a SWE-ReX request model, with its defaults already in v.
@@ -219,18 +194,11 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
-func (a *API) isAlive(_ *http.Request, ws workspaces.Workspace, _ *runtime) (any, error) {
+func (a *API) isAlive(_ *http.Request, ws workspaces.Workspace) (any, error) {
 	if ws.DeletedAt != nil {
 		return map[string]any{"is_alive": false, "message": "workspace " + ws.ID + " was deleted"}, nil
 	}
 	return map[string]any{"is_alive": true, "message": ""}, nil
-}
-
-func (a *API) close(_ *http.Request, _ workspaces.Workspace, rt *runtime) (any, error) {
-	rt.mu.Lock()
-	rt.sessions = map[string]*session{}
-	rt.mu.Unlock()
-	return map[string]any{}, nil
 }
 
 // shellQuote quotes s for sh.

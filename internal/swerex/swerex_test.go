@@ -24,9 +24,10 @@ import (
 // workspace's sandbox would; fail, if set, is the error every operation
 // ends with.
 type hostShell struct {
-	dir   string
-	fail  error
-	calls atomic.Int64
+	dir      string
+	fail     error
+	calls    atomic.Int64
+	sessions sessions
 }
 
 func (h *hostShell) Exec(ctx context.Context, _ workspaces.Workspace, req workspaces.ExecRequest, _ workspaces.Trace) (workspaces.ExecResult, error) {
@@ -70,7 +71,7 @@ func newShell(t *testing.T) *hostShell {
 	t.Helper()
 	_, err := exec.LookPath("bash")
 	testenv.Require(t, err == nil, "the test runs SWE-ReX commands with the host's bash")
-	return &hostShell{dir: t.TempDir()}
+	return &hostShell{dir: t.TempDir(), sessions: sessions{open: map[string]bool{}}}
 }
 
 var ws = workspaces.Workspace{ID: "ws_test", Project: "p", Env: "dev"}
@@ -94,83 +95,153 @@ func call(t testing.TB, h Handler, body string, header ...string) (int, map[stri
 	return rec.Code, out, nil
 }
 
-func TestSessionKeepsDirectoryAndExports(t *testing.T) {
-	a := New(newShell(t))
-	if st, out, err := call(t, a.CreateSession, `{}`); err != nil || st != http.StatusOK {
-		t.Fatalf("create_session = %d %v %v", st, out, err)
-	}
-	if st, out, err := call(t, a.RunInSession, `{"command": "mkdir -p d && cd d && export FOO=bar && LOCAL=x; echo hi"}`); err != nil || st != http.StatusOK || out["output"] != "hi\n" {
-		t.Fatalf("run_in_session = %d %v %v, want hi", st, out, err)
-	}
-	st, out, err := call(t, a.RunInSession, `{"command": "basename $PWD; echo $FOO; echo \"[$LOCAL]\""}`)
-	if err != nil || st != http.StatusOK || out["output"] != "d\nbar\n[]\n" || out["exit_code"] != float64(0) {
-		t.Errorf("run_in_session after = %d %v %v, want the directory and the export, not the local", st, out, err)
-	}
-	st, out, _ = call(t, a.RunInSession, `{"command": "exit 3", "check": "silent"}`)
-	if st != http.StatusOK || out["exit_code"] != float64(3) {
-		t.Errorf("run_in_session(exit 3) = %d %v, want exit code 3", st, out)
-	}
-	if st, out, _ := call(t, a.CloseSession, `{}`); st != http.StatusOK {
-		t.Errorf("close_session = %d %v", st, out)
-	}
-	st, out, _ = call(t, a.RunInSession, `{"command": "true"}`)
-	if e, _ := out["swerexception"].(map[string]any); st != 511 || e["class_path"] != "swerex.exceptions.SessionDoesNotExistError" {
-		t.Errorf("run_in_session after close = %d %v, want 511 SessionDoesNotExistError", st, out)
-	}
+// sessions answers shell requests from a script: each session's result
+// by command, as a worker would send them.
+type sessions struct {
+	mu   sync.Mutex
+	open map[string]bool
+	got  []workspaces.ShellRequest
+	run  func(cmd string) workspaces.ShellResult
 }
 
-// TestConcurrentCallsOnOneSession: 40 calls on one session at once each
-// get their answer, and the session keeps the state of one of them, whole
-// (the race detector checks the rest).
-func TestConcurrentCallsOnOneSession(t *testing.T) {
-	a := New(newShell(t))
-	if st, out, err := call(t, a.CreateSession, `{"session": "s"}`); err != nil || st != http.StatusOK {
+func (h *hostShell) Shell(_ context.Context, _ workspaces.Workspace, req workspaces.ShellRequest, _ workspaces.Trace) (workspaces.ShellResult, error) {
+	h.calls.Add(1)
+	if h.fail != nil {
+		return workspaces.ShellResult{}, h.fail
+	}
+	if err := req.Validate(); err != nil {
+		return workspaces.ShellResult{}, err
+	}
+	s := &h.sessions
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, req)
+	switch {
+	case req.Op == workspaces.ShellOpen && s.open[req.Session]:
+		return workspaces.ShellResult{Exists: true}, nil
+	case req.Op == workspaces.ShellOpen:
+		s.open[req.Session] = true
+		return workspaces.ShellResult{Output: "started\n"}, nil
+	case req.Op == workspaces.ShellCloseAll:
+		s.open = map[string]bool{}
+		return workspaces.ShellResult{}, nil
+	case !s.open[req.Session]:
+		return workspaces.ShellResult{Missing: true}, nil
+	case req.Op == workspaces.ShellClose:
+		delete(s.open, req.Session)
+		return workspaces.ShellResult{}, nil
+	case req.Op == workspaces.ShellInterrupt:
+		return workspaces.ShellResult{Output: "^C"}, nil
+	}
+	return s.run(req.Command), nil
+}
+
+// TestSessionAnswers: what a session's shell answers becomes what
+// SWE-ReX's server would answer, its exceptions included.
+func TestSessionAnswers(t *testing.T) {
+	sh := newShell(t)
+	sh.sessions.run = func(cmd string) workspaces.ShellResult {
+		switch cmd {
+		case "fi":
+			return workspaces.ShellResult{SyntaxError: true, ExitCode: 2, SyntaxStderr: "bash: line 1: syntax error near unexpected token `fi'\n"}
+		case "sleep 9":
+			return workspaces.ShellResult{TimedOut: true, Output: "partial"}
+		case "false":
+			return workspaces.ShellResult{ExitCode: 1, Output: "out\n"}
+		}
+		return workspaces.ShellResult{Output: "hi\n"}
+	}
+	a := New(sh)
+	if st, out, err := call(t, a.CreateSession, `{"startup_source": ["/root/.bashrc"]}`); err != nil || st != http.StatusOK || out["output"] != "started\n" {
 		t.Fatalf("create_session = %d %v %v", st, out, err)
 	}
-	const n = 40
-	var wg sync.WaitGroup
-	errs := make(chan string, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cmd := fmt.Sprintf(`{"session": "s", "command": "mkdir -p d%d && cd d%d && export LAST=%d && echo %d"}`, i, i, i, i)
-			if st, out, err := call(t, a.RunInSession, cmd); err != nil || st != http.StatusOK || out["output"] != fmt.Sprintf("%d\n", i) {
-				errs <- fmt.Sprintf("run_in_session #%d = %d %v %v", i, st, out, err)
-			}
-		}()
+	if got := sh.sessions.got[0]; got.Session != "default" || len(got.StartupSource) != 1 || got.StartupSource[0] != "/root/.bashrc" {
+		t.Errorf("create_session asked %+v, want the default session sourcing /root/.bashrc", got)
 	}
-	wg.Wait()
-	close(errs)
-	for msg := range errs {
-		t.Error(msg)
+	exception := func(name, body string, class string, msg string) map[string]any {
+		t.Helper()
+		st, out, err := call(t, a.RunInSession, body)
+		e, _ := out["swerexception"].(map[string]any)
+		if err != nil || st != 511 || e["class_path"] != class || !strings.Contains(fmt.Sprint(e["message"]), msg) {
+			t.Errorf("%s = %d %v %v, want 511 %s saying %q", name, st, out, err, class, msg)
+		}
+		return e
 	}
-	_, out, err := call(t, a.RunInSession, `{"session": "s", "command": "echo $LAST $(basename $PWD)"}`)
-	var last, dir int
-	got, _ := out["output"].(string)
-	if _, serr := fmt.Sscanf(got, "%d d%d", &last, &dir); err != nil || serr != nil || last != dir || last < 0 || last >= n {
-		t.Errorf("the session after the concurrent calls = %q %v, want the export and directory of one call", got, err)
+	e := exception("a syntax error", `{"command": "fi"}`, "swerex.exceptions.BashIncorrectSyntaxError", "Error (exit code 2) while checking bash command \n'fi'\n---- Stderr ----\nbash: line 1")
+	if info, _ := e["extra_info"].(map[string]any); info["bash_stderr"] == nil {
+		t.Errorf("BashIncorrectSyntaxError's extra_info = %v, want bash_stdout and bash_stderr", e["extra_info"])
+	}
+	exception("a timeout", `{"command": "sleep 9", "timeout": 0.5}`, "swerex.exceptions.CommandTimeoutError", "timeout after 0.5 seconds while running command 'sleep 9'")
+	exception("check raise", `{"command": "false"}`, "swerex.exceptions.NonZeroExitCodeError", "Command 'false' failed with exit code 1. Here is the output:\n'out\\n'")
+	exception("an unknown session", `{"command": "true", "session": "nope"}`, "swerex.exceptions.SessionDoesNotExistError", "session 'nope' does not exist")
+	for body, want := range map[string]any{`{"command": "false", "check": "silent"}`: float64(1), `{"command": "false", "check": "ignore"}`: nil} {
+		if st, out, err := call(t, a.RunInSession, body); err != nil || st != http.StatusOK || out["exit_code"] != want || out["output"] != "out\n" {
+			t.Errorf("run_in_session %s = %d %v %v, want exit_code %v", body, st, out, err, want)
+		}
+	}
+	if st, out, err := call(t, a.RunInSession, `{"action_type": "bash_interrupt", "timeout": 0.3, "n_retry": 2}`); err != nil || st != http.StatusOK || out["output"] != "^C" {
+		t.Errorf("bash_interrupt = %d %v %v", st, out, err)
+	}
+	last := sh.sessions.got[len(sh.sessions.got)-1]
+	if last.Op != workspaces.ShellInterrupt || last.TimeoutSeconds != 0.3 || last.Retries != 2 {
+		t.Errorf("bash_interrupt asked %+v, want an interrupt of 2 tries of 0.3 s", last)
+	}
+	st, out, _ := call(t, a.CreateSession, `{}`)
+	if e, _ := out["swerexception"].(map[string]any); st != 511 || e["class_path"] != "swerex.exceptions.SessionExistsError" {
+		t.Errorf("create_session twice = %d %v, want SessionExistsError", st, out)
+	}
+	if st, out, _ := call(t, a.Close, `{}`); st != http.StatusOK {
+		t.Errorf("close = %d %v", st, out)
+	}
+	st, out, _ = call(t, a.CloseSession, `{}`)
+	if e, _ := out["swerexception"].(map[string]any); st != 511 || e["class_path"] != "swerex.exceptions.SessionDoesNotExistError" {
+		t.Errorf("close_session after close = %d %v, want SessionDoesNotExistError", st, out)
 	}
 }
 
 func TestReplayByRequestID(t *testing.T) {
 	sh := newShell(t)
 	a := New(sh)
-	if st, out, err := call(t, a.CreateSession, `{}`); err != nil || st != http.StatusOK {
-		t.Fatalf("create_session = %d %v %v", st, out, err)
-	}
 	before := sh.calls.Load()
-	_, first, _ := call(t, a.RunInSession, `{"command": "date +%s%N"}`, "X-Request-ID", "r1")
-	_, again, _ := call(t, a.RunInSession, `{"command": "date +%s%N"}`, "X-Request-ID", "r1")
-	if first["output"] == nil || first["output"] != again["output"] || sh.calls.Load() != before+1 {
+	_, first, _ := call(t, a.Execute, `{"command": "date +%s%N", "shell": true}`, "X-Request-ID", "r1")
+	_, again, _ := call(t, a.Execute, `{"command": "date +%s%N", "shell": true}`, "X-Request-ID", "r1")
+	if first["stdout"] == nil || first["stdout"] != again["stdout"] || sh.calls.Load() != before+1 {
 		t.Errorf("a request sent twice with one X-Request-ID = %v then %v after %d runs, want one run and its answer twice", first, again, sh.calls.Load()-before)
 	}
-	// The replies kept are bounded.
-	for i := range maxReplies + 1 {
-		call(t, a.RunInSession, `{"command": "true"}`, "X-Request-ID", fmt.Sprint("n", i))
+	// Reads run again: they change nothing, and their answers are large.
+	before = sh.calls.Load()
+	call(t, a.ReadFile, `{"path": "/etc/hostname"}`, "X-Request-ID", "r2")
+	call(t, a.ReadFile, `{"path": "/etc/hostname"}`, "X-Request-ID", "r2")
+	if n := sh.calls.Load() - before; n != 2 {
+		t.Errorf("read_file sent twice with one X-Request-ID ran %d times, want 2", n)
 	}
-	if rt := a.runtimeFor(ws.ID); len(rt.replies) != maxReplies || len(rt.order) != maxReplies {
-		t.Errorf("replies kept = %d (order %d), want %d", len(rt.replies), len(rt.order), maxReplies)
+}
+
+// TestReplayCacheBounds: the kept answers stay within their bytes and
+// age, an answer too large is not kept, and the newest stay.
+func TestReplayCacheBounds(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := newReplayCache(1000, time.Minute)
+	c.now = func() time.Time { return now }
+	for i := range 30 {
+		c.put(fmt.Sprint(i), reply{status: 200, body: bytes.Repeat([]byte("x"), 100)})
+	}
+	if c.bytes() > 1000 {
+		t.Errorf("kept %d bytes, want at most 1000", c.bytes())
+	}
+	if _, ok := c.get("29"); !ok {
+		t.Error("the newest answer is gone")
+	}
+	if _, ok := c.get("0"); ok {
+		t.Error("the oldest answer is still kept past the bound")
+	}
+	c.put("big", reply{body: make([]byte, 1001)})
+	if _, ok := c.get("big"); ok {
+		t.Error("an answer larger than the bound is kept")
+	}
+	now = now.Add(2 * time.Minute)
+	if _, ok := c.get("29"); ok || c.bytes() != 0 {
+		t.Errorf("answers older than the age are kept (%d bytes)", c.bytes())
 	}
 }
 
@@ -181,8 +252,8 @@ func TestErrorShapes(t *testing.T) {
 		!strings.Contains(rec.Body.String(), `"code":"invalid_request"`) {
 		t.Errorf("a body SWE-ReX's schema refuses = %v %d %s, want 422 invalid_request", err, rec.Code, rec.Body)
 	}
-	if _, _, err := call(t, a.CreateSession, `{"session_type": "zsh"}`); !errors.Is(err, errdefs.ErrInvalid) {
-		t.Errorf("create_session(zsh) = %v, want invalid", err)
+	if st, out, err := call(t, a.CreateSession, `{"session_type": "zsh"}`); err != nil || st != http.StatusUnprocessableEntity || out["detail"] == nil {
+		t.Errorf("create_session(zsh) = %d %v %v, want a 422 with detail", st, out, err)
 	}
 	st, out, _ := call(t, a.Execute, `{"command": ["sh", "-c", "exit 4"], "check": true}`)
 	if e, _ := out["swerexception"].(map[string]any); st != 511 || e["class_path"] != "swerex.exceptions.NonZeroExitCodeError" {
@@ -218,6 +289,16 @@ func TestExecuteAsSubprocessRun(t *testing.T) {
 		if err != nil || st != http.StatusOK || out["stdout"] != c.stdout || out["stderr"] != c.stderr || out["exit_code"] != float64(0) {
 			t.Errorf("execute %s = %d %v %v, want stdout %q, stderr %q", c.body, st, out, err, c.stdout, c.stderr)
 		}
+	}
+	for _, body := range []string{`{"command": ["no-such-program", "x"]}`, `{"command": "no-such-program"}`, `{"command": ["ls"], "cwd": "/no/such/dir"}`} {
+		st, out, _ := call(t, a.Execute, body)
+		if e, _ := out["swerexception"].(map[string]any); st != 511 || e["class_path"] != "builtins.FileNotFoundError" ||
+			!strings.HasPrefix(fmt.Sprint(e["message"]), "[Errno 2] No such file or directory: '") {
+			t.Errorf("execute %s = %d %v, want FileNotFoundError as subprocess.run raises", body, st, out)
+		}
+	}
+	if st, out, _ := call(t, a.Execute, `{"command": "no-such-program", "shell": true}`); st != http.StatusOK || out["exit_code"] != float64(127) {
+		t.Errorf("execute of a missing program through a shell = %d %v, want exit code 127", st, out)
 	}
 	if st, out, _ := call(t, a.Execute, `{"command": ""}`); st != http.StatusUnprocessableEntity {
 		t.Errorf("execute of an empty command = %d %v, want 422", st, out)

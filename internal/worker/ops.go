@@ -28,13 +28,19 @@ const DefaultWorkspaceIdle = 5 * time.Minute
 // on that workspace until it is idle for Config.WorkspaceIdle or a run
 // needs the workspace.
 type opBox struct {
-	ws      string
-	box     sandbox.Sandbox
-	dir     string
-	disk    *disk.Disk
-	env     []string
-	wsPath  string
-	mu      sync.Mutex
+	ws     string
+	box    sandbox.Sandbox
+	dir    string
+	disk   *disk.Disk
+	env    []string
+	wsPath string
+	uid    uint32
+	gid    uint32
+	mu     sync.Mutex
+	// shells are the box's open shell sessions: when each was last used,
+	// and the secret values its commands have seen (a session keeps what
+	// a command exported, so its later output is redacted with them).
+	shells  map[string]*shellUse
 	active  int
 	lastUse time.Time
 	closed  bool
@@ -73,11 +79,14 @@ func (w *Worker) serveOps(ctx context.Context) {
 // doOp runs one operation in the workspace's sandbox, starting it if
 // needed.
 func (w *Worker) doOp(ctx context.Context, op workspaces.Op) workspaces.OpResult {
-	if op.Exec == nil {
-		return workspaces.OpResult{Error: "unknown workspace operation"}
-	}
 	if _, busy := w.wsRuns.Load(op.Workspace.ID); busy {
 		return workspaces.OpResult{Error: "workspace " + op.Workspace.ID + " is in use by a run"}
+	}
+	switch {
+	case op.Shell != nil:
+		return w.doShell(ctx, op)
+	case op.Exec == nil:
+		return workspaces.OpResult{Error: "unknown workspace operation"}
 	}
 	ob, err := w.opBoxFor(ctx, op)
 	if err != nil {
@@ -133,7 +142,8 @@ func (w *Worker) opBoxFor(ctx context.Context, op workspaces.Op) (*opBox, error)
 		return nil, err
 	}
 	id := newSandboxID()
-	ob := &opBox{ws: op.Workspace.ID, dir: filepath.Join(w.cfg.DataDir, "booted", id), env: p.env, wsPath: p.spec.Workspace, active: 1}
+	ob := &opBox{ws: op.Workspace.ID, dir: filepath.Join(w.cfg.DataDir, "booted", id), env: p.env, wsPath: p.spec.Workspace,
+		uid: p.spec.UID, gid: p.spec.GID, active: 1, shells: map[string]*shellUse{}}
 	wsDir := filepath.Join(ob.dir, "workspace")
 	if err := os.MkdirAll(wsDir, 0o755); err != nil {
 		return nil, err
@@ -218,6 +228,16 @@ func (w *Worker) releaseOpBox(ob *opBox) {
 // retireIfIdle stops ob's sandbox if no operation used it for idle and no
 // one else closed it meanwhile (its idle timer fired).
 func (w *Worker) retireIfIdle(ob *opBox, idle time.Duration) {
+	if next := w.expireShells(ob); next > 0 {
+		// A session in use keeps the sandbox: look again when it could
+		// expire.
+		ob.mu.Lock()
+		if !ob.closed {
+			ob.idle.Reset(max(next, idle-time.Since(ob.lastUse)))
+		}
+		ob.mu.Unlock()
+		return
+	}
 	w.opMu.Lock()
 	ob.mu.Lock()
 	stale := ob.active == 0 && time.Since(ob.lastUse) >= idle && !ob.closed
@@ -342,6 +362,13 @@ func (ob *opBox) exec(ctx context.Context, req workspaces.ExecRequest, secrets m
 		if res.Signal == "" {
 			res.Signal = "killed"
 		}
+		return res, nil
+	}
+	if errors.Is(err, sandbox.ErrExecStart) {
+		// The command could not start (no such executable, a bad working
+		// directory): the caller's mistake, answered as a shell answers
+		// it, with 127 or 126 and the reason on stderr.
+		res.Stderr += strings.TrimSuffix(err.Error(), ": "+sandbox.ErrExecStart.Error()) + "\n"
 		return res, nil
 	}
 	if err != nil {

@@ -141,6 +141,10 @@ type Config struct {
 	// WorkspaceIdle is how long a workspace's sandbox for direct
 	// operations stays up after its last one (default DefaultWorkspaceIdle).
 	WorkspaceIdle time.Duration
+	// ShellIdle is how long a workspace's shell session lives past its
+	// last request (default DefaultShellIdle); an open session keeps the
+	// workspace's sandbox up.
+	ShellIdle time.Duration
 	// KeepMoved is how long the worker keeps its copy of a workspace that
 	// moved to another host after the copy was last saved or restored
 	// (an older version, should the newer snapshot be lost); 0: it
@@ -231,6 +235,9 @@ func New(cfg Config) (*Worker, error) {
 	}
 	if cfg.WorkspaceIdle <= 0 {
 		cfg.WorkspaceIdle = DefaultWorkspaceIdle
+	}
+	if cfg.ShellIdle <= 0 {
+		cfg.ShellIdle = DefaultShellIdle
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

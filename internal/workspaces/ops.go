@@ -27,6 +27,8 @@ type Op struct {
 	// DeploymentID holds the task's image sources (copy steps).
 	DeploymentID string       `json:"deploymentId"`
 	Exec         *ExecRequest `json:"exec,omitempty"`
+	// Shell is a request on one of the workspace's shell sessions.
+	Shell *ShellRequest `json:"shell,omitempty"`
 	// Stream asks the worker to send the output as it comes (OpOutput),
 	// line by line, before the result.
 	Stream bool `json:"stream,omitempty"`
@@ -35,10 +37,12 @@ type Op struct {
 	Secrets map[string]string `json:"secrets,omitempty"`
 }
 
-// OpResult is a worker's answer to an Op: Exec's result, or Error.
+// OpResult is a worker's answer to an Op: Exec's or Shell's result, or
+// Error.
 type OpResult struct {
-	Exec  *ExecResult `json:"exec,omitempty"`
-	Error string      `json:"error,omitempty"`
+	Exec  *ExecResult  `json:"exec,omitempty"`
+	Shell *ShellResult `json:"shell,omitempty"`
+	Error string       `json:"error,omitempty"`
 	// Host is the host of the worker that ran it: a workspace without one
 	// is there from now on.
 	Host string `json:"host,omitempty"`
@@ -496,7 +500,7 @@ func (o *Ops) takeShared(ctx context.Context, id string, data []byte) (Op, error
 		_ = o.Shared.FinishQueuedOp(ctx, id, mustJSON(OpResult{Error: "the queued operation is unreadable: " + err.Error()}))
 		return Op{}, ErrNoOp
 	}
-	if op.Exec != nil && len(op.Exec.VaultNames()) > 0 {
+	if len(op.Refs().VaultNames()) > 0 {
 		var err error
 		if o.Resolve == nil {
 			err = errors.New("this control plane has no vault")
@@ -512,6 +516,17 @@ func (o *Ops) takeShared(ctx context.Context, id string, data []byte) (Op, error
 	o.taken[id] = &pending{op: op, remote: true}
 	o.mu.Unlock()
 	return op, nil
+}
+
+// Refs is what of op may refer to vault secrets, as an exec request.
+func (op Op) Refs() ExecRequest {
+	switch {
+	case op.Exec != nil:
+		return *op.Exec
+	case op.Shell != nil:
+		return op.Shell.exec()
+	}
+	return ExecRequest{}
 }
 
 func mustJSON(v any) []byte {
