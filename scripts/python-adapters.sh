@@ -22,7 +22,8 @@ fi
 # runsc), not whatever tier "auto" would fall back to.
 export HELMR_REQUIRE_ALL=1
 export HELMR_RUNTIME=${HELMR_RUNTIME:-gvisor}
-export MSWEA_SILENT_STARTUP=1 MSWEA_GLOBAL_CONFIG_DIR="$(mktemp -d)"
+# litellm (mini-swe-agent's models) would fetch its model cost map on import.
+export MSWEA_SILENT_STARTUP=1 MSWEA_GLOBAL_CONFIG_DIR="$(mktemp -d)" LITELLM_LOCAL_MODEL_COST_MAP=True
 trap 'rm -rf "$MSWEA_GLOBAL_CONFIG_DIR"' EXIT
 cd adapters/python/tests
 "$venv/bin/python" -m unittest -v
