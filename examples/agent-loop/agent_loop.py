@@ -5,7 +5,7 @@ enters the agent's context (commands can name vault secrets as
 ${vault:NAME}; outputs come back redacted).
 
     pip install mini-swe-agent
-    export HELMR_URL=http://127.0.0.1:7400 HELMR_API_KEY=hk_...   # a key with workspaces:exec
+    export HELMR_URL=http://127.0.0.1:8480 HELMR_API_KEY=hk_...   # a key with workspaces:exec
     python3 examples/agent-loop/agent_loop.py --workspace ws_... --model anthropic/claude-sonnet-4-5 \
         "Find the TODOs in this repository and write them to TODO.md"
 

@@ -25,7 +25,7 @@ class Client:
     """
 
     def __init__(self, url: str | None = None, api_key: str | None = None, timeout: float = 600):
-        self.url = (url or os.environ.get("HELMR_URL") or "http://127.0.0.1:7400").rstrip("/")
+        self.url = (url or os.environ.get("HELMR_URL") or "http://127.0.0.1:8480").rstrip("/")
         self.api_key = api_key if api_key is not None else os.environ.get("HELMR_API_KEY", "")
         self.timeout = timeout
 

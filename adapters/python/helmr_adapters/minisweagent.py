@@ -3,7 +3,7 @@ workspace: in an isolated sandbox of the workspace's task, on the worker
 that holds the workspace, with no credential inside it.
 
     from helmr_adapters.minisweagent import HelmrEnvironment
-    env = HelmrEnvironment(server_url="http://127.0.0.1:7400", api_key="hk_...",
+    env = HelmrEnvironment(server_url="http://127.0.0.1:8480", api_key="hk_...",
                            workspace="ws_...", timeout=60)
     env.execute({"command": "ls"})  # {"output": ..., "returncode": 0, "exception_info": ""}
 

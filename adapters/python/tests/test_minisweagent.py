@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import unittest
 from pathlib import Path
 
@@ -131,6 +133,28 @@ class HelmrEnvironmentTest(unittest.TestCase):
         self.assertEqual(result["submission"], "42\n")
         self.assertIn(self.ws, agent.messages[0]["content"])
         self.assertNotIn(self.dev.api_key, json.dumps(agent.serialize()))
+
+    @unittest.skipUnless(HAVE_UPSTREAM or os.environ.get("HELMR_REQUIRE_ALL"), "mini-swe-agent is not installed (scripts/python-adapters.sh installs it)")
+    def test_mini_cli(self):
+        """The README's `mini` command line, with a scripted model in place of a language model."""
+        outputs = [{"role": "assistant", "content": "Submit.", "extra": {"cost": 0.0, "actions": [
+            {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT; cat notes.txt; uname -s"}]}}]
+        env = {**self.dev.env, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "HELMR_API_KEY": self.dev.api_key,
+               "MSWEA_SILENT_STARTUP": "1", "MSWEA_CONFIGURED": "true"}
+        with tempfile.TemporaryDirectory() as tmp:
+            traj = Path(tmp, "traj.json")
+            out = subprocess.run([str(Path(sys.executable).with_name("mini")), "-c", "mini.yaml",
+                                  "-c", "environment.environment_class=helmr_adapters.minisweagent.HelmrEnvironment",
+                                  "-c", f"environment.workspace={self.ws}",
+                                  "--model-class", "deterministic", "-m", "deterministic", "-c", "model.outputs=" + json.dumps(outputs),
+                                  "-y", "--exit-immediately", "-t", "read the notes", "-o", str(traj)],
+                                 env={**env, "MSWEA_GLOBAL_CONFIG_DIR": tmp}, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+            self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
+            text = traj.read_text()
+        info = json.loads(text)["info"]
+        self.assertEqual((info["exit_status"], info["submission"]), ("Submitted", "from a run\nLinux\n"))
+        self.assertEqual(info["config"]["environment_type"], "helmr_adapters.minisweagent.HelmrEnvironment")
+        self.assertNotIn(self.dev.api_key, text + out.stdout + out.stderr)
 
 
 class HelmrEnvironmentConfigTest(unittest.TestCase):
