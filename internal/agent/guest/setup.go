@@ -167,10 +167,15 @@ func mountRoot(root string, cfg *agent.Init) error {
 	if err := bind(cfg.WorkspaceSource, filepath.Join(root, cfg.Workspace), false); err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}
+	// Without a source, /opt/helmr is the runtime layer's empty directory,
+	// bound read-only all the same: a writable root must not make it
+	// writable.
+	helmr := "runtime/opt/helmr"
 	if cfg.HelmrSource != "" {
-		if err := bind(cfg.HelmrSource, filepath.Join(root, "opt/helmr"), true); err != nil {
-			return fmt.Errorf("/opt/helmr: %w", err)
-		}
+		helmr = cfg.HelmrSource
+	}
+	if err := bind(helmr, filepath.Join(root, "opt/helmr"), true); err != nil {
+		return fmt.Errorf("/opt/helmr: %w", err)
 	}
 	return nil
 }

@@ -146,6 +146,9 @@ func (b *bundle) write(cfg *Config, spec sandbox.Spec) error {
 			return fmt.Errorf("bundle: %w", err)
 		}
 	}
+	if err := os.Mkdir(filepath.Join(b.dir, emptyHelmr), 0o755); err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
 	if err := b.mountRoot(spec); err != nil {
 		return err
 	}
@@ -158,6 +161,10 @@ func (b *bundle) write(cfg *Config, spec sandbox.Spec) error {
 	}
 	return nil
 }
+
+// emptyHelmr is the bundle's empty directory bound at /opt/helmr in a
+// sandbox without HelmrHost.
+const emptyHelmr = "empty-helmr"
 
 // identityFiles are /etc/hostname, /etc/hosts and /etc/resolv.conf, by
 // their names in the bundle directory.
@@ -322,8 +329,13 @@ func ociSpecFor(cfg *Config, spec sandbox.Spec, b *bundle) *ociSpec {
 	for _, m := range spec.Mounts {
 		mounts = append(mounts, bind(m.Source, m.Dest, m.ReadOnly))
 	}
-	if spec.HelmrHost != "" {
+	switch {
+	case spec.HelmrHost != "":
 		mounts = append(mounts, bind(spec.HelmrHost, "/opt/helmr", true))
+	case spec.RootUpper == "":
+		// A writable root must not make /opt/helmr writable: an empty
+		// directory of the bundle stands in for HelmrHost.
+		mounts = append(mounts, bind(filepath.Join(b.dir, emptyHelmr), "/opt/helmr", true))
 	}
 	mounts = append(mounts,
 		bind(cfg.AgentPath, AgentMount, true),

@@ -15,8 +15,9 @@
 //     saved by checkpoints and gone with the sandbox. A build step's root
 //     (spec.RootUpper) has no such overlay: the host overlay has the
 //     step's upper directory and its writes go there.
-//   - the workspace bound read-write at spec.Workspace, HelmrHost read-only
-//     at /opt/helmr, /etc/hostname, /etc/hosts and /etc/resolv.conf bound
+//   - the workspace bound read-write at spec.Workspace, HelmrHost (or, but
+//     for a build step, an empty directory of the bundle) read-only at
+//     /opt/helmr, /etc/hostname, /etc/hosts and /etc/resolv.conf bound
 //     read-only from files in the bundle directory (never written into a
 //     layer), tmpfs /tmp, /run and /dev/shm; gVisor supplies /proc, /sys,
 //     /dev and /dev/pts.

@@ -85,6 +85,13 @@ func testWritableRoot(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtim
 	})
 	t.Run("HelmrPathsReadOnly", func(t *testing.T) { testHelmrPathsReadOnly(t, f) })
 	t.Run("SizeBound", func(t *testing.T) { testRootSizeBound(t, newRuntime(t), rootfs) })
+	t.Run("NoHelmrHost", func(t *testing.T) {
+		g := start(t, newRuntime(t), rootfs, func(s *sandbox.Spec) { s.UID, s.GID, s.HelmrHost = 0, 0, "" })
+		if r := g.Exec(t, "sh", "-c", "echo x > /opt/helmr/x"); r.Err != nil || r.Status.Code == 0 {
+			t.Errorf("writing /opt/helmr/x without a HelmrHost = %+v, %v; want it refused", r.Status, r.Err)
+		}
+		g.OK(t, "sh", "-c", "mkdir /opt/other && echo y > /opt/other/y")
+	})
 	t.Run("Discarded", func(t *testing.T) {
 		if err := f.SB.Destroy(t.Context()); err != nil {
 			t.Fatalf("Destroy() = %v", err)
