@@ -26,15 +26,18 @@ helmr-probe
 mkdir -p /etc/helmr-probe.d && echo conf > /etc/helmr-probe.d/x.conf
 echo changed >> /probe/changed
 rm /probe/doomed
+rm -r /probe/dir && mkdir /probe/dir && test -z "$(ls -A /probe/dir)"
+mv /probe/movedir /probe/moved && test -e /probe/moved/x
 echo ok`
-	rootCheck = `for p in /myrepo/README /root/state.json /usr/local/bin/helmr-probe /etc/helmr-probe.d/x.conf /probe/doomed; do
+	rootCheck = `for p in /myrepo/README /root/state.json /usr/local/bin/helmr-probe /etc/helmr-probe.d/x.conf /probe/doomed /probe/dir/old /probe/movedir/x; do
   if [ -e $p ]; then echo "$p:present"; else echo "$p:absent"; fi
 done
 cat /probe/changed`
 )
 
 // probeLayer is a layer the root tests stack on top: a file the sandbox
-// changes (a copy-up) and one it removes (a whiteout).
+// changes (a copy-up), one it removes (a whiteout), a directory it
+// removes and makes again (an opaque directory) and one it renames.
 func probeLayer(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -43,6 +46,13 @@ func probeLayer(t *testing.T) string {
 	}
 	writeFile(t, filepath.Join(dir, "probe", "changed"), "original\n")
 	writeFile(t, filepath.Join(dir, "probe", "doomed"), "doomed\n")
+	for _, d := range []string{"dir", "movedir"} {
+		if err := os.Mkdir(filepath.Join(dir, "probe", d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(dir, "probe", "dir", "old"), "old\n")
+	writeFile(t, filepath.Join(dir, "probe", "movedir", "x"), "x\n")
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +61,8 @@ func probeLayer(t *testing.T) string {
 
 // testWritableRoot: a sandbox's root is writable as a container's (as the
 // image's root: a new top-level directory, /root, /usr/local/bin, /etc,
-// changing and removing image files), while Helmr's own paths stay
+// changing, removing and renaming the image's files and directories),
+// while Helmr's own paths stay
 // read-only; the writes are bounded (ENOSPC past Spec.RootSizeBytes) and
 // gone with the sandbox: a new sandbox of the same layers sees none of
 // them, and no layer directory on the host changed.
@@ -75,7 +86,7 @@ func testWritableRoot(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtim
 			t.Fatalf("root writes printed %q, want the probe's output and ok", got)
 		}
 		want := "/myrepo/README:present\n/root/state.json:present\n/usr/local/bin/helmr-probe:present\n" +
-			"/etc/helmr-probe.d/x.conf:present\n/probe/doomed:absent\noriginal\nchanged\n"
+			"/etc/helmr-probe.d/x.conf:present\n/probe/doomed:absent\n/probe/dir/old:absent\n/probe/movedir/x:absent\noriginal\nchanged\n"
 		if got := f.OK(t, "sh", "-c", rootCheck); got != want {
 			t.Errorf("after the writes the sandbox holds:\n%s\nwant:\n%s", got, want)
 		}
@@ -101,7 +112,7 @@ func testWritableRoot(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtim
 			s.RootLayers[len(s.RootLayers)-2] = f.TopLayer
 		})
 		want := "/myrepo/README:absent\n/root/state.json:absent\n/usr/local/bin/helmr-probe:absent\n" +
-			"/etc/helmr-probe.d/x.conf:absent\n/probe/doomed:present\noriginal\n"
+			"/etc/helmr-probe.d/x.conf:absent\n/probe/doomed:present\n/probe/dir/old:present\n/probe/movedir/x:present\noriginal\n"
 		if got := g.OK(t, "sh", "-c", rootCheck); got != want {
 			t.Errorf("a new sandbox of the same layers holds:\n%s\nwant the image as it was:\n%s", got, want)
 		}
