@@ -69,6 +69,10 @@ type Init struct {
 	StateDir string `json:"state_dir"`
 	// RootLayers are the read-only root filesystem layers, lowest first.
 	RootLayers []string `json:"root_layers"`
+	// RootSize, if positive, makes the root writable: a copy-on-write
+	// layer over RootLayers on a tmpfs of this many bytes, gone with the
+	// agent's mount namespace. 0 leaves the root read-only.
+	RootSize int64 `json:"root_size,omitempty"`
 	// Workspace is the in-guest workspace path; WorkspaceSource (a path or
 	// "fd:N") is mounted read-write there.
 	Workspace       string `json:"workspace"`

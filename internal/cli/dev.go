@@ -170,13 +170,17 @@ func newWorker(cfg config.Config, dev bool, log *slog.Logger, control worker.Con
 	if err != nil {
 		return nil, err
 	}
+	rootSize, err := cfg.RootSizeBytes()
+	if err != nil {
+		return nil, err
+	}
 	adapter, err := tsbundle.Adapter()
 	if err != nil {
 		return nil, fmt.Errorf("bundle the guest adapter: %w", err)
 	}
 	return worker.New(worker.Config{
 		ID: id, DataDir: cfg.DataDir, Slots: cfg.Slots, Warm: cfg.Warm, Heartbeat: cfg.Heartbeat,
-		Runtime: rt, Control: control, Logger: log, Network: nc, WorkspaceQuota: quota, ExtraCACerts: cfg.ExtraCACerts, LayerCacheMax: layerMax,
+		Runtime: rt, Control: control, Logger: log, Network: nc, WorkspaceQuota: quota, RootSize: rootSize, ExtraCACerts: cfg.ExtraCACerts, LayerCacheMax: layerMax,
 		Adapter:   adapter,
 		Images:    resolverFor(cfg.DataDir, cfg.CacheDir),
 		ParkAfter: cfg.ParkAfter, CheckpointKey: key, WorkspaceIdle: cfg.WorkspaceIdle, ShellIdle: cfg.ShellIdle,

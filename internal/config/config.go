@@ -37,6 +37,7 @@ type Config struct {
 	Runtime        string        // isolation tier: auto, gvisor or process
 	Egress         string        // sandbox egress policy: open, none or allow:LIST (network.ParsePolicy)
 	WorkspaceQuota string        // size limit of each run's workspace (10Gi); 0: none
+	RootSize       string        // bound of a sandbox's writable root when its task declares none (1Gi)
 	DNSUpstream    string        // resolvers sandboxes' DNS goes to: IP[:port],...; empty: the host's resolv.conf
 	ExtraCACerts   string        // PEM file of CA certificates build steps trust (a TLS-inspecting proxy)
 	LayerCache     string        // size bound of the image layer cache (20Gi); 0: none
@@ -175,6 +176,9 @@ func (c Config) Validate() error {
 	if _, err := c.LayerCacheBytes(); err != nil {
 		errs = append(errs, err)
 	}
+	if _, err := c.RootSizeBytes(); err != nil {
+		errs = append(errs, err)
+	}
 	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") {
 		errs = append(errs, fmt.Errorf("control plane URL %q must be http(s)", c.URL))
 	}
@@ -189,6 +193,12 @@ func (c Config) WorkspaceQuotaBytes() (int64, error) {
 		err = fmt.Errorf("workspace quota %s is below the minimum of %dMi (0 turns the quota off)", c.WorkspaceQuota, disk.MinSize>>20)
 	}
 	return n, err
+}
+
+// RootSizeBytes parses RootSize (deployments.ParseRootSize): a root is
+// always bounded.
+func (c Config) RootSizeBytes() (int64, error) {
+	return deployments.ParseRootSize("HELMR_ROOT_SIZE", c.RootSize)
 }
 
 // LayerCacheBytes parses LayerCache: 0 means no bound.

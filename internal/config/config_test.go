@@ -33,9 +33,9 @@ func TestFromEnvAndValidate(t *testing.T) {
 		t.Error("HELMR_SLOTS=many accepted")
 	}
 	bad := Default()
-	bad.Slots, bad.Runtime, bad.URL, bad.Warm, bad.WorkspaceIdle = 0, "firecracker", "ftp://x", -1, 0
+	bad.Slots, bad.Runtime, bad.URL, bad.Warm, bad.WorkspaceIdle, bad.RootSize = 0, "firecracker", "ftp://x", -1, 0, "0"
 	err = bad.Validate()
-	for _, want := range []string{"slots", "firecracker", "ftp://x", "warm", "HELMR_WORKSPACE_IDLE"} {
+	for _, want := range []string{"slots", "firecracker", "ftp://x", "warm", "HELMR_WORKSPACE_IDLE", `HELMR_ROOT_SIZE "0"`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want a problem naming %q", err, want)
 		}

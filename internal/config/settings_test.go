@@ -69,7 +69,7 @@ func TestDefaultsFromTable(t *testing.T) {
 	home, _ := os.UserHomeDir()
 	if d.WorkerTTL != time.Minute || d.KeepMoved != 24*time.Hour || d.WorkspaceIdle != 5*time.Minute || d.Slots != 4 ||
 		d.CacheDir != home+"/.cache/helmr" || d.Profile != home+"/.config/helmr/profile.json" || d.SandboxDir != "" || d.StateDir != "/run/helmr" ||
-		d.URL != "http://127.0.0.1:8480" || d.LayerCache != "20Gi" || d.WorkspaceQuota != "10Gi" || d.Node != "node" || d.DatabaseURL != "" {
+		d.URL != "http://127.0.0.1:8480" || d.LayerCache != "20Gi" || d.WorkspaceQuota != "10Gi" || d.RootSize != "1Gi" || d.Node != "node" || d.DatabaseURL != "" {
 		t.Errorf("Default() = %+v", d)
 	}
 	for _, s := range Settings() {

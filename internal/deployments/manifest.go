@@ -43,12 +43,15 @@ type SandboxManifest struct {
 }
 
 // Resources are a sandbox's requested vCPUs and memory ("512Mi", "4Gi"),
-// and the size quota of the workspaces made for it (Disk, "20Gi"; empty:
-// the worker's HELMR_WORKSPACE_QUOTA).
+// the size quota of the workspaces made for it (Disk, "20Gi"; empty: the
+// worker's HELMR_WORKSPACE_QUOTA) and the bound of what it writes to its
+// root outside the workspace (RootSize, "2Gi"; empty: the worker's
+// HELMR_ROOT_SIZE; see ParseRootSize).
 type Resources struct {
-	CPU    float64 `json:"cpu,omitempty"`
-	Memory string  `json:"memory,omitempty"`
-	Disk   string  `json:"disk,omitempty"`
+	CPU      float64 `json:"cpu,omitempty"`
+	Memory   string  `json:"memory,omitempty"`
+	Disk     string  `json:"disk,omitempty"`
+	RootSize string  `json:"rootSize,omitempty"`
 }
 
 // ImageManifest is an image declaration: ordered build steps.

@@ -210,6 +210,11 @@ func validateSandbox(t TaskManifest, files map[string][]byte, add addFunc) {
 			add(t.ID, "sandbox.resources.disk", "%v", err)
 		}
 	}
+	if r := sb.Resources.RootSize; r != "" {
+		if _, err := ParseRootSize("rootSize", r); err != nil {
+			add(t.ID, "sandbox.resources.rootSize", "%v", err)
+		}
+	}
 	if sb.Image == nil {
 		add(t.ID, "sandbox.image", "missing: every sandbox declares an image")
 		return
@@ -365,6 +370,26 @@ var diskPattern = regexp.MustCompile(`^([0-9]{1,15})(Ki|Mi|Gi|Ti|K|M|G|T)?$`)
 // byte count or a number with Ki, Mi, Gi, Ti (powers of 1024) or K, M,
 // G, T (of 1000), from MinDisk to MaxDisk.
 func ParseDisk(what, s string) (int64, error) {
+	return parseBounded(what, s, MinDisk, MaxDisk, "a workspace's size quota is from 8Mi to 16Ti")
+}
+
+// Root size bounds: the overlay's own bookkeeping needs some room
+// (sandbox.MinRootSize); the layer is a tmpfs or a sparse file, which
+// takes only what is written.
+const (
+	MinRootSize = sandbox.MinRootSize
+	MaxRootSize = MaxDisk
+)
+
+// ParseRootSize parses the bound of a sandbox's writable root (what names
+// it in errors), written as ParseDisk's sizes, from MinRootSize to
+// MaxRootSize: a write past it fails with ENOSPC in the sandbox.
+func ParseRootSize(what, s string) (int64, error) {
+	return parseBounded(what, s, MinRootSize, MaxRootSize, "a sandbox's root size is from 1Mi to 16Ti")
+}
+
+// parseBounded parses a whole size from min to max; outside says so.
+func parseBounded(what, s string, min, max int64, outside string) (int64, error) {
 	m := diskPattern.FindStringSubmatch(s)
 	if m == nil {
 		return 0, fmt.Errorf("%s %q: want a byte count or a number with Ki, Mi, Gi or Ti (\"20Gi\")", what, s)
@@ -372,8 +397,8 @@ func ParseDisk(what, s string) (int64, error) {
 	n, _ := strconv.ParseInt(m[1], 10, 64)
 	mult := map[string]int64{"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
 		"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}[m[2]]
-	if n > MaxDisk/mult || n*mult < MinDisk {
-		return 0, fmt.Errorf("%s %q: a workspace's size quota is from 8Mi to 16Ti", what, s)
+	if n > max/mult || n*mult < min {
+		return 0, fmt.Errorf("%s %q: %s", what, s, outside)
 	}
 	return n * mult, nil
 }

@@ -168,3 +168,26 @@ func TestValidateDisk(t *testing.T) {
 		t.Errorf("ParseDisk(20Gi) = %d, %v", n, err)
 	}
 }
+
+func TestValidateRootSize(t *testing.T) {
+	for size, want := range map[string]string{
+		"":      "",
+		"2Gi":   "",
+		"1Mi":   "",
+		"16Ti":  "",
+		"512Ki": `sandbox.resources.rootSize: rootSize "512Ki": a sandbox's root size is from 1Mi to 16Ti`,
+		"17Ti":  `sandbox.resources.rootSize: rootSize "17Ti": a sandbox's root size is from 1Mi to 16Ti`,
+		"0":     `sandbox.resources.rootSize: rootSize "0": a sandbox's root size is from 1Mi to 16Ti`,
+		"2GiB":  `sandbox.resources.rootSize: rootSize "2GiB": want a byte count`,
+	} {
+		m := imageTask(&ImageManifest{Name: "i", Steps: []Step{{Kind: StepFrom, Ref: "helmr/bookworm-node22"}}})
+		m.Tasks[0].Sandbox.Resources.RootSize = size
+		err := m.Validate(nil)
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("Validate(rootSize %q) = %v, want %q", size, err, want)
+		}
+	}
+	if n, err := ParseRootSize("rootSize", "2Gi"); err != nil || n != 2<<30 {
+		t.Errorf("ParseRootSize(2Gi) = %d, %v", n, err)
+	}
+}

@@ -101,12 +101,12 @@ type Spec struct {
 	// A build sandbox (RootUpper set) may have none: its steps write the
 	// image, workspace path included.
 	WorkspaceHost string
-	// RootUpper, if set, makes the root writable for an image build step:
-	// what the sandbox changes lands in this host directory, an overlayfs
-	// upper directory (whiteouts included) that can then serve as a layer.
-	// RootWork is its empty work directory on the same filesystem. Tiers
-	// that cannot write layers with their files' owners refuse it
-	// (ErrInvalidSpec).
+	// RootUpper, if set, makes the sandbox an image build step: what it
+	// changes in its root lands in this host directory, an overlayfs upper
+	// directory (whiteouts included) that can then serve as a layer,
+	// instead of in the discarded layer of RootSizeBytes. RootWork is its
+	// empty work directory on the same filesystem. Tiers that cannot
+	// write layers with their files' owners refuse it (ErrInvalidSpec).
 	RootUpper, RootWork string
 	// Mounts are more host directories bound into the sandbox (a build
 	// step's cache mounts).
@@ -131,6 +131,16 @@ type Spec struct {
 	CPU         float64 // vCPUs; 0 means unlimited
 	MemoryBytes int64   // 0 means unlimited
 	PidsLimit   int64   // 0 means the tier's default
+	// RootSizeBytes bounds the sandbox's writable root: every sandbox but
+	// an image build step (RootUpper) gets a copy-on-write layer over
+	// RootLayers that takes its writes outside the workspace and the
+	// runtime's own mounts, holds at most this many bytes (a write past
+	// it fails with ENOSPC), is carried through checkpoints and is
+	// discarded with the sandbox, never written to a layer. 0 means
+	// DefaultRootSize. Where the layer lives is the tier's: the process
+	// tier keeps it in memory (charged to MemoryBytes), gVisor in a file
+	// beside the sandbox's bundle on the worker's disk.
+	RootSizeBytes int64
 }
 
 // File is a file or directory to place inside a sandbox: at Path (no

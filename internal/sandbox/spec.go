@@ -15,12 +15,17 @@ import (
 const (
 	DefaultWorkspace = "/workspace"
 	DefaultHostname  = "helmr-sandbox"
+	// DefaultRootSize bounds a writable root whose spec sets no size.
+	DefaultRootSize = 1 << 30
+	// MinRootSize is the least root size a spec may set: the layer's
+	// own bookkeeping (overlayfs' work directory) takes some of it.
+	MinRootSize = 1 << 20
 )
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
 // Normalize fills the defaults every tier shares (workspace path,
-// hostname, pids limit) and checks what every tier needs: a usable id, a
+// hostname, pids limit, root size) and checks what every tier needs: a usable id, a
 // clean workspace path outside the reserved ones, IP DNS servers, existing
 // host directories, non-negative limits. Tiers add their own checks.
 func (s *Spec) Normalize(defaultPids int64) error {
@@ -79,8 +84,14 @@ func (s *Spec) Normalize(defaultPids int64) error {
 			return fmt.Errorf("%q is not an absolute path to a directory", d)
 		}
 	}
-	if s.CPU < 0 || s.MemoryBytes < 0 || s.PidsLimit < 0 {
+	if s.CPU < 0 || s.MemoryBytes < 0 || s.PidsLimit < 0 || s.RootSizeBytes < 0 {
 		return errors.New("negative resource limit")
+	}
+	if s.RootSizeBytes == 0 {
+		s.RootSizeBytes = DefaultRootSize
+	}
+	if s.RootSizeBytes < MinRootSize {
+		return fmt.Errorf("root size %d is below the minimum of %d bytes", s.RootSizeBytes, MinRootSize)
 	}
 	if s.PidsLimit == 0 {
 		s.PidsLimit = defaultPids

@@ -61,12 +61,12 @@ type earlyOutput struct {
 }
 
 // bootKey identifies the sandboxes that can serve a run interchangeably:
-// same tier, image layers, user, workspace path, resources, environment
-// and node.
+// same tier, image layers, user, workspace path, resources (root size
+// included), environment and node.
 func bootKey(tier string, p prepared) string {
 	h := sha256.New()
 	s := p.spec
-	data, _ := json.Marshal([]any{tier, s.RootLayers, s.UID, s.GID, s.Workspace, s.CPU, s.MemoryBytes, s.PidsLimit, s.DNS, p.env, p.node, p.disk})
+	data, _ := json.Marshal([]any{tier, s.RootLayers, s.UID, s.GID, s.Workspace, s.CPU, s.MemoryBytes, s.PidsLimit, s.RootSizeBytes, s.DNS, p.env, p.node, p.disk})
 	h.Write(data)
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -267,6 +267,10 @@ func (w *Worker) prepare(l Lease, img images.Image, files map[string][]byte) (pr
 	}
 	mem, _ := deployments.ParseMemory(l.Task.Sandbox.Resources.Memory)
 	disk, _ := deployments.ParseDisk("disk", l.Task.Sandbox.Resources.Disk) // checked at deploy
+	rootSize := w.cfg.RootSize
+	if r := l.Task.Sandbox.Resources.RootSize; r != "" {
+		rootSize, _ = deployments.ParseRootSize("rootSize", r) // checked at deploy
+	}
 	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home,
 		"HOSTNAME=helmr-sandbox"}, img.Env...)
 	return prepared{
@@ -276,7 +280,7 @@ func (w *Worker) prepare(l Lease, img images.Image, files map[string][]byte) (pr
 		env:  dedupeEnv(env),
 		spec: sandbox.Spec{
 			RootLayers: img.Layers, Workspace: wsPath, Hostname: "helmr-sandbox", UID: uid, GID: gid,
-			CPU: l.Task.Sandbox.Resources.CPU, MemoryBytes: mem, Network: w.cfg.Network,
+			CPU: l.Task.Sandbox.Resources.CPU, MemoryBytes: mem, RootSizeBytes: rootSize, Network: w.cfg.Network,
 		},
 	}, nil
 }

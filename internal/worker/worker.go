@@ -175,6 +175,9 @@ type Config struct {
 	// many bytes: the workspace is then a disk of its own (package disk),
 	// kept after the run as workspaces/<run id>.img.
 	WorkspaceQuota int64
+	// RootSize bounds the writable root of a sandbox whose task declares
+	// no rootSize (sandbox.Spec.RootSizeBytes; 0: sandbox.DefaultRootSize).
+	RootSize int64
 	// LayerCacheMax bounds the image layer cache: after runs, the least
 	// recently used layers no sandbox runs on are removed until it fits
 	// (0: no bound).

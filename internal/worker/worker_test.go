@@ -270,6 +270,43 @@ func TestCanceledRunReportsNothing(t *testing.T) {
 	}
 }
 
+// TestRootSize: the sandbox's root size is the task's rootSize, else the
+// worker's default; sandboxes of different root sizes are not
+// interchangeable warm.
+func TestRootSize(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		declared string
+		worker   int64
+		want     int64
+	}{
+		{"worker default", "", 2 << 30, 2 << 30},
+		{"declared", "3Gi", 2 << 30, 3 << 30},
+		{"runtime default", "", 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rt := &fakeRuntime{exec: reply(`{"type":"result","output":1}`)}
+			cp := &fakeControl{files: map[string][]byte{"bundles/t.mjs": []byte("x")}, status: runs.StatusStarting}
+			w := newTestWorker(t, rt, cp)
+			w.cfg.RootSize = c.worker
+			l := lease(60)
+			l.Task.Sandbox.Resources.RootSize = c.declared
+			w.execute(context.Background(), l)
+			if cp.outcome == nil || cp.outcome.Status != runs.StatusCompleted {
+				t.Fatalf("outcome = %+v", cp.outcome)
+			}
+			if rt.spec.RootSizeBytes != c.want {
+				t.Errorf("spec.RootSizeBytes = %d, want %d", rt.spec.RootSizeBytes, c.want)
+			}
+		})
+	}
+	a, b := prepared{}, prepared{}
+	b.spec.RootSizeBytes = 2 << 30
+	if bootKey("gvisor", a) == bootKey("gvisor", b) {
+		t.Error("bootKey ignores the root size")
+	}
+}
+
 func TestWarmSandboxes(t *testing.T) {
 	rt := &fakeRuntime{exec: reply(`{"type":"result","output":1}`)}
 	cp := &fakeControl{files: map[string][]byte{"bundles/t.mjs": []byte("x")}, status: runs.StatusStarting}

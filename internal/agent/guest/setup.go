@@ -33,8 +33,10 @@ func Prepare() error {
 }
 
 // Setup builds the sandbox's root in the agent's fresh namespaces and pivots
-// into it: a read-only overlay of a tmpfs runtime layer (hostname, hosts,
-// resolv.conf, mountpoints) over the image layers, the workspace bound
+// into it: an overlay of a tmpfs runtime layer (hostname, hosts,
+// resolv.conf, mountpoints) over the image layers, writable through an
+// upper layer on a tmpfs of cfg.RootSize bytes (read-only without one),
+// the identity files bound read-only over it, the workspace bound
 // read-write, /opt/helmr read-only, fresh proc, dev, devpts, shm, tmp and
 // run, sysfs read-only where the kernel allows it. It then sets the hostname,
 // brings up loopback and closes cfg.CloseFDs. It must run after Prepare and
@@ -105,8 +107,24 @@ func writeRuntimeLayer(dir string, cfg *agent.Init) error {
 	return nil
 }
 
-// mountRoot mounts the read-only overlay at root and binds the workspace
-// and /opt/helmr into it.
+// identityFiles are the runtime layer's files that stay read-only in a
+// writable root: bound over it, so that writes fail with EROFS and
+// renames and removals with EBUSY.
+var identityFiles = []string{"etc/hostname", "etc/hosts", "etc/resolv.conf"}
+
+// mountRoot mounts the overlay at root and binds the identity files, the
+// workspace and /opt/helmr into it.
+//
+// With cfg.RootSize the overlay has an upper layer on a tmpfs mounted
+// with size=RootSize: a write past it fails with ENOSPC. tmpfs pages are
+// charged to the memory cgroup of the process that writes them, so what
+// the sandbox writes to its root counts against its memory limit. The
+// tmpfs lives only in the agent's mount namespace and is freed when the
+// agent's namespaces end: nothing of it reaches the image's layers, which
+// overlayfs only reads. The layers must show the image's owners for
+// copy-up to work and for the sandbox's root to own what the image's root
+// owns: the process tier attaches them idmapped into the sandbox's user
+// namespace (see process.mounts).
 func mountRoot(root string, cfg *agent.Init) error {
 	lowers := []string{"/proc/self/cwd/runtime"}
 	for i := len(cfg.RootLayers) - 1; i >= 0; i-- {
@@ -129,18 +147,55 @@ func mountRoot(root string, cfg *agent.Init) error {
 		lowers[i] = escapeOverlayPath(l)
 	}
 	opts := "lowerdir=" + strings.Join(lowers, ":")
-	if err := mkdirMount("overlay", root, "overlay", unix.MS_RDONLY, opts); err != nil {
+	flags := uintptr(unix.MS_RDONLY)
+	if cfg.RootSize > 0 {
+		upper, err := mountUpper("upper", cfg.RootSize)
+		if err != nil {
+			return err
+		}
+		opts += upper
+		flags = 0
+	}
+	if err := mkdirMount("overlay", root, "overlay", flags, opts); err != nil {
 		return err
+	}
+	for _, f := range identityFiles {
+		if err := bind("runtime/"+f, filepath.Join(root, f), true); err != nil {
+			return fmt.Errorf("/%s: %w", f, err)
+		}
 	}
 	if err := bind(cfg.WorkspaceSource, filepath.Join(root, cfg.Workspace), false); err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}
+	// Without a source, /opt/helmr is the runtime layer's empty directory,
+	// bound read-only all the same: a writable root must not make it
+	// writable.
+	helmr := "runtime/opt/helmr"
 	if cfg.HelmrSource != "" {
-		if err := bind(cfg.HelmrSource, filepath.Join(root, "opt/helmr"), true); err != nil {
-			return fmt.Errorf("/opt/helmr: %w", err)
-		}
+		helmr = cfg.HelmrSource
+	}
+	if err := bind(helmr, filepath.Join(root, "opt/helmr"), true); err != nil {
+		return fmt.Errorf("/opt/helmr: %w", err)
 	}
 	return nil
+}
+
+// mountUpper mounts a tmpfs of size bytes at dir with an upper and a work
+// directory for the root's overlay, and returns the overlay options that
+// name them. In a user namespace overlayfs keeps its metadata (whiteouts,
+// opaque directories) in user.* extended attributes (userxattr).
+func mountUpper(dir string, size int64) (string, error) {
+	data := "mode=0755,size=" + strconv.FormatInt(size, 10)
+	if err := mkdirMount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		return "", err
+	}
+	for _, d := range []string{"upper", "work"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			return "", fmt.Errorf("root upper layer: %w", err)
+		}
+	}
+	base := "/proc/self/cwd/" + dir
+	return ",upperdir=" + escapeOverlayPath(base+"/upper") + ",workdir=" + escapeOverlayPath(base+"/work") + ",userxattr", nil
 }
 
 // escapeOverlayPath escapes the characters overlayfs splits options on.

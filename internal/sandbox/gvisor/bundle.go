@@ -146,6 +146,9 @@ func (b *bundle) write(cfg *Config, spec sandbox.Spec) error {
 			return fmt.Errorf("bundle: %w", err)
 		}
 	}
+	if err := os.Mkdir(filepath.Join(b.dir, emptyHelmr), 0o755); err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
 	if err := b.mountRoot(spec); err != nil {
 		return err
 	}
@@ -158,6 +161,10 @@ func (b *bundle) write(cfg *Config, spec sandbox.Spec) error {
 	}
 	return nil
 }
+
+// emptyHelmr is the bundle's empty directory bound at /opt/helmr in a
+// sandbox without HelmrHost.
+const emptyHelmr = "empty-helmr"
 
 // identityFiles are /etc/hostname, /etc/hosts and /etc/resolv.conf, by
 // their names in the bundle directory.
@@ -176,10 +183,11 @@ func identityFiles(spec sandbox.Spec) map[string]string {
 
 // mountRoot merges a mountpoints layer (see writeMountpoints) over spec's
 // layers with a read-only overlayfs (lower layers only, so nothing can be
-// written through it) at rootfs/ in the bundle. runsc's gofer creates
-// missing mountpoints in the root on the host, which a read-only root
-// refuses, and the image must not be written anyway: the mountpoints
-// layer holds them.
+// written through it) at rootfs/ in the bundle: the sandbox writes its
+// root in gVisor's overlay above it (rootOverlay), never on the host.
+// runsc's gofer creates missing mountpoints in the root on the host,
+// which a read-only root refuses, and the image must not be written
+// anyway: the mountpoints layer holds them.
 func (b *bundle) mountRoot(spec sandbox.Spec) error {
 	top := filepath.Join(b.dir, "mountpoints")
 	if err := writeMountpoints(top, spec); err != nil {
@@ -205,6 +213,46 @@ func (b *bundle) mountRoot(spec sandbox.Spec) error {
 		return fmt.Errorf("mount root overlay: %w", err)
 	}
 	return nil
+}
+
+// rootOverlay is runsc's --overlay2 for spec's sandbox, whose bundle is
+// dir: a build step's root needs none (its writes go through the gofer
+// into the host overlay's upper directory, RootUpper); every other
+// sandbox's root gets gVisor's own overlay, "root:dir=<bundle>,size=N".
+//
+// What runsc offers and what each gives (gVisor's runsc/config.Overlay2
+// and runsc/boot/vfs.go's configureOverlay; each checked with runsc on
+// systrap, see testWritableRoot and testCheckpoint):
+//
+//   - the upper layer is always a tmpfs inside the Sentry, mounted with
+//     size=N when the flag has one: a write past N fails with ENOSPC
+//     (without size= an overlay upper has no bound at all).
+//   - medium "memory" keeps its pages in the Sentry's main memory file,
+//     charged to the sandbox's memory limit; "self" keeps them in a file
+//     it creates inside the root's host directory, which our read-only
+//     root overlay refuses, and which would be writing into the image;
+//     "dir=D" keeps them in a file runsc creates in D and unlinks at once
+//     (so it goes with the sandbox's last descriptor, and D is the bundle
+//     directory, which Destroy removes). We take dir=: a sandbox's root
+//     writes take the state directory's disk, not its memory. Where
+//     HELMR_STATE_DIR is a tmpfs (/run often is), they take host memory,
+//     charged to the sandbox's cgroup as the Sentry writes them.
+//   - `runsc checkpoint` saves the overlay's file with the memory (a
+//     private memory file in pages.img) and `runsc restore` loads it into
+//     a new file in the new bundle: a file written to / before a
+//     checkpoint is there after a restore, on another runtime too.
+//   - the medium and the size are runsc flags, not per-container
+//     annotations (the dev.gvisor.spec.rootfs.* annotations take a size
+//     but dir= reads its directory from the flag), so each sandbox's
+//     `runsc run` and `runsc restore` get their own; other commands don't
+//     read them.
+//
+// StateDir holds no ',' or ':' (Config.Validate): the flag splits on them.
+func rootOverlay(spec sandbox.Spec, dir string) string {
+	if spec.RootUpper != "" {
+		return "none"
+	}
+	return "root:dir=" + dir + ",size=" + strconv.FormatInt(spec.RootSizeBytes, 10)
 }
 
 // mountDirs and mountFiles are the mountpoints every root gets, besides
@@ -281,8 +329,13 @@ func ociSpecFor(cfg *Config, spec sandbox.Spec, b *bundle) *ociSpec {
 	for _, m := range spec.Mounts {
 		mounts = append(mounts, bind(m.Source, m.Dest, m.ReadOnly))
 	}
-	if spec.HelmrHost != "" {
+	switch {
+	case spec.HelmrHost != "":
 		mounts = append(mounts, bind(spec.HelmrHost, "/opt/helmr", true))
+	case spec.RootUpper == "":
+		// A writable root must not make /opt/helmr writable: an empty
+		// directory of the bundle stands in for HelmrHost.
+		mounts = append(mounts, bind(filepath.Join(b.dir, emptyHelmr), "/opt/helmr", true))
 	}
 	mounts = append(mounts,
 		bind(cfg.AgentPath, AgentMount, true),
@@ -330,7 +383,10 @@ func ociSpecFor(cfg *Config, spec sandbox.Spec, b *bundle) *ociSpec {
 			},
 			NoNewPrivileges: true,
 		},
-		Root:     ociRoot{Path: b.rootfs, Readonly: spec.RootUpper == ""},
+		// Writable in the spec, so that runsc puts its overlay on it
+		// (rootOverlay; runsc gives a read-only root none); the host
+		// overlay under it stays read-only but for a build step's.
+		Root:     ociRoot{Path: b.rootfs, Readonly: false},
 		Hostname: spec.Hostname,
 		Mounts:   mounts,
 		Linux: ociLinux{

@@ -8,11 +8,16 @@
 //     small mountpoints layer over the spec's layers. runsc takes one root
 //     directory and its gofer creates missing mountpoints in it, which a
 //     read-only root refuses; merging on the host keeps the layers
-//     untouched. The root is read-only in the spec too and runsc adds no
-//     overlay of its own (--overlay2=none): writes outside the workspace,
-//     /tmp, /run and /dev/shm fail with EROFS.
-//   - the workspace bound read-write at spec.Workspace, HelmrHost read-only
-//     at /opt/helmr, /etc/hostname, /etc/hosts and /etc/resolv.conf bound
+//     untouched. Over it runsc puts its own overlay (--overlay2
+//     root:dir=<bundle>,size=<spec.RootSizeBytes>, see rootOverlay): the
+//     root is writable, its changes live in a tmpfs inside the Sentry
+//     backed by an unlinked file in the bundle directory, bounded in size,
+//     saved by checkpoints and gone with the sandbox. A build step's root
+//     (spec.RootUpper) has no such overlay: the host overlay has the
+//     step's upper directory and its writes go there.
+//   - the workspace bound read-write at spec.Workspace, HelmrHost (or, but
+//     for a build step, an empty directory of the bundle) read-only at
+//     /opt/helmr, /etc/hostname, /etc/hosts and /etc/resolv.conf bound
 //     read-only from files in the bundle directory (never written into a
 //     layer), tmpfs /tmp, /run and /dev/shm; gVisor supplies /proc, /sys,
 //     /dev and /dev/pts.
@@ -72,6 +77,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 
 	"github.com/helmr/helmr/internal/sandbox"
 )
@@ -164,6 +170,10 @@ func (c *Config) Validate() error {
 	}
 	if !filepath.IsAbs(c.StateDir) {
 		return errors.New("gvisor tier: StateDir must be an absolute path")
+	}
+	if strings.ContainsAny(c.StateDir, ",:") {
+		// runsc's --overlay2 names a directory under it and splits on these.
+		return fmt.Errorf("gvisor tier: StateDir %q must not contain ',' or ':'", c.StateDir)
 	}
 	if !cgroupNamePattern.MatchString(c.CgroupParent) {
 		return fmt.Errorf("gvisor tier: CgroupParent %q must match %s", c.CgroupParent, cgroupNamePattern)

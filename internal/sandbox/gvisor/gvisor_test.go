@@ -343,3 +343,61 @@ func TestRootForkBomb(t *testing.T) {
 		t.Errorf("a fork by a process started during the bomb = %q, %+v, %v; want it refused", out, st, err)
 	}
 }
+
+// TestRootLayerOnHost: a sandbox's writable root keeps its data in an
+// unlinked file that runsc created in the bundle directory (rootOverlay's
+// dir= medium), on the state directory's filesystem rather than in the
+// Sentry's memory; nothing of it is left once the sandbox is destroyed.
+func TestRootLayerOnHost(t *testing.T) {
+	rt := newRuntime(t)
+	rootfs := sandboxtest.BaseRootFS(t)
+	spec := sandbox.Spec{ID: "root-layer-" + randomID(t), RootLayers: []string{rootfs}, WorkspaceHost: t.TempDir(), RootSizeBytes: 64 << 20}
+	sb, err := rt.Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	defer sb.Destroy(context.Background())
+	s := sb.(*Sandbox)
+	st, err := sb.Exec(context.Background(), sandbox.ExecRequest{
+		Argv: []string{"sh", "-c", "head -c 16777216 /dev/urandom > /big && sync"}, Env: []string{"PATH=/usr/bin:/bin"},
+	})
+	if err != nil || st.Code != 0 {
+		t.Fatalf("write 16 MiB to / = %+v, %v", st, err)
+	}
+	prefix := filepath.Join(s.bundle.dir, "runsc-filestore-")
+	files := openFilesWithPrefix(t, prefix)
+	if len(files) != 1 {
+		t.Fatalf("open files %s* = %v, want the root layer's one", prefix, files)
+	}
+	var fst syscall.Stat_t
+	if err := syscall.Stat(files[0], &fst); err != nil || fst.Blocks*512 < 16<<20 || fst.Nlink != 0 {
+		t.Errorf("root layer file %s: %d bytes allocated, %d links (%v); want at least 16 MiB, unlinked", files[0], fst.Blocks*512, fst.Nlink, err)
+	}
+	if err := sb.Destroy(context.Background()); err != nil {
+		t.Fatalf("Destroy() = %v", err)
+	}
+	if left := openFilesWithPrefix(t, prefix); len(left) > 0 {
+		t.Errorf("after Destroy, root layer files are still open: %v", left)
+	}
+}
+
+// openFilesWithPrefix lists the files open in host processes whose path
+// starts with prefix, one /proc/<pid>/fd/<n> for each (several processes
+// of a sandbox share a descriptor).
+func openFilesWithPrefix(t *testing.T, prefix string) []string {
+	t.Helper()
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	seen := map[[2]uint64]bool{}
+	var found []string
+	for _, fd := range fds {
+		var st syscall.Stat_t
+		if target, err := os.Readlink(fd); err != nil || !strings.HasPrefix(target, prefix) || syscall.Stat(fd, &st) != nil {
+			continue
+		}
+		if id := [2]uint64{st.Dev, st.Ino}; !seen[id] {
+			seen[id] = true
+			found = append(found, fd)
+		}
+	}
+	return found
+}

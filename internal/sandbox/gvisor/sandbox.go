@@ -135,7 +135,7 @@ func (s *Sandbox) startRunsc(image string) (net.Conn, error) {
 	if s.bundle.netns != "" {
 		netMode = "sandbox"
 	}
-	args := append(s.rt.globalArgs(), "--network", netMode)
+	args := append(s.rt.runscArgs(rootOverlay(s.spec, s.bundle.dir)), "--network", netMode)
 	if image == "" {
 		args = append(args, "run", "--bundle", s.bundle.dir, s.spec.ID)
 	} else {
@@ -170,12 +170,16 @@ func (s *Sandbox) startRunsc(image string) (net.Conn, error) {
 }
 
 // globalArgs are the runsc flags of every command on this runtime's
-// containers.
-func (r *Runtime) globalArgs() []string {
+// containers but the one that starts or restores a sandbox, which adds
+// its root's overlay (see rootOverlay).
+func (r *Runtime) globalArgs() []string { return r.runscArgs("none") }
+
+// runscArgs are the runsc flags with overlay as --overlay2.
+func (r *Runtime) runscArgs(overlay string) []string {
 	args := []string{
 		"--root", r.cfg.runscRoot(),
 		"--platform", r.cfg.Platform,
-		"--overlay2", "none",
+		"--overlay2", overlay,
 	}
 	if r.cfg.DebugLogDir != "" {
 		args = append(args, "--debug", "--debug-log", r.cfg.DebugLogDir+"/")

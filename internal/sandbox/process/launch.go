@@ -20,8 +20,18 @@ import (
 // clone time lets an agent be started before its sandbox is known (the warm
 // pool), and is the one way for every start. Only the state dir is reached
 // by path, so StateDir's parents must be searchable (New checks).
+//
+// The layers are idmapped into the sandbox's user namespace (see idmap)
+// before they are sent: the sandbox's root is writable (a copy-on-write
+// layer the agent mounts, see guest.Setup) and overlayfs copies a file up
+// with its owner, which must be an id of that namespace; and the image's
+// root must own, in the sandbox, what it owns in the image, as in a
+// container: /usr, /etc and /root belong to the sandbox's root rather
+// than to the overflow id.
 type mounts struct {
-	fds []int
+	fds      []int
+	layers   []int // indexes into fds of the root layers
+	idmapped bool
 }
 
 // initFor builds spec's init and the mounts it names.
@@ -34,6 +44,7 @@ func initFor(spec sandbox.Spec, stateDir string) (init *agent.Init, m *mounts, e
 	}()
 	init = &agent.Init{
 		StateDir: stateDir, Workspace: spec.Workspace, Hostname: spec.Hostname, DNS: spec.DNS,
+		RootSize: spec.RootSizeBytes,
 		// The agent's own binary, inherited as fd 4 (see spawn).
 		CloseFDs: []int{4},
 	}
@@ -51,8 +62,36 @@ func initFor(spec sandbox.Spec, stateDir string) (init *agent.Init, m *mounts, e
 			return nil, nil, fmt.Errorf("open root layer: %w", err)
 		}
 		init.RootLayers = append(init.RootLayers, ref)
+		m.layers = append(m.layers, len(m.fds)-1)
 	}
 	return init, m, nil
+}
+
+// idmap makes the layers show their files' owners as the user namespace
+// of process pid (the agent) sees them: on-disk id N becomes the
+// sandbox's id N (host UIDBase+N), for N in the mapped range; ids outside
+// it stay the overflow id. Each agent maps the same range, so layers
+// idmapped for one agent serve another (a warm agent that failed and the
+// fresh one that replaces it): idmap does its work once. The layers'
+// filesystem must support idmapped mounts (ext4, xfs, btrfs, tmpfs from
+// Linux 6.3, ...).
+func (m *mounts) idmap(pid int) error {
+	if m.idmapped {
+		return nil
+	}
+	ns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the agent's user namespace: %w", err)
+	}
+	defer unix.Close(ns)
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(ns)}
+	for i, n := range m.layers {
+		if err := unix.MountSetattr(m.fds[n], "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+			return fmt.Errorf("idmap root layer %d (the layer cache's filesystem must support idmapped mounts): %w", i, err)
+		}
+	}
+	m.idmapped = true
+	return nil
 }
 
 // clone adds a detached recursive bind of dir and returns its "fd:N" name.

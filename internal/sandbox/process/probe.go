@@ -7,11 +7,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Probe reports why the process tier cannot run on this host, or nil when
 // it can: it needs root (id-mapped user namespaces and cgroup limits), user
-// namespaces, overlayfs, and memory, pids and cpu cgroup controllers.
+// namespaces, overlayfs, idmapped mounts (mount_setattr, for the image
+// layers under a writable root: see mounts), and memory, pids and cpu
+// cgroup controllers.
 func Probe(cgroupRoot string) error {
 	if cgroupRoot == "" {
 		cgroupRoot = DefaultCgroupRoot
@@ -27,6 +31,10 @@ func Probe(cgroupRoot string) error {
 	}
 	if data, err := os.ReadFile("/proc/filesystems"); err != nil || !strings.Contains(string(data), "\toverlay\n") {
 		errs = append(errs, errors.New("the kernel has no overlay filesystem"))
+	}
+	// An empty path on no descriptor: EBADF where the call exists.
+	if err := unix.MountSetattr(-1, "", unix.AT_EMPTY_PATH, &unix.MountAttr{}); errors.Is(err, unix.ENOSYS) {
+		errs = append(errs, errors.New("the kernel has no idmapped mounts (mount_setattr, Linux 5.12 and later)"))
 	}
 	if missing := missingControllers(cgroupRoot); len(missing) > 0 {
 		errs = append(errs, fmt.Errorf("no cgroup controller for %s under %s", strings.Join(missing, ", "), cgroupRoot))

@@ -1,15 +1,19 @@
 // Package process is the "process" isolation tier: the guest agent runs as
 // PID 1 of fresh user, pid, mount, network, UTS and IPC namespaces, inside
-// cgroups that enforce the sandbox's memory, pids and CPU limits, on a
-// read-only overlay root with the workspace bound read-write. The agent
+// cgroups that enforce the sandbox's memory, pids and CPU limits, on an
+// overlay root writable through a copy-on-write layer on a tmpfs of
+// spec.RootSizeBytes (charged to the sandbox's memory, gone with its mount
+// namespace), with the workspace bound read-write. The agent
 // drops every capability for the processes it starts and installs a seccomp
 // filter. The kernel is shared with the host: this tier is for development
 // and trusted code.
 //
 // Ids: in-sandbox uid/gid N is host uid/gid UIDBase+N (N < UIDCount), so the
-// sandbox's root is not the host's. Image layers owned by host root appear
-// owned by the overflow id (nobody) inside: readable and executable, not
-// writable. Start chowns the workspace tree to host UIDBase+spec.UID and
+// sandbox's root is not the host's. Image layers are attached idmapped
+// into the sandbox's user namespace, so a file stored as owned by N (in
+// the mapped range) appears owned by the sandbox's N, as in a container:
+// the sandbox's root owns the image's /usr, /etc and /root and writes
+// them, into its own layer (see mounts). Start chowns the workspace tree to host UIDBase+spec.UID and
 // UIDBase+spec.GID (entries that already belong to them are left alone, and
 // symlinks are never followed), so the task can write it. Layers and
 // HelmrHost must be world-readable (o+rX); their parent directories need not

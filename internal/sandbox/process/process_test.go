@@ -177,3 +177,44 @@ func TestRefusesBuildSteps(t *testing.T) {
 		}
 	}
 }
+
+// TestRootLayerCharged: what a sandbox writes to its root is a tmpfs of
+// its own, charged to its memory cgroup, and removing it gives the memory
+// back.
+func TestRootLayerCharged(t *testing.T) {
+	requiresProcessTier(t)
+	rootfs := sandboxtest.BaseRootFS(t)
+	rt := newRuntime(t)
+	spec := sandbox.Spec{ID: "root-charged", RootLayers: []string{rootfs}, WorkspaceHost: t.TempDir(), MemoryBytes: 512 << 20, RootSizeBytes: 128 << 20}
+	sb, err := rt.Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	defer sb.Destroy(context.Background())
+	usage := filepath.Join(sb.(*Sandbox).cg.memory, "memory.usage_in_bytes")
+	if sb.(*Sandbox).cg.v2 {
+		usage = filepath.Join(sb.(*Sandbox).cg.memory, "memory.current")
+	}
+	read := func() int64 {
+		b, err := os.ReadFile(usage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return n
+	}
+	run := func(script string) {
+		st, err := sb.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", script}})
+		if err != nil || st.Code != 0 {
+			t.Fatalf("Exec(%q) = %+v, %v", script, st, err)
+		}
+	}
+	before := read()
+	run("head -c 67108864 /dev/zero > /big")
+	written := read()
+	run("rm /big")
+	removed := read()
+	if written-before < 60<<20 || written-removed < 60<<20 {
+		t.Errorf("sandbox memory: %d before, %d with 64 MiB in /big, %d once removed; want the 64 MiB charged, then freed", before, written, removed)
+	}
+}

@@ -56,7 +56,7 @@ func (s *Sandbox) start(ctx context.Context) error {
 	}
 	defer m.close()
 	if p := s.rt.pool.take(); p != nil {
-		err := s.adopt(p, init, m.fds)
+		err := s.adopt(p, init, m)
 		if err == nil {
 			m.close()
 			return s.waitReady(ctx, true)
@@ -74,7 +74,7 @@ func (s *Sandbox) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.adopt(p, init, m.fds); err != nil {
+	if err := s.adopt(p, init, m); err != nil {
 		return err
 	}
 	m.close()
@@ -98,8 +98,9 @@ func (s *Sandbox) prepareHost() error {
 }
 
 // adopt makes p the sandbox's agent: its logs are the sandbox's, its cgroup
-// gets spec's limits, and it is sent init with the mounts' descriptors.
-func (s *Sandbox) adopt(p *agentProc, init *agent.Init, fds []int) error {
+// gets spec's limits, and it is sent init with the mounts' descriptors,
+// the layers idmapped into its user namespace.
+func (s *Sandbox) adopt(p *agentProc, init *agent.Init, m *mounts) error {
 	s.proc, s.cg = p, p.cg
 	p.lw.setLogger(s.log)
 	if err := p.cg.writeLimits(s.spec); err != nil {
@@ -112,8 +113,11 @@ func (s *Sandbox) adopt(p *agentProc, init *agent.Init, fds []int) error {
 		}
 		s.link = link
 	}
+	if err := m.idmap(p.cmd.Process.Pid); err != nil {
+		return err
+	}
 	s.client = agent.NewClient(p.conn, s.log)
-	return s.client.SendInit(init, fds)
+	return s.client.SendInit(init, m.fds)
 }
 
 // waitReady waits for the agent's answer to init; warm says whether the

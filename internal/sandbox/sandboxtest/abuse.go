@@ -26,6 +26,10 @@ func testAbuse(t *testing.T, rt sandbox.Runtime, rootfs string) {
 	secret.WriteString("host secret\n")
 	secret.Close()
 
+	envBefore, err := os.ReadFile(filepath.Join(rootfs, "usr/bin/env"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	f := start(t, rt, rootfs, func(s *sandbox.Spec) { s.UID, s.GID = 0, 0 })
 	attempts := []struct {
 		name string
@@ -36,7 +40,9 @@ func testAbuse(t *testing.T, rt sandbox.Runtime, rootfs string) {
 		{"read a host file by its host path", []string{"cat", secret.Name()}},
 		{"trigger sysrq", []string{"sh", "-c", "echo h > /proc/sysrq-trigger"}},
 		{"change a kernel setting", []string{"sh", "-c", "echo 1 > /proc/sys/vm/drop_caches"}},
-		{"write the image root", []string{"sh", "-c", "echo x > /usr/bin/helmr-abuse"}},
+		{"write Helmr's files", []string{"sh", "-c", "echo x > /opt/helmr/hello.js"}},
+		{"redirect the sandbox's DNS", []string{"sh", "-c", "echo nameserver 10.0.0.1 > /etc/resolv.conf"}},
+		{"unmount an identity file", []string{"umount", "/etc/hosts"}},
 		{"new user namespace", []string{"unshare", "--user", "--map-root-user", "true"}},
 		{"new mount namespace", []string{"unshare", "--mount", "true"}},
 		{"new pid namespace", []string{"unshare", "--pid", "--fork", "true"}},
@@ -59,6 +65,14 @@ func testAbuse(t *testing.T, rt sandbox.Runtime, rootfs string) {
 	}
 	// The refusals changed nothing the sandbox's own processes rely on.
 	f.OK(t, "true")
+	// Writing the image's files lands in the sandbox's own layer only.
+	f.OK(t, "sh", "-c", "echo x > /usr/bin/helmr-abuse && echo x >> /usr/bin/env")
+	if _, err := os.Lstat(filepath.Join(rootfs, "usr/bin/helmr-abuse")); err == nil {
+		t.Error("a file the sandbox wrote to /usr/bin reached the image on the host")
+	}
+	if b, err := os.ReadFile(filepath.Join(rootfs, "usr/bin/env")); err != nil || string(b) != string(envBefore) {
+		t.Errorf("the image's /usr/bin/env on the host = %d bytes, %v; want it unchanged (%d bytes)", len(b), err, len(envBefore))
+	}
 }
 
 // perlSyscall makes one raw system call and exits 0 if the kernel took it:

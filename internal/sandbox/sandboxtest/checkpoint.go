@@ -12,18 +12,21 @@ import (
 )
 
 // testCheckpoint is the checkpoint contract, for a tier whose runtime
-// implements sandbox.Checkpointer: a sandbox with a process holding state
-// in memory, a file in its own /tmp and one in the workspace is
-// checkpointed (the process's Exec ends with a CheckpointedError); images
-// changed afterwards are refused (ErrTamperedImage) and boot nothing; the
-// untouched image restores: the process re-attaches with its memory, both
-// files are there, and new processes start.
-func testCheckpoint(t *testing.T, rt sandbox.Runtime, rootfs string) {
+// implements sandbox.Checkpointer: a sandbox (as the image's root) with a
+// process holding state in memory, a file in its own /tmp, files written
+// to its root and one in the workspace is checkpointed (the process's
+// Exec ends with a CheckpointedError); images changed afterwards are
+// refused (ErrTamperedImage) and boot nothing; the untouched image
+// restores, on the same runtime and then on a fresh one (as on another
+// worker): each time the process re-attaches with its memory, the files
+// are there, and new processes start.
+func testCheckpoint(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime, rootfs string) {
+	rt := newRuntime(t)
 	ckr, ok := rt.(sandbox.Checkpointer)
 	if !ok {
 		t.Skipf("the %s tier does not checkpoint (no sandbox.Checkpointer)", rt.Name())
 	}
-	f := start(t, rt, rootfs, func(s *sandbox.Spec) { s.MemoryBytes = 512 << 20 })
+	f := start(t, rt, rootfs, func(s *sandbox.Spec) { s.MemoryBytes, s.UID, s.GID = 512<<20, 0, 0 })
 	p := ExecChannel(f.SB, sandbox.ExecRequest{Argv: []string{"node", "-e", CounterJS}})
 	s := p.Started(t)
 	for i, want := range []string{`{"n":1}`, `{"n":2}`} {
@@ -31,7 +34,7 @@ func testCheckpoint(t *testing.T, rt sandbox.Runtime, rootfs string) {
 			t.Fatalf("answer %d = %s, want %s", i, got, want)
 		}
 	}
-	f.OK(t, "sh", "-c", "echo workspace > note && echo guest > /tmp/note")
+	f.OK(t, "sh", "-c", "echo workspace > note && echo guest > /tmp/note && mkdir /myrepo && echo repo > /myrepo/note && echo state > /root/state.json")
 
 	image := t.TempDir()
 	if err := ckr.Checkpoint(context.Background(), f.SB, image); err != nil {
@@ -49,24 +52,40 @@ func testCheckpoint(t *testing.T, rt sandbox.Runtime, rootfs string) {
 
 	refuseTampered(t, ckr, f.Spec, image)
 
+	t.Run("SameRuntime", func(t *testing.T) { checkRestored(t, ckr, f, image, cerr.ExecID) })
+	t.Run("FreshRuntime", func(t *testing.T) {
+		fresh, ok := newRuntime(t).(sandbox.Checkpointer)
+		if !ok {
+			t.Fatal("a fresh runtime of the same tier is no Checkpointer")
+		}
+		checkRestored(t, fresh, f, image, cerr.ExecID)
+	})
+}
+
+// checkRestored restores f's checkpoint image with ckr and checks the
+// sandbox: the process cut off by the checkpoint re-attaches with its
+// memory, the workspace's, /tmp's and the root's files are there, and new
+// processes start. It destroys the restored sandbox before returning.
+func checkRestored(t *testing.T, ckr sandbox.Checkpointer, f *fixture, image string, execID uint64) {
 	restored, err := ckr.Restore(context.Background(), f.Spec, image)
 	if err != nil {
 		t.Fatalf("Restore(untouched image) = %v", err)
 	}
-	r := &fixture{SB: restored, Spec: f.Spec, Workspace: f.Workspace}
-	t.Cleanup(func() {
+	defer func() {
 		if err := restored.Destroy(context.Background()); err != nil {
 			t.Errorf("Destroy(restored) = %v", err)
 		}
-	})
-	p2 := ExecChannel(restored, sandbox.ExecRequest{Argv: []string{"node"}, Attach: cerr.ExecID})
+	}()
+	r := &fixture{SB: restored, Spec: f.Spec, Workspace: f.Workspace}
+	p2 := ExecChannel(restored, sandbox.ExecRequest{Argv: []string{"node"}, Attach: execID})
 	s2 := p2.Started(t)
 	if got := p2.Ask(t, s2, `"inc"`); got != `{"n":3}` {
 		t.Errorf("answer after restore = %s, want {\"n\":3} (memory kept)", got)
 	}
-	if got := r.OK(t, "cat", "note", "/tmp/note"); got != "workspace\nguest\n" {
-		t.Errorf("files after restore = %q, want the workspace's and /tmp's notes", got)
+	if got := r.OK(t, "cat", "note", "/tmp/note", "/myrepo/note", "/root/state.json"); got != "workspace\nguest\nrepo\nstate\n" {
+		t.Errorf("files after restore = %q, want the workspace's, /tmp's and the root's notes", got)
 	}
+	r.OK(t, "sh", "-c", "echo after > /root/after-restore") // the root is still writable
 	if got := p2.Ask(t, s2, `"exit"`); got != `"bye"` {
 		t.Errorf("answer to exit = %s, want \"bye\"", got)
 	}

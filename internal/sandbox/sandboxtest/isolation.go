@@ -13,8 +13,9 @@ import (
 )
 
 // runIsolation checks the boundary on a sandbox whose processes run as the
-// image's root: even so they hold no capability, cannot write the image,
-// see no host process or network and are not host root.
+// image's root: even so they hold no capability, write the image only in
+// their own copy-on-write layer, never in its layers, cannot write
+// Helmr's paths, see no host process or network and are not host root.
 func runIsolation(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime, rootfs string, opts Options) {
 	hostnameBefore, _ := os.ReadFile(filepath.Join(rootfs, "etc/hostname"))
 	f := start(t, newRuntime(t), rootfs, func(s *sandbox.Spec) { s.UID, s.GID = 0, 0 })
@@ -45,10 +46,10 @@ func runIsolation(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime, r
 			t.Errorf("uid_map = %q; want uid 0 mapped to a host uid other than 0", m)
 		}
 	})
-	t.Run("ReadOnlyOutsideWorkspace", func(t *testing.T) {
+	t.Run("WritesOutsideWorkspace", func(t *testing.T) {
 		got := f.Node(t, writeProbeJS)
-		want := "/etc/x:denied /usr/x:denied /x:denied /opt/helmr/x:denied /usr/local/bin/node:denied " +
-			"/tmp/x:ok /dev/shm/x:ok /workspace/x:ok \n"
+		want := "/etc/x:ok /usr/x:ok /x:ok /opt/helmr/x:denied /etc/hostname:denied /etc/hosts:denied " +
+			"/etc/resolv.conf:denied /tmp/x:ok /dev/shm/x:ok /workspace/x:ok \n"
 		if got != want {
 			t.Errorf("write probe = %q, want %q", got, want)
 		}
@@ -85,6 +86,11 @@ console.log(fs.readdirSync('/proc').filter(e => /^\d+$/.test(e)).length,
 		if string(after) != string(hostnameBefore) {
 			t.Errorf("base rootfs etc/hostname = %q, was %q", after, hostnameBefore)
 		}
+		for _, p := range []string{"x", "etc/x", "usr/x"} {
+			if _, err := os.Lstat(filepath.Join(rootfs, p)); err == nil {
+				t.Errorf("the sandbox's /%s reached the base rootfs on the host", p)
+			}
+		}
 	})
 }
 
@@ -105,11 +111,11 @@ console.log(fs.readdirSync('/proc').filter(e => /^\d+$/.test(e)).some(p => {
 	}
 }
 
-// writeProbeJS tries to create files and prints path:ok|denied|<code>.
+// writeProbeJS tries to write files and prints path:ok|denied|<code>.
 const writeProbeJS = `
 const fs = require('fs');
 let out = '';
-for (const p of ['/etc/x', '/usr/x', '/x', '/opt/helmr/x', '/usr/local/bin/node', '/tmp/x', '/dev/shm/x', '/workspace/x']) {
+for (const p of ['/etc/x', '/usr/x', '/x', '/opt/helmr/x', '/etc/hostname', '/etc/hosts', '/etc/resolv.conf', '/tmp/x', '/dev/shm/x', '/workspace/x']) {
   try { fs.writeFileSync(p, 'x'); out += p + ':ok '; }
   catch (e) { out += p + ':' + (e.code === 'EROFS' || e.code === 'EACCES' || e.code === 'EPERM' ? 'denied' : e.code) + ' '; }
 }

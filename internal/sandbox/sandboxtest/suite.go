@@ -1,7 +1,8 @@
 // Package sandboxtest is the runtime conformance suite: the contract every
 // isolation tier must meet (workspace, devices, identity files, isolation of
-// processes, filesystem and network, no capabilities, resource limits,
-// exec, channel and destroy), and for a tier that checkpoints
+// processes, filesystem and network, no capabilities, resource limits, a
+// writable root bounded in size and discarded with the sandbox, exec,
+// channel and destroy), and for a tier that checkpoints
 // (sandbox.Checkpointer) the checkpoint contract. A tier's test calls Run
 // with a constructor for its Runtime and the path of a base root
 // filesystem with node.
@@ -59,9 +60,10 @@ func RunWithOptions(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime,
 	t.Run("Destroy", func(t *testing.T) { testDestroy(t, newRuntime(t), rootfs) })
 	t.Run("Abuse", func(t *testing.T) { testAbuse(t, newRuntime(t), rootfs) })
 	t.Run("WorkspaceQuota", func(t *testing.T) { testWorkspaceQuota(t, newRuntime(t), rootfs) })
+	t.Run("WritableRoot", func(t *testing.T) { testWritableRoot(t, newRuntime, rootfs) })
 	t.Run("WriteFile", func(t *testing.T) { testWriteFile(t, newRuntime(t), rootfs) })
 	t.Run("Egress", func(t *testing.T) { testEgress(t, newRuntime, rootfs) })
-	t.Run("Checkpoint", func(t *testing.T) { testCheckpoint(t, newRuntime(t), rootfs) })
+	t.Run("Checkpoint", func(t *testing.T) { testCheckpoint(t, newRuntime, rootfs) })
 }
 
 // fixture is a started sandbox and the host directories behind it.

@@ -40,11 +40,15 @@ export interface ImageManifest {
   steps: StepManifest[];
 }
 
-/** A sandbox's requested vCPUs and memory ("512Mi", "4Gi"), and its workspaces' size quota ("20Gi"). */
+/**
+ * A sandbox's requested vCPUs and memory ("512Mi", "4Gi"), its workspaces' size quota ("20Gi")
+ * and the bound of its writable root ("2Gi").
+ */
 export interface ResourcesManifest {
   cpu?: number;
   memory?: string;
   disk?: string;
+  rootSize?: string;
 }
 
 /** A sandbox declaration. */

@@ -6,14 +6,19 @@ import { assertAbsolutePath, assertName, describe } from "./validate.js";
 export type MemorySize = `${number}${"Ki" | "Mi" | "Gi" | "Ti"}`;
 
 /**
- * The vCPUs and memory a sandbox requests, and the size quota of the
+ * The vCPUs and memory a sandbox requests, the size quota of the
  * workspaces made for it (disk, 8Mi to 16Ti; default: the worker's
- * HELMR_WORKSPACE_QUOTA).
+ * HELMR_WORKSPACE_QUOTA), and the bound of what it writes to its root
+ * outside the workspace (rootSize, 1Mi to 16Ti; default: the worker's
+ * HELMR_ROOT_SIZE, 1Gi): the root is a copy-on-write layer over the
+ * image, discarded with the sandbox; a write past the bound fails with
+ * ENOSPC.
  */
 export interface Resources {
   cpu?: number;
   memory?: MemorySize;
   disk?: MemorySize;
+  rootSize?: MemorySize;
 }
 
 const memoryPattern = /^(?:\d+|\d*\.\d+)(?:Ki|Mi|Gi|Ti)$/;
@@ -58,9 +63,9 @@ export class Sandbox {
     return new Sandbox(this.name, this.#image, clean, this.#resources);
   }
 
-  /** resources sets the requested vCPUs and memory, and the workspace disk size. */
+  /** resources sets the requested vCPUs and memory, the workspace disk size and the root size. */
   resources(resources: Resources): Sandbox {
-    const { cpu, memory, disk } = resources;
+    const { cpu, memory, disk, rootSize } = resources;
     if (cpu !== undefined && (typeof cpu !== "number" || !Number.isFinite(cpu) || cpu <= 0)) {
       throw new TypeError(`sandbox "${this.name}" cpu must be a positive number, got ${describe(cpu)}`);
     }
@@ -74,10 +79,16 @@ export class Sandbox {
         `sandbox "${this.name}" disk must be a whole size such as "512Mi" or "20Gi", got ${describe(disk)}`,
       );
     }
+    if (rootSize !== undefined && (typeof rootSize !== "string" || !diskPattern.test(rootSize))) {
+      throw new TypeError(
+        `sandbox "${this.name}" rootSize must be a whole size such as "512Mi" or "2Gi", got ${describe(rootSize)}`,
+      );
+    }
     const copy: Resources = {};
     if (cpu !== undefined) copy.cpu = cpu;
     if (memory !== undefined) copy.memory = memory;
     if (disk !== undefined) copy.disk = disk;
+    if (rootSize !== undefined) copy.rootSize = rootSize;
     return new Sandbox(this.name, this.#image, this.#workspace, Object.freeze(copy));
   }
 
@@ -90,6 +101,7 @@ export class Sandbox {
     if (this.#resources.cpu !== undefined) resources.cpu = this.#resources.cpu;
     if (this.#resources.memory !== undefined) resources.memory = this.#resources.memory;
     if (this.#resources.disk !== undefined) resources.disk = this.#resources.disk;
+    if (this.#resources.rootSize !== undefined) resources.rootSize = this.#resources.rootSize;
     return {
       name: this.name,
       image: this.#image.toManifest(),

@@ -65,6 +65,11 @@ describe("image and sandbox", () => {
     assert.deepStrictEqual(m.resources, { memory: "1Gi", disk: "20Gi" });
   });
 
+  it("a root size", () => {
+    const m = sandbox("swe").image(image("b").from("debian")).resources({ rootSize: "2Gi" }).toManifest();
+    assert.deepStrictEqual(m.resources, { rootSize: "2Gi" });
+  });
+
   it("round-trips through JSON unchanged (no undefined or class fields)", () => {
     const m = sb.toManifest();
     assert.deepStrictEqual(JSON.parse(JSON.stringify(m)), m);
@@ -130,6 +135,8 @@ describe("image and sandbox", () => {
     ["bad cpu", () => sandbox("s").resources({ cpu: 0 }), /cpu must be a positive/],
     ["fractional disk", () => sandbox("s").resources({ disk: "1.5Gi" }), /disk must be a whole size/],
     ["disk without unit", () => sandbox("s").resources({ disk: "20GB" as "20Gi" }), /disk must be a whole size/],
+    ["root size in GiB", () => sandbox("s").resources({ rootSize: "2GiB" as "2Gi" }), /rootSize must be a whole size/],
+    ["fractional root size", () => sandbox("s").resources({ rootSize: "0.5Gi" }), /rootSize must be a whole size/],
     ["bad name", () => image("has space"), /image name must be/],
   ];
   for (const [name, fn, want] of bad) {

@@ -1431,6 +1431,8 @@ export interface components {
                 memory?: string;
                 /** @description The size quota of the workspaces made for this sandbox (8Mi to 16Ti); default: the worker's HELMR_WORKSPACE_QUOTA. */
                 disk?: string;
+                /** @description The bound of what this sandbox writes to its root outside the workspace, a copy-on-write layer over its image discarded with it (1Mi to 16Ti; past it, ENOSPC); default: the worker's HELMR_ROOT_SIZE. */
+                rootSize?: string;
             };
         };
         Image: {
