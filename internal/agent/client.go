@@ -153,13 +153,16 @@ func (c *Client) dispatch(m Msg) {
 		id = m.ID
 	case *Exit:
 		id = m.ID
+	case *ShellResult:
+		id = m.ID
 	default:
 		c.log.Warn("agent sent unexpected message", "type", m.MessageType())
 		return
 	}
 	c.mu.Lock()
 	q := c.execs[id]
-	if _, ok := m.(*Exit); ok {
+	switch m.(type) {
+	case *Exit, *ShellResult:
 		delete(c.execs, id)
 	}
 	c.mu.Unlock()
