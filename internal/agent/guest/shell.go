@@ -219,7 +219,7 @@ func (s *shellSession) watch(readerDone <-chan struct{}) {
 		s.srv.log.Warn("remove shell session files", "session", s.name, "err", err)
 	}
 	s.mu.Lock()
-	s.scan.endLine()
+	s.scan.finish()
 	s.filter.flush(s.sinkLocked().write)
 	s.ended = true
 	if j := s.cur; j != nil {

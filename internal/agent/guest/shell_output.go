@@ -86,6 +86,13 @@ func (p *promptScanner) endLine() {
 	p.line, p.poisoned, p.passing = p.line[:0], false, false
 }
 
+// finish ends the stream: whatever is held is output.
+func (p *promptScanner) finish() {
+	p.text(p.scan)
+	p.scan = p.scan[:0]
+	p.endLine()
+}
+
 // flushPartial passes on what is held of the current line, so that a
 // result taken now has it; the rest of the line then passes too.
 func (p *promptScanner) flushPartial() {
