@@ -179,7 +179,9 @@ func (s *shellSession) typist() {
 			continue
 		}
 		j.typed = true
-		j.out.absorb(&s.pending)
+		if !j.abandoned { // else its output, and what came before, stay pending
+			j.out.absorb(&s.pending)
+		}
 		s.cur = j
 		s.mu.Unlock()
 		if err := setTerminalModes(s.ptm); err != nil {

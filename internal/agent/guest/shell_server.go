@@ -141,7 +141,7 @@ func (s *Server) openShell(m *agent.Shell, maxOut int) (*agent.ShellResult, erro
 		s.shellMu.Unlock()
 		return nil, fmt.Errorf("shell session %q: %w", m.Name, sandbox.ErrShellExists)
 	}
-	sess, err := s.startShell(m, maxOut)
+	sess, startup, err := s.startShell(m, maxOut)
 	if err != nil {
 		s.shellMu.Unlock()
 		return nil, err
@@ -152,13 +152,11 @@ func (s *Server) openShell(m *agent.Shell, maxOut int) (*agent.ShellResult, erro
 	if timeout == 0 {
 		timeout = defaultOpenTimeout
 	}
-	sess.mu.Lock()
-	j := sess.cur
-	sess.mu.Unlock()
-	return sess.await(j, timeout)
+	return sess.await(startup, timeout)
 }
 
-func (s *Server) startShell(m *agent.Shell, maxOut int) (*shellSession, error) {
+// startShell starts session m.Name; its startup is the job it returns.
+func (s *Server) startShell(m *agent.Shell, maxOut int) (*shellSession, *shellJob, error) {
 	cwd := m.Cwd
 	if cwd == "" {
 		cwd = "/"
@@ -169,11 +167,11 @@ func (s *Server) startShell(m *agent.Shell, maxOut int) (*shellSession, error) {
 	}
 	bash, err := lookPath("bash", env, cwd)
 	if err != nil {
-		return nil, fmt.Errorf("start shell: %w", err)
+		return nil, nil, fmt.Errorf("start shell: %w", err)
 	}
 	secret, err := randomHex(16)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	root := s.shellRoot
 	if root == "" {
@@ -181,10 +179,10 @@ func (s *Server) startShell(m *agent.Shell, maxOut int) (*shellSession, error) {
 	}
 	dir := filepath.Join(root, secret)
 	if err := os.MkdirAll(root, 0o711); err != nil {
-		return nil, fmt.Errorf("start shell: %w", err)
+		return nil, nil, fmt.Errorf("start shell: %w", err)
 	}
 	if err := os.Mkdir(dir, 0o711); err != nil {
-		return nil, fmt.Errorf("start shell: %w", err)
+		return nil, nil, fmt.Errorf("start shell: %w", err)
 	}
 	sess := &shellSession{
 		srv: s, name: m.Name, uid: m.UID, gid: m.GID, env: env, dir: dir,
@@ -196,16 +194,17 @@ func (s *Server) startShell(m *agent.Shell, maxOut int) (*shellSession, error) {
 	sess.scan = promptScanner{secret: []byte(secret), out: sess.emitLocked, prompt: sess.promptLocked}
 	if err := sess.spawn(bash, cwd, rcFile(secret, m.StartupSource)); err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("start shell: %w", err)
+		return nil, nil, fmt.Errorf("start shell: %w", err)
 	}
-	sess.cur = newJob("", maxOut)
-	sess.cur.open, sess.cur.typed = true, true
+	startup := newJob("", maxOut)
+	startup.open, startup.typed = true, true
+	sess.cur = startup
 	readerDone := make(chan struct{})
 	s.wg.Add(2)
 	go sess.read(readerDone)
 	go sess.watch(readerDone)
 	go sess.typist()
-	return sess, nil
+	return sess, startup, nil
 }
 
 // spawn starts bash on a new terminal as the session's user, leader of a

@@ -281,3 +281,66 @@ func TestShellStartupSource(t *testing.T) {
 		t.Errorf("run after startup = %q, want 1, myfn", res.Output)
 	}
 }
+
+func TestShellOpenTimeoutThenInterrupt(t *testing.T) {
+	sc := newShellPair(t)
+	rc := t.TempDir() + "/rc"
+	if err := os.WriteFile(rc, []byte("echo waiting\nread -r line\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := sc.do(t, sandbox.ShellRequest{Op: sandbox.ShellOpen, Name: "s", Cwd: "/", UID: uint32(os.Getuid()), GID: uint32(os.Getgid()),
+		Env: []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent"}, StartupSource: []string{rc}, Timeout: 300 * time.Millisecond})
+	if err != nil || !res.TimedOut || string(res.Output) != "waiting\n" {
+		t.Fatalf("open(startup reading the terminal) = %+v, %v; want TimedOut with waiting", res, err)
+	}
+	// The session exists; ^C ends its startup, and the prompt is Helmr's.
+	res, err = sc.do(t, sandbox.ShellRequest{Op: sandbox.ShellInterrupt, Name: "s"})
+	if err != nil || res.TimedOut {
+		t.Fatalf("interrupt during startup = %+v, %v; want the shell back", res, err)
+	}
+	if res := sc.run(t, "s", "echo ready"); string(res.Output) != "ready\n" || res.ExitCode != 0 {
+		t.Errorf("run after the interrupted startup = %q, %d; want ready, 0", res.Output, res.ExitCode)
+	}
+}
+
+func TestShellIdleInterrupt(t *testing.T) {
+	sc := newShellPair(t)
+	sc.open(t, "s")
+	res, err := sc.do(t, sandbox.ShellRequest{Op: sandbox.ShellInterrupt, Name: "s"})
+	if err != nil || res.TimedOut || len(res.Output) != 0 {
+		t.Errorf("interrupt of an idle shell = %+v, %v; want an empty answer", res, err)
+	}
+	if res := sc.run(t, "s", "false"); res.ExitCode != 1 {
+		t.Errorf("run(false) after idle interrupt = %d, want 1", res.ExitCode)
+	}
+}
+
+func TestShellQueuedRunThatGaveUpStillRuns(t *testing.T) {
+	sc := newShellPair(t)
+	sc.open(t, "s")
+	started := t.TempDir() + "/started"
+	first := make(chan sandbox.ShellResult, 1)
+	go func() {
+		res, _ := sc.do(t, sandbox.ShellRequest{Op: sandbox.ShellRun, Name: "s", Command: "touch " + started + "; sleep 0.5; echo one", Timeout: 10 * time.Second})
+		first <- res
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, err := os.Stat(started); err != nil; _, err = os.Stat(started) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first run did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Queued behind the first, this run gives up before it starts: it
+	// still runs (typed-ahead input), and what it prints is pending.
+	res, err := sc.do(t, sandbox.ShellRequest{Op: sandbox.ShellRun, Name: "s", Command: "echo two; marker=set", Timeout: time.Millisecond})
+	if err != nil || !res.TimedOut || len(res.Output) != 0 {
+		t.Fatalf("queued run with 1ms = %+v, %v; want TimedOut, no output", res, err)
+	}
+	if r := <-first; string(r.Output) != "one\n" {
+		t.Errorf("first run = %q, want one", r.Output)
+	}
+	if r := sc.run(t, "s", "echo $marker"); string(r.Output) != "two\nset\n" {
+		t.Errorf("run after = %q; want the queued run's output, then set", r.Output)
+	}
+}

@@ -337,7 +337,10 @@ func (s *Sandbox) WriteFile(ctx context.Context, f sandbox.File) error {
 }
 
 // Shell implements sandbox.Shells: the guest agent holds the sessions. An
-// open without a Cwd starts in the workspace.
+// open without a Cwd starts in the workspace. Sessions survive a
+// checkpoint and restore with all their state (gVisor saves the agent, the
+// terminals and the shells with the rest of the sandbox); a request in
+// flight when the checkpoint is taken fails with sandbox.ErrCheckpointed.
 func (s *Sandbox) Shell(ctx context.Context, req sandbox.ShellRequest) (sandbox.ShellResult, error) {
 	if s.client == nil {
 		return sandbox.ShellResult{}, fmt.Errorf("%w: sandbox %s has no agent", sandbox.ErrGuestRuntime, s.spec.ID)

@@ -31,6 +31,7 @@ func testShells(t *testing.T, rt sandbox.Runtime, rootfs string) {
 	t.Run("Exit", func(t *testing.T) { shellExit(t, f) })
 	t.Run("Concurrent", func(t *testing.T) { shellConcurrent(t, f) })
 	t.Run("Close", func(t *testing.T) { shellClose(t, f) })
+	t.Run("Checkpoint", func(t *testing.T) { shellCheckpoint(t, rt, rootfs) })
 }
 
 // Shell sends req to the fixture's sandbox with a time limit.
@@ -200,5 +201,39 @@ func shellClose(t *testing.T, f *fixture) {
 	}
 	if _, err := f.Shell(t, sandbox.ShellRequest{Op: sandbox.ShellOpen, Name: "close", UID: f.Spec.UID, GID: f.Spec.GID}); err != nil {
 		t.Errorf("open after close = %v, want the name free again", err)
+	}
+}
+
+// shellCheckpoint, for a tier that checkpoints: a session open when its
+// sandbox is checkpointed is there, with its state, in the restored
+// sandbox (the agent, its terminals and the shell are all restored).
+func shellCheckpoint(t *testing.T, rt sandbox.Runtime, rootfs string) {
+	ckr, ok := rt.(sandbox.Checkpointer)
+	if !ok {
+		t.Skipf("the %s tier does not checkpoint (no sandbox.Checkpointer)", rt.Name())
+	}
+	f := start(t, rt, rootfs, func(s *sandbox.Spec) { s.MemoryBytes = 512 << 20 })
+	f.OpenShell(t, "ckpt")
+	f.Run(t, "ckpt", "kept=before; cd /tmp; g() { echo g; }")
+	image := t.TempDir()
+	if err := ckr.Checkpoint(context.Background(), f.SB, image); err != nil {
+		t.Fatalf("Checkpoint() with a shell session = %v", err)
+	}
+	restored, err := ckr.Restore(context.Background(), f.Spec, image)
+	if err != nil {
+		t.Fatalf("Restore() = %v", err)
+	}
+	t.Cleanup(func() {
+		if err := restored.Destroy(context.Background()); err != nil {
+			t.Errorf("Destroy(restored) = %v", err)
+		}
+	})
+	r := &fixture{SB: restored, Spec: f.Spec, Workspace: f.Workspace}
+	if res := r.Run(t, "ckpt", "echo $kept; pwd; g"); string(res.Output) != "before\n/tmp\ng\n" || res.ExitCode != 0 {
+		t.Errorf("run in the restored session = %q, %d; want its state kept", res.Output, res.ExitCode)
+	}
+	r.OpenShell(t, "new")
+	if res := r.Run(t, "new", "echo new"); string(res.Output) != "new\n" {
+		t.Errorf("run in a session opened after restore = %q, want new", res.Output)
 	}
 }
