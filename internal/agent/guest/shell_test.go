@@ -344,3 +344,18 @@ func TestShellQueuedRunThatGaveUpStillRuns(t *testing.T) {
 		t.Errorf("run after = %q; want the queued run's output, then set", r.Output)
 	}
 }
+
+func TestShellExitWithEscapedProcessHoldingTerminal(t *testing.T) {
+	sc := newShellPair(t)
+	sc.open(t, "s")
+	// A process in a session of its own keeps the terminal open: the
+	// shell's exit still ends the session.
+	sc.run(t, "s", "setsid sleep 2 &")
+	res := sc.run(t, "s", "exit 4")
+	if !res.Exited || res.ExitCode != 4 {
+		t.Errorf("run(exit 4) = %+v; want Exited, 4", res)
+	}
+	if _, err := sc.do(t, sandbox.ShellRequest{Op: sandbox.ShellRun, Name: "s", Command: "true"}); !errors.Is(err, sandbox.ErrNoShell) {
+		t.Errorf("run after exit = %v, want ErrNoShell", err)
+	}
+}
