@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 
 	"github.com/helmr/helmr/internal/sandbox"
@@ -42,6 +43,11 @@ func NewClient(conn io.ReadWriteCloser, log *slog.Logger) *Client {
 		hello: make(chan Msg, 1),
 		done:  make(chan struct{}),
 		execs: make(map[uint64]*Queue[Msg]),
+		// Ids start at a random point: a guest restored from a checkpoint
+		// may still answer a request an earlier client sent (a shell run in
+		// flight when the checkpoint was taken), and that answer must not
+		// match a request of this client.
+		nextID: 1<<32 + rand.Uint64N(1<<48),
 	}
 	go c.readLoop()
 	return c
@@ -153,13 +159,16 @@ func (c *Client) dispatch(m Msg) {
 		id = m.ID
 	case *Exit:
 		id = m.ID
+	case *ShellResult:
+		id = m.ID
 	default:
 		c.log.Warn("agent sent unexpected message", "type", m.MessageType())
 		return
 	}
 	c.mu.Lock()
 	q := c.execs[id]
-	if _, ok := m.(*Exit); ok {
+	switch m.(type) {
+	case *Exit, *ShellResult:
 		delete(c.execs, id)
 	}
 	c.mu.Unlock()

@@ -120,6 +120,10 @@ func Decode(payload []byte) (Msg, error) {
 		m = new(Exit)
 	case TypeWriteFile:
 		m = new(WriteFile)
+	case TypeShell:
+		m = new(Shell)
+	case TypeShellResult:
+		m = new(ShellResult)
 	default:
 		return nil, fmt.Errorf("decode frame type %q: %w", env.Type, ErrUnknownType)
 	}

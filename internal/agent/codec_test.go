@@ -25,6 +25,14 @@ func TestRoundTrip(t *testing.T) {
 		&Signal{ID: 7, Signal: "SIGTERM"},
 		&Exit{ID: 7, Code: 137, Signal: "killed"},
 		&Exit{ID: 8, Code: 127, Error: `exec "nope": not found`},
+		&Shell{ID: 9, Op: "open", Name: "default", Env: []string{"PATH=/bin"}, Cwd: "/workspace", UID: 1000, GID: 1000,
+			StartupSource: []string{"/root/.bashrc"}},
+		&Shell{ID: 10, Op: "run", Name: "default", Command: "cat <<EOF\nx\nEOF", Timeout: 1500000000, MaxOutput: 1 << 20},
+		&Shell{ID: 11, Op: "interrupt", Name: "default", Timeout: 200000000, Retries: 3},
+		&ShellResult{ID: 10, Output: []byte{'a', '\n', 0xff}, OutputCut: 7, ExitCode: 1, TimedOut: true},
+		&ShellResult{ID: 12, ExitCode: 2, SyntaxError: true, SyntaxStderr: "bash: line 1: syntax error"},
+		&ShellResult{ID: 13, ExitCode: 3, Exited: true},
+		&ShellResult{ID: 14, Error: "no shell session x", ErrorCode: ShellNoSession},
 	}
 	var buf bytes.Buffer
 	w := NewWriter(&buf)

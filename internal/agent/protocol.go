@@ -9,13 +9,23 @@
 //
 // Messages, by direction:
 //
-//	worker → agent: init, exec, stdin, message, signal
-//	agent → worker: ready, fatal, started, output, message, exit
+//	worker → agent: init, exec, stdin, message, signal, write_file, shell
+//	agent → worker: ready, fatal, started, output, message, exit, shell_result
 //
 // A session starts with init → ready|fatal (process tier) or with ready alone
 // (tiers whose runtime set the guest up). Each exec carries a worker-chosen
 // id; every later frame about that process carries the same id, and exit is
 // the last of them.
+//
+// Shell sessions (sandbox.Shells) are held by the agent: a shell frame is
+// one request on a named session (open, run, interrupt, close) and is
+// answered by exactly one shell_result frame with the same id, when the
+// request is done. Requests on one session are served one at a time in the
+// order they arrive, except interrupt, which acts on the command that runs;
+// requests on different sessions, and execs, run side by side. A request
+// the worker stops waiting for still completes in the guest (a run's
+// command goes on in its session); its late answer carries an id the
+// worker no longer knows and is dropped.
 package agent
 
 // Version is the agent's protocol version, sent in ready.
@@ -36,6 +46,10 @@ const (
 	// TypeWriteFile places a file (a run's secret) in the sandbox; the
 	// agent answers with an exit frame of the same id.
 	TypeWriteFile = "write_file"
+	// TypeShell is a request on a shell session; the agent answers with a
+	// shell_result frame of the same id.
+	TypeShell       = "shell"
+	TypeShellResult = "shell_result"
 )
 
 // Output stream names.
@@ -207,3 +221,56 @@ type WriteFile struct {
 
 // MessageType implements Msg.
 func (*WriteFile) MessageType() string { return TypeWriteFile }
+
+// MaxShellOutput bounds Shell.MaxOutput, so that a result fits a frame
+// after base64.
+const MaxShellOutput = 8 << 20
+
+// Shell is one request on a shell session; see sandbox.ShellRequest for
+// the fields, which keep their meaning. Timeout is in nanoseconds.
+type Shell struct {
+	ID            uint64   `json:"id"`
+	Op            string   `json:"op"`
+	Name          string   `json:"name"`
+	Env           []string `json:"env,omitempty"`
+	Cwd           string   `json:"cwd,omitempty"`
+	UID           uint32   `json:"uid,omitempty"`
+	GID           uint32   `json:"gid,omitempty"`
+	StartupSource []string `json:"startup_source,omitempty"`
+	Command       string   `json:"command,omitempty"`
+	Timeout       int64    `json:"timeout_ns,omitempty"`
+	Retries       int      `json:"retries,omitempty"`
+	MaxOutput     int      `json:"max_output,omitempty"`
+}
+
+// Shell error codes (ShellResult.ErrorCode).
+const (
+	// ShellNoSession: no session of that name (sandbox.ErrNoShell).
+	ShellNoSession = "no_session"
+	// ShellExists: open on a name in use (sandbox.ErrShellExists).
+	ShellExists = "exists"
+	// ShellInvalid: the request is malformed.
+	ShellInvalid = "invalid"
+)
+
+// ShellResult answers the Shell request ID; see sandbox.ShellResult for
+// the fields. Error, if set, says the request failed (ErrorCode names the
+// kind, empty for a failure in the guest) and the other fields are unset.
+type ShellResult struct {
+	ID           uint64 `json:"id"`
+	Output       []byte `json:"output,omitempty"`
+	OutputCut    int64  `json:"output_cut,omitempty"`
+	ExitCode     int    `json:"exit_code"`
+	TimedOut     bool   `json:"timed_out,omitempty"`
+	SyntaxError  bool   `json:"syntax_error,omitempty"`
+	SyntaxStderr string `json:"syntax_stderr,omitempty"`
+	Exited       bool   `json:"exited,omitempty"`
+	Error        string `json:"error,omitempty"`
+	ErrorCode    string `json:"error_code,omitempty"`
+}
+
+// MessageType implements Msg.
+func (*Shell) MessageType() string { return TypeShell }
+
+// MessageType implements Msg.
+func (*ShellResult) MessageType() string { return TypeShellResult }

@@ -91,8 +91,22 @@ func (s *Server) start(m *agent.Exec) (*proc, <-chan unix.WaitStatus, error) {
 			Credential: &syscall.Credential{Uid: m.UID, Gid: m.GID, Groups: []uint32{}},
 		},
 	}
+	pid, wait, err := s.spawn(path, m.Argv, attr)
+	pio.closeChild()
+	if err != nil {
+		pio.closeOurs()
+		return nil, nil, err
+	}
+	return &proc{id: m.ID, pid: pid, pio: pio, input: agent.NewQueue[input]()}, wait, nil
+}
+
+// spawn starts path with argv and attr as every process of the sandbox
+// starts: through the reaper, under the process cap (wrap), with the
+// agent's seccomp filter and no capabilities (inherited from the hardened
+// agent). It returns the pid and the channel of its wait status.
+func (s *Server) spawn(path string, argv []string, attr *os.ProcAttr) (int, <-chan unix.WaitStatus, error) {
 	var pid int
-	path, argv := s.wrap(path, m.Argv)
+	path, argv = s.wrap(path, argv)
 	wait, err := s.reaper.Start(func() (int, error) {
 		p, err := os.StartProcess(path, argv, attr)
 		if err != nil {
@@ -102,12 +116,7 @@ func (s *Server) start(m *agent.Exec) (*proc, <-chan unix.WaitStatus, error) {
 		_ = p.Release() // the reaper, not os.Process, collects it
 		return pid, nil
 	})
-	pio.closeChild()
-	if err != nil {
-		pio.closeOurs()
-		return nil, nil, err
-	}
-	return &proc{id: m.ID, pid: pid, pio: pio, input: agent.NewQueue[input]()}, wait, nil
+	return pid, wait, err
 }
 
 // run relays the process's streams until it has exited and they are drained,

@@ -29,6 +29,12 @@ type Server struct {
 	// childNproc, when set, caps what the agent starts (see limit.go).
 	childNproc uint64
 	self       string
+
+	// shellRoot holds the shell sessions' files (DefaultShellRoot if
+	// empty); shells are the sessions by name.
+	shellRoot string
+	shellMu   sync.Mutex
+	shells    map[string]*shellSession
 }
 
 // NewServer returns a server on conn that starts processes through reaper.
@@ -39,6 +45,7 @@ func NewServer(conn io.ReadWriteCloser, reaper *Reaper, log *slog.Logger) *Serve
 		log:    log,
 		reaper: reaper,
 		procs:  make(map[uint64]*proc),
+		shells: make(map[string]*shellSession),
 	}
 }
 
@@ -46,7 +53,7 @@ func NewServer(conn io.ReadWriteCloser, reaper *Reaper, log *slog.Logger) *Serve
 func (s *Server) Writer() *agent.Writer { return s.w }
 
 // Serve reads frames until the worker closes the stream, then kills every
-// process it started, waits for them and returns the read error (nil on a
+// process it started and every shell session, waits for them and returns the read error (nil on a
 // clean end of stream).
 func (s *Server) Serve() error {
 	var err error
@@ -63,6 +70,7 @@ func (s *Server) Serve() error {
 		s.handle(m)
 	}
 	s.killAll()
+	s.closeShells()
 	s.wg.Wait()
 	if errors.Is(err, io.EOF) {
 		return nil
@@ -84,6 +92,8 @@ func (s *Server) handle(m agent.Msg) {
 		}
 	case *agent.Signal:
 		s.signal(m)
+	case *agent.Shell:
+		s.handleShell(m)
 	case *agent.WriteFile:
 		exit := &agent.Exit{ID: m.ID}
 		if err := writeFile(m); err != nil {

@@ -19,6 +19,12 @@ import (
 // namespace.
 func newPair(t *testing.T) *agent.Client {
 	t.Helper()
+	return newPairWith(t, nil)
+}
+
+// newPairWith is newPair with setup applied to the server first.
+func newPairWith(t *testing.T, setup func(*Server)) *agent.Client {
+	t.Helper()
 	a, b := net.Pipe()
 	if ua, ub, err := unixPair(); err == nil {
 		a, b = ua, ub
@@ -26,7 +32,11 @@ func newPair(t *testing.T) *agent.Client {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	reaper := NewReaper(log)
 	served := make(chan error, 1)
-	go func() { served <- serve(NewServer(b, reaper, log)) }()
+	srv := NewServer(b, reaper, log)
+	if setup != nil {
+		setup(srv)
+	}
+	go func() { served <- serve(srv) }()
 	c := agent.NewClient(a, log)
 	t.Cleanup(func() {
 		c.Close()

@@ -48,7 +48,10 @@ type Sandbox struct {
 	destroyErr  error
 }
 
-var _ sandbox.Sandbox = (*Sandbox)(nil)
+var (
+	_ sandbox.Sandbox = (*Sandbox)(nil)
+	_ sandbox.Shells  = (*Sandbox)(nil)
+)
 
 func newSandbox(r *Runtime, spec sandbox.Spec) *Sandbox {
 	return &Sandbox{
@@ -335,4 +338,19 @@ func (s *Sandbox) WriteFile(ctx context.Context, f sandbox.File) error {
 		return fmt.Errorf("%w: sandbox %s has no agent", sandbox.ErrGuestRuntime, s.spec.ID)
 	}
 	return s.client.PlaceFile(ctx, f)
+}
+
+// Shell implements sandbox.Shells: the guest agent holds the sessions. An
+// open without a Cwd starts in the workspace. Sessions survive a
+// checkpoint and restore with all their state (gVisor saves the agent, the
+// terminals and the shells with the rest of the sandbox); a request in
+// flight when the checkpoint is taken fails with sandbox.ErrCheckpointed.
+func (s *Sandbox) Shell(ctx context.Context, req sandbox.ShellRequest) (sandbox.ShellResult, error) {
+	if s.client == nil {
+		return sandbox.ShellResult{}, fmt.Errorf("%w: sandbox %s has no agent", sandbox.ErrGuestRuntime, s.spec.ID)
+	}
+	if req.Op == sandbox.ShellOpen && req.Cwd == "" {
+		req.Cwd = s.spec.Workspace
+	}
+	return s.client.Shell(ctx, req)
 }

@@ -39,7 +39,10 @@ type Sandbox struct {
 	destroyErr  error
 }
 
-var _ sandbox.Sandbox = (*Sandbox)(nil)
+var (
+	_ sandbox.Sandbox = (*Sandbox)(nil)
+	_ sandbox.Shells  = (*Sandbox)(nil)
+)
 
 // start brings the sandbox up: state dir and workspace ownership, an agent
 // (a warm one from the pool, else one started now) with spec's limits
@@ -234,4 +237,16 @@ func (s *Sandbox) WriteFile(ctx context.Context, f sandbox.File) error {
 		return fmt.Errorf("%w: sandbox %s has no agent", sandbox.ErrGuestRuntime, s.spec.ID)
 	}
 	return s.client.PlaceFile(ctx, f)
+}
+
+// Shell implements sandbox.Shells: the guest agent holds the sessions. An
+// open without a Cwd starts in the workspace.
+func (s *Sandbox) Shell(ctx context.Context, req sandbox.ShellRequest) (sandbox.ShellResult, error) {
+	if s.client == nil {
+		return sandbox.ShellResult{}, fmt.Errorf("%w: sandbox %s has no agent", sandbox.ErrGuestRuntime, s.spec.ID)
+	}
+	if req.Op == sandbox.ShellOpen && req.Cwd == "" {
+		req.Cwd = s.spec.Workspace
+	}
+	return s.client.Shell(ctx, req)
 }

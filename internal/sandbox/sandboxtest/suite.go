@@ -2,8 +2,10 @@
 // isolation tier must meet (workspace, devices, identity files, isolation of
 // processes, filesystem and network, no capabilities, resource limits, a
 // writable root bounded in size and discarded with the sandbox, exec,
-// channel and destroy), and for a tier that checkpoints
-// (sandbox.Checkpointer) the checkpoint contract. A tier's test calls Run
+// channel and destroy), for a tier that checkpoints
+// (sandbox.Checkpointer) the checkpoint contract, and for one whose
+// sandboxes hold shell sessions (sandbox.Shells) the shell contract. A
+// tier's test calls Run
 // with a constructor for its Runtime and the path of a base root
 // filesystem with node.
 package sandboxtest
@@ -64,6 +66,7 @@ func RunWithOptions(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime,
 	t.Run("WriteFile", func(t *testing.T) { testWriteFile(t, newRuntime(t), rootfs) })
 	t.Run("Egress", func(t *testing.T) { testEgress(t, newRuntime, rootfs) })
 	t.Run("Checkpoint", func(t *testing.T) { testCheckpoint(t, newRuntime, rootfs) })
+	t.Run("Shells", func(t *testing.T) { testShells(t, newRuntime(t), rootfs) })
 }
 
 // fixture is a started sandbox and the host directories behind it.
