@@ -41,8 +41,12 @@ func (a *API) createSession(r *http.Request, ws workspaces.Workspace) (any, erro
 	if err != nil {
 		return nil, err
 	}
-	if res.Exists {
+	switch {
+	case res.Exists:
 		return nil, &swerexError{class: "swerex.exceptions.SessionExistsError", message: "session " + req.Session + " already exists"}
+	case res.TimedOut:
+		// The startup still runs; the session exists, as in SWE-ReX.
+		return nil, &swerexError{class: "pexpect.exceptions.TIMEOUT", message: "Timeout exceeded while the session started: " + res.Output}
 	}
 	return map[string]any{"output": res.Output, "session_type": "bash"}, nil
 }
