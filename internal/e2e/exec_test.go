@@ -246,6 +246,13 @@ func testWorkspaceExec(t *testing.T, tier string) {
 		t.Errorf("workspace create for an unknown task = exit %d %q", code, errOut)
 	}
 
+	// A program that is not there is the command's failure, as in a
+	// shell (127, the reason on stderr), not the service's (a 5xx that
+	// harnesses retry).
+	if _, errOut, code := d.helmr("exec", ws, "--", "no-such-program", "x"); code != 127 || !strings.Contains(errOut, "no-such-program") {
+		t.Errorf("helmr exec of a missing program = exit %d %q, want 127 naming it", code, errOut)
+	}
+
 	// Bad input.
 	for _, c := range []struct {
 		args []string
