@@ -76,6 +76,9 @@ func (w *Worker) doOp(ctx context.Context, op workspaces.Op) workspaces.OpResult
 	if op.Exec == nil {
 		return workspaces.OpResult{Error: "unknown workspace operation"}
 	}
+	if op.Data != "" {
+		return w.doDataOp(ctx, op)
+	}
 	if _, busy := w.wsRuns.Load(op.Workspace.ID); busy {
 		return workspaces.OpResult{Error: "workspace " + op.Workspace.ID + " is in use by a run"}
 	}
@@ -101,7 +104,7 @@ func (w *Worker) doOp(ctx context.Context, op workspaces.Op) workspaces.OpResult
 	if err != nil {
 		return workspaces.OpResult{Error: workspaces.Redact(err.Error(), op.Secrets)}
 	}
-	res = res.Redact(op.Secrets)
+	res = res.Redact(op.Secrets).Encode(op.Exec.OutputEncoding)
 	return workspaces.OpResult{Exec: &res, Host: w.cfg.Capabilities.Host}
 }
 
