@@ -112,6 +112,9 @@ func (a *App) copyFromWorkspace(ctx context.Context, c *client.Client, ws, p, ds
 	done := make(chan error, 1)
 	go func() {
 		err := untar(pr, dst)
+		if err == nil {
+			_, err = io.Copy(io.Discard, pr) // the archive's padding
+		}
 		pr.CloseWithError(errors.Join(err, errors.New("unpacking stopped")))
 		done <- err
 	}()
