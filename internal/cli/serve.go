@@ -116,9 +116,6 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		// Replicas share one database: an operation asked of this one
 		// may run on a worker that long-polls another.
 		ops.Shared = st
-		// A data operation's bytes meet another replica's worker in
-		// the blob store (see workspaces.Ops.DoData).
-		ops.Staging = blobs
 		if _, ok := st.(workspaces.OpNotifier); ok {
 			ops.Poll = workspaces.NotifiedOpPoll
 		}

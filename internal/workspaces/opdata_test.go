@@ -307,68 +307,42 @@ func TestTransferTars(t *testing.T) {
 }
 
 // TestDataAcrossReplicas: with a shared queue, a worker of another
-// replica takes the data operation; the bytes meet in the staging store,
-// both ways, and nothing stays staged.
+// replica takes the data operation; the bytes meet in the queue, both
+// ways, and nothing of them stays there.
 func TestDataAcrossReplicas(t *testing.T) {
 	q := newMemQueue()
-	staging := &memStaging{blobs: map[string][]byte{}}
 	front, back := NewOps(), NewOps()
 	for _, o := range []*Ops{front, back} {
-		o.Shared, o.Staging, o.Poll = q, staging, 5*time.Millisecond
+		o.Shared, o.Poll = q, 5*time.Millisecond
 	}
 	dir := t.TempDir()
 	hostWorker(t, back, dir) // the worker long-polls the other replica
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	ws := Workspace{ID: "ws_1", Host: "h1"}
-	data := pattern(700 << 10)
+	data := pattern(700 << 10) // several pieces
 	res, n, err := front.DoData(ctx, Op{Workspace: ws, Exec: &ExecRequest{Argv: []string{"sh", "-c", "cat > f"}}}, bytes.NewReader(data), nil)
 	if err != nil || res.Error != "" || res.Exec.ExitCode != 0 || n != int64(len(data)) {
 		t.Fatalf("DoData(upload) = %+v, %d, %v", res, n, err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "f")); !bytes.Equal(got, data) {
+		t.Fatalf("the other replica's worker wrote %d bytes, not what was sent", len(got))
 	}
 	var buf bytes.Buffer
 	res, n, err = front.DoData(ctx, Op{Workspace: ws, Exec: &ExecRequest{Argv: []string{"cat", "f"}}}, nil, &buf)
 	if err != nil || res.Error != "" || n != int64(len(data)) || !bytes.Equal(buf.Bytes(), data) {
 		t.Fatalf("DoData(download) = %+v, %d bytes, %v; want what went up", res, buf.Len(), err)
 	}
-	if len(staging.blobs) != 0 || staging.puts != 2 {
-		t.Errorf("staging holds %d blobs after %d puts, want none left after 2", len(staging.blobs), staging.puts)
+	// An upload that breaks off reaches the worker as an error.
+	cut := io.MultiReader(bytes.NewReader(data[:300<<10]), &failReader{errors.New("client went away")})
+	if _, _, err := front.DoData(ctx, Op{Workspace: ws, Exec: &ExecRequest{Argv: []string{"sh", "-c", "cat > g"}}}, cut, nil); err == nil || !strings.Contains(err.Error(), "client went away") {
+		t.Errorf("DoData(upload cut off) = %v, want its error", err)
 	}
-}
-
-type memStaging struct {
-	mu    sync.Mutex
-	blobs map[string][]byte
-	puts  int
-}
-
-func (m *memStaging) Put(_ context.Context, id string, r io.Reader) (int64, error) {
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return 0, err
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.ops) != 0 {
+		t.Errorf("the queue holds %d entries after the transfers, want none", len(q.ops))
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.blobs[id] = data
-	m.puts++
-	return int64(len(data)), nil
-}
-
-func (m *memStaging) Get(_ context.Context, id string) (io.ReadCloser, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	data, ok := m.blobs[id]
-	if !ok {
-		return nil, fmt.Errorf("blob %s: %w", id, errdefs.ErrNotFound)
-	}
-	return io.NopCloser(bytes.NewReader(data)), nil
-}
-
-func (m *memStaging) Delete(_ context.Context, id string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.blobs, id)
-	return nil
 }
 
 // memQueue is an OpQueue in memory, as the database keeps one.

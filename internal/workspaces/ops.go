@@ -131,11 +131,6 @@ type Ops struct {
 	// (DefaultOpPoll); workers read it for operations every 4 Poll.
 	Poll time.Duration
 
-	// Staging, with Shared, holds the bytes of data operations whose
-	// worker is another replica's (see DoData); nil: such operations
-	// fail there.
-	Staging Staging
-
 	mu        sync.Mutex
 	queue     []*pending
 	waiting   map[*waiter]struct{}
