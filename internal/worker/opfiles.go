@@ -50,7 +50,10 @@ func (w *Worker) doDataOp(ctx context.Context, op workspaces.Op) workspaces.OpRe
 		return workspaces.OpResult{Error: err.Error()}
 	}
 	defer w.releaseOpBox(ob)
-	res, err := ob.execData(ctx, *op.Exec, op.Data, op.ID, streams)
+	res, err := ob.hostFile(ctx, w.cfg.Runtime.Name(), op, streams)
+	if errors.Is(err, errNotHere) {
+		res, err = ob.execData(ctx, *op.Exec, op.Data, op.ID, streams)
+	}
 	if err != nil {
 		return workspaces.OpResult{Error: err.Error()}
 	}

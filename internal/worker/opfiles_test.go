@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/helmr/helmr/internal/sandbox"
@@ -139,5 +142,76 @@ func TestDataOpNeedsStreams(t *testing.T) {
 	res := w.doOp(t.Context(), workspaces.Op{ID: "op_1", Data: workspaces.DataIn, Exec: &workspaces.ExecRequest{Argv: []string{"cat"}}})
 	if !strings.Contains(res.Error, "moves no file data") {
 		t.Errorf("doOp(data, no streams) = %+v, want refused", res)
+	}
+}
+
+// TestHostFile: on a tier that shares the workspace's host directory
+// live, the worker reads and writes a workspace file there itself: as
+// the sandbox's user, a shorter file cut to its size, the script's
+// answers for a missing file or a directory; a path an os.Root refuses
+// (a symlink out), or another tier, is left to the sandbox.
+func TestHostFile(t *testing.T) {
+	dir := t.TempDir()
+	if os.Geteuid() == 0 {
+		if err := os.Chown(dir, 1234, 1235); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ob := &opBox{ws: "ws_1", wsPath: "/workspace", wsHost: dir}
+	write := func(rel string, data []byte) (workspaces.ExecResult, error) {
+		op := workspaces.Op{ID: "op_w", Data: workspaces.DataIn, File: rel, Exec: &workspaces.ExecRequest{Argv: []string{"cat"}}}
+		return ob.hostFile(t.Context(), "gvisor", op, &fakeStreams{in: bytes.NewReader(data)})
+	}
+	read := func(rel string) ([]byte, workspaces.ExecResult, error) {
+		var got bytes.Buffer
+		op := workspaces.Op{ID: "op_r", Data: workspaces.DataOut, File: rel, Exec: &workspaces.ExecRequest{Argv: []string{"cat"}}}
+		res, err := ob.hostFile(t.Context(), "gvisor", op, &fakeStreams{deliver: func(r io.Reader) error { _, err := io.Copy(&got, r); return err }})
+		return got.Bytes(), res, err
+	}
+	data := pattern(3<<20 + 7)
+	if res, err := write("a/b/f.bin", data); err != nil || res.ExitCode != 0 {
+		t.Fatalf("write = %+v, %v", res, err)
+	}
+	if got, res, err := read("a/b/f.bin"); err != nil || res.ExitCode != 0 || !bytes.Equal(got, data) {
+		t.Fatalf("read = %d bytes, %+v, %v; want what was written", len(got), res, err)
+	}
+	if res, err := write("a/b/f.bin", []byte("short")); err != nil || res.ExitCode != 0 {
+		t.Fatalf("overwrite = %+v, %v", res, err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "a/b/f.bin")); string(got) != "short" {
+		t.Errorf("a shorter overwrite left %d bytes, want 5", len(got))
+	}
+	if os.Geteuid() == 0 {
+		for _, p := range []string{"a", "a/b", "a/b/f.bin"} {
+			st, _ := os.Stat(filepath.Join(dir, p))
+			if s := st.Sys().(*syscall.Stat_t); s.Uid != 1234 || s.Gid != 1235 {
+				t.Errorf("%s is owned by %d:%d, want the workspace's 1234:1235", p, s.Uid, s.Gid)
+			}
+		}
+	}
+	if _, res, err := read("missing"); err != nil || res.ExitCode != 78 {
+		t.Errorf("read(missing) = %+v, %v; want the script's 78", res, err)
+	}
+	if _, res, err := read("a"); err != nil || res.ExitCode != 80 {
+		t.Errorf("read(a directory) = %+v, %v; want the script's 80", res, err)
+	}
+	if res, err := write("a", []byte("x")); err != nil || res.ExitCode != 80 {
+		t.Errorf("write(a directory) = %+v, %v; want the script's 80", res, err)
+	}
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o644)
+	os.Symlink(outside, filepath.Join(dir, "out"))
+	if _, _, err := read("out/secret"); !errors.Is(err, errNotHere) {
+		t.Errorf("read through a symlink out = %v, want it left to the sandbox", err)
+	}
+	if _, err := write("out/new", []byte("x")); !errors.Is(err, errNotHere) {
+		t.Errorf("write through a symlink out = %v, want it left to the sandbox", err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "new")); err == nil {
+		t.Errorf("a write through a symlink reached outside the workspace")
+	}
+	op := workspaces.Op{ID: "op_x", Data: workspaces.DataOut, File: "a/b/f.bin", Exec: &workspaces.ExecRequest{Argv: []string{"cat"}}}
+	if _, err := ob.hostFile(t.Context(), "microvm", op, &fakeStreams{}); !errors.Is(err, errNotHere) {
+		t.Errorf("hostFile on a tier not sharing its directory = %v, want it left to the sandbox", err)
 	}
 }

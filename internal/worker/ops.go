@@ -34,6 +34,7 @@ type opBox struct {
 	disk    *disk.Disk
 	env     []string
 	wsPath  string
+	wsHost  string // the host directory mounted at wsPath
 	mu      sync.Mutex
 	active  int
 	lastUse time.Time
@@ -195,6 +196,7 @@ func (w *Worker) opBoxFor(ctx context.Context, op workspaces.Op) (*opBox, error)
 	}
 	spec := p.spec
 	spec.ID, spec.WorkspaceHost, spec.HelmrHost = id, wsDir, helmrDir
+	ob.wsHost = wsDir
 	if ob.box, err = w.cfg.Runtime.Start(ctx, spec); err != nil {
 		return fail(fmt.Errorf("start a %s sandbox for workspace %s: %w", w.cfg.Runtime.Name(), op.Workspace.ID, err))
 	}

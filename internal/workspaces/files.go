@@ -228,6 +228,9 @@ func (s *Service) transfer(ctx context.Context, ws Workspace, t Transfer, kind, 
 	if err != nil {
 		return 0, err
 	}
+	if !t.Anywhere && (script == readScript || script == writeScript) {
+		op.File = t.Path
+	}
 	dctx, cancel := context.WithTimeout(ctx, req.Timeout()+opWait)
 	defer cancel()
 	opRes, n, err := s.ops.DoData(dctx, op, in, out)

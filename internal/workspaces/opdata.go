@@ -173,7 +173,7 @@ func (o *Ops) DoData(ctx context.Context, op Op, in io.Reader, out io.Writer) (O
 	if p.err != nil {
 		return res, p.n, p.err
 	}
-	if out != nil && !p.delivered && res.Error == "" {
+	if out != nil && !p.delivered && res.Error == "" && res.Exec != nil && res.Exec.ExitCode == 0 {
 		return res, p.n, errdefs.Upstreamf("the worker sent no output for operation %s", op.ID)
 	}
 	return res, p.n, nil

@@ -38,6 +38,12 @@ type Op struct {
 	// control plane (Ops.Input); DataOut, its stdout is one the worker
 	// sends there (Ops.Deliver). Neither travels in the operation.
 	Data string `json:"data,omitempty"`
+	// File, for a data operation that reads or writes one file at a
+	// workspace-relative path, is that path: a worker whose sandbox
+	// mounts the workspace from a host directory it shares live may move
+	// the bytes there itself, resolving the path as Exec would (nothing
+	// that leaves the workspace), instead of through the sandbox.
+	File string `json:"file,omitempty"`
 }
 
 // OpResult is a worker's answer to an Op: Exec's result, or Error.
