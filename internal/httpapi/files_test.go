@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -60,12 +61,17 @@ func runData(ctx context.Context, w client.Worker, op workspaces.Op, dir string)
 		pr, pw = io.Pipe()
 		cmd.Stdout = pw
 		delivered = make(chan error, 1)
-		var body io.Reader = pr
 		if strings.Contains(strings.Join(op.Exec.Argv, " "), "breakme") {
-			body = io.MultiReader(io.LimitReader(pr, 1<<20), errorReader{})
+			// 1 MiB goes out, then the worker dies.
+			f, err := os.Open(filepath.Join(dir, "breakme"))
+			if err == nil {
+				err = w.OpDeliver(ctx, op.ID, io.LimitReader(f, 1<<20))
+				f.Close()
+			}
+			return workspaces.OpResult{Error: fmt.Sprintf("the worker died (after %v)", err)}
 		}
 		go func() {
-			err := w.OpDeliver(ctx, op.ID, body)
+			err := w.OpDeliver(ctx, op.ID, pr)
 			pr.CloseWithError(errors.New("not taken"))
 			delivered <- err
 		}()
@@ -86,10 +92,6 @@ func runData(ctx context.Context, w client.Worker, op workspaces.Op, dir string)
 	}
 	return workspaces.OpResult{Exec: &res, Host: "h-ops"}
 }
-
-type errorReader struct{}
-
-func (errorReader) Read([]byte) (int, error) { return 0, errors.New("the worker died") }
 
 // TestFilesStreamThroughRemoteWorker: files and tars move between the
 // API and a remote worker as streams, both ways, larger than any chunk
@@ -165,7 +167,7 @@ func TestFilesStreamThroughRemoteWorker(t *testing.T) {
 	}
 	got, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if err == nil {
-		t.Errorf("a read broken off after %d bytes answered %d with a clean end", len(got), resp.StatusCode)
+	if err == nil || resp.StatusCode != http.StatusOK || len(got) < 1<<20 {
+		t.Errorf("a read broken off after 1 MiB answered %d with %d bytes, %v; want the 200's body broken off", resp.StatusCode, len(got), err)
 	}
 }
