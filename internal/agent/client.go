@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 
 	"github.com/helmr/helmr/internal/sandbox"
 )
@@ -24,8 +25,10 @@ type Client struct {
 	w    *Writer
 	log  *slog.Logger
 
-	hello chan Msg      // the first ready or fatal
-	done  chan struct{} // closed when the reader has returned
+	hello chan Msg // the first ready or fatal
+	// binary: the agent reads binary Stdin frames (its ready said so).
+	binary atomic.Bool
+	done   chan struct{} // closed when the reader has returned
 
 	mu     sync.Mutex
 	nextID uint64
@@ -145,6 +148,9 @@ func (c *Client) dispatch(m Msg) {
 	var id uint64
 	switch m := m.(type) {
 	case *Ready, *Fatal:
+		if r, ok := m.(*Ready); ok && r.Binary {
+			c.binary.Store(true)
+		}
 		select {
 		case c.hello <- m:
 		default:

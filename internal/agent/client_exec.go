@@ -10,7 +10,7 @@ import (
 )
 
 // stdinChunk is the most stdin one frame carries.
-const stdinChunk = 32 << 10
+const stdinChunk = 256 << 10
 
 // Exec runs req in the guest as uid:gid and waits for it to exit. req.Cwd
 // must already be resolved (the tier knows its workspace). Callbacks run on
@@ -118,7 +118,7 @@ func (c *Client) copyStdin(id uint64, r io.Reader, finished <-chan struct{}) {
 		default:
 		}
 		if n > 0 {
-			if c.w.Send(&Stdin{ID: id, Data: buf[:n]}) != nil {
+			if c.sendStdin(&Stdin{ID: id, Data: buf[:n]}) != nil {
 				return
 			}
 		}
@@ -126,7 +126,7 @@ func (c *Client) copyStdin(id uint64, r io.Reader, finished <-chan struct{}) {
 			if !errors.Is(err, io.EOF) {
 				c.log.Debug("read exec stdin", "exec_id", id, "err", err)
 			}
-			_ = c.w.Send(&Stdin{ID: id, EOF: true})
+			_ = c.sendStdin(&Stdin{ID: id, EOF: true})
 			return
 		}
 	}
@@ -156,4 +156,13 @@ func (s *sender) Send(msg []byte) error {
 		return fmt.Errorf("%w: send to exec %d: %w", sandbox.ErrGuestRuntime, s.id, err)
 	}
 	return nil
+}
+
+// sendStdin sends a stdin frame: binary to an agent that reads them.
+func (c *Client) sendStdin(m *Stdin) error {
+	if c.binary.Load() {
+		b, _ := encodeBinary(m)
+		return c.w.WriteFrame(b)
+	}
+	return c.w.Send(m)
 }

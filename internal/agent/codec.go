@@ -66,8 +66,14 @@ func WriteFrame(w io.Writer, payload []byte) error {
 	return nil
 }
 
-// Encode marshals m as a frame payload: m's JSON object with "type" first.
+// Encode marshals m as a frame payload: m's JSON object with "type" first,
+// or, for Output, a binary frame (see binframe.go).
 func Encode(m Msg) ([]byte, error) {
+	if _, ok := m.(*Output); ok {
+		if b, ok := encodeBinary(m); ok {
+			return b, nil
+		}
+	}
 	body, err := json.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", m.MessageType(), err)
@@ -90,6 +96,9 @@ func Encode(m Msg) ([]byte, error) {
 // Decode parses a frame payload into its message (a pointer to one of this
 // package's message structs).
 func Decode(payload []byte) (Msg, error) {
+	if len(payload) > 0 && payload[0] == binaryMark {
+		return decodeBinary(payload)
+	}
 	var env struct {
 		Type string `json:"type"`
 	}

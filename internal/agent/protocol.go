@@ -104,6 +104,8 @@ type Init struct {
 // Ready says the guest is set up and the agent serves.
 type Ready struct {
 	Version string `json:"version"`
+	// Binary says the agent reads binary Stdin frames (binframe.go).
+	Binary bool `json:"binary,omitempty"`
 }
 
 // Fatal says setup failed; the agent exits after sending it.

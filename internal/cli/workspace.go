@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,7 +13,7 @@ import (
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
-const workspaceUsage = "usage: helmr workspace create [--quota SIZE] TASK | create [--quota SIZE] --sandbox NAME | list | show ID | delete ID | cp SRC DST (one side WS:PATH, the other a local file or -)"
+const workspaceUsage = "usage: helmr workspace create [--quota SIZE] TASK | create [--quota SIZE] --sandbox NAME | list | show ID | delete ID | cp SRC DST (one side WS:PATH, the other a local file, directory or -)"
 
 // workspaceCmd makes, lists, shows, deletes and copies files into and out
 // of workspaces.
@@ -51,7 +48,7 @@ func (a *App) workspaceCmd() *cobra.Command {
 			RunE: func(c *cobra.Command, args []string) error { return a.showWorkspace(c.Context(), args[0]) }}),
 		a.api(&cobra.Command{Use: "delete ID", Short: "delete a workspace (its worker removes its files)", Args: exactly(1, workspaceUsage),
 			RunE: func(c *cobra.Command, args []string) error { return a.deleteWorkspace(c.Context(), args[0]) }}),
-		a.api(&cobra.Command{Use: "cp SRC DST", Short: "copy a file between here (a path, or -) and a workspace (WS:PATH)", Args: exactly(2, workspaceUsage),
+		a.api(&cobra.Command{Use: "cp SRC DST", Short: "copy a file or a directory between here (a path, or -) and a workspace (WS:PATH)", Long: cpHelp, Args: exactly(2, workspaceUsage),
 			RunE: func(c *cobra.Command, args []string) error { return a.workspaceCopy(c.Context(), args[0], args[1]) }}),
 	)
 }
@@ -136,44 +133,4 @@ func (a *App) deleteWorkspace(ctx context.Context, id string) error {
 		fmt.Fprintf(a.Stdout, "deleted workspace %s (its worker removes its files)\n", id)
 	}
 	return nil
-}
-
-// workspaceCopy copies one file between this machine (a path, or - for
-// standard input/output) and a workspace (WS:PATH, relative to it).
-func (a *App) workspaceCopy(ctx context.Context, src, dst string) error {
-	c, err := a.client()
-	if err != nil {
-		return err
-	}
-	remote := func(s string) (string, string, bool) {
-		ws, p, ok := strings.Cut(s, ":")
-		return ws, p, ok && strings.HasPrefix(ws, workspaces.Prefix)
-	}
-	sws, sp, sremote := remote(src)
-	dws, dp, dremote := remote(dst)
-	switch {
-	case sremote && !dremote:
-		data, err := c.ReadFile(ctx, sws, sp)
-		if err != nil {
-			return err
-		}
-		if dst == "-" {
-			_, err = a.Stdout.Write(data)
-			return err
-		}
-		return os.WriteFile(dst, data, 0o644)
-	case dremote && !sremote:
-		var data []byte
-		var err error
-		if src == "-" {
-			data, err = io.ReadAll(a.Stdin)
-		} else {
-			data, err = os.ReadFile(src)
-		}
-		if err != nil {
-			return err
-		}
-		return c.WriteFile(ctx, dws, dp, data)
-	}
-	return errors.New("helmr workspace cp: one side is WS:PATH (ws_...:path/in/workspace), the other a local path or -")
 }

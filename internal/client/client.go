@@ -411,18 +411,59 @@ func (c *Client) Exec(ctx context.Context, workspaceID string, req workspaces.Ex
 
 // ReadFile reads a file of a workspace (path relative to it).
 func (c *Client) ReadFile(ctx context.Context, workspaceID, path string) ([]byte, error) {
-	var data []byte
-	_, err := c.do(ctx, http.MethodGet, "/v1/workspaces/"+url.PathEscape(workspaceID)+"/files", url.Values{"path": {path}}, nil, &data)
-	return data, err
+	var buf bytes.Buffer
+	_, err := c.ReadFileTo(ctx, workspaceID, path, &buf)
+	return buf.Bytes(), err
+}
+
+// ReadFileTo streams a file of a workspace to w and returns its size. A
+// response cut short is an error.
+func (c *Client) ReadFileTo(ctx context.Context, workspaceID, path string, w io.Writer) (int64, error) {
+	return c.download(ctx, workspaceFilePath(workspaceID, "files", path), w)
+}
+
+// ListDir lists a directory of a workspace ("": the workspace itself).
+func (c *Client) ListDir(ctx context.Context, workspaceID, path string) (workspaces.Dir, error) {
+	var d workspaces.Dir
+	_, err := c.do(ctx, http.MethodGet, "/v1/workspaces/"+url.PathEscape(workspaceID)+"/dir", url.Values{"path": {path}}, nil, &d)
+	return d, err
 }
 
 // WriteFile writes a file of a workspace.
 func (c *Client) WriteFile(ctx context.Context, workspaceID, path string, data []byte) error {
-	if data == nil {
-		data = []byte{}
+	return c.WriteFileFrom(ctx, workspaceID, path, bytes.NewReader(data))
+}
+
+// WriteFileFrom streams r (to its end) to a file of a workspace.
+func (c *Client) WriteFileFrom(ctx context.Context, workspaceID, path string, r io.Reader) error {
+	return c.upload(ctx, workspaceFilePath(workspaceID, "files", path), r)
+}
+
+func workspaceFilePath(workspaceID, what, path string) string {
+	return "/v1/workspaces/" + url.PathEscape(workspaceID) + "/" + what + "?" + url.Values{"path": {path}}.Encode()
+}
+
+// download streams a GET's body to w.
+func (c *Client) download(ctx context.Context, path string, w io.Writer) (int64, error) {
+	resp, err := c.stream(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return 0, err
 	}
-	_, err := c.do(ctx, http.MethodPut, "/v1/workspaces/"+url.PathEscape(workspaceID)+"/files", url.Values{"path": {path}}, data, nil)
-	return err
+	defer resp.Body.Close()
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return n, fmt.Errorf("GET %s: the response broke off after %d bytes: %w", path, n, err)
+	}
+	return n, nil
+}
+
+// upload streams r as a PUT's body.
+func (c *Client) upload(ctx context.Context, path string, r io.Reader) error {
+	resp, err := c.stream(ctx, http.MethodPut, path, r)
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
 }
 
 // CreateWorkspace makes an empty workspace for a deployed task's sandbox.
@@ -434,15 +475,25 @@ func (c *Client) CreateWorkspace(ctx context.Context, project, env string, req w
 
 // DownloadTar returns a tar of a directory of a workspace.
 func (c *Client) DownloadTar(ctx context.Context, workspaceID, path string) ([]byte, error) {
-	var data []byte
-	_, err := c.do(ctx, http.MethodGet, "/v1/workspaces/"+url.PathEscape(workspaceID)+"/tar", url.Values{"path": {path}}, nil, &data)
-	return data, err
+	var buf bytes.Buffer
+	_, err := c.DownloadTarTo(ctx, workspaceID, path, &buf)
+	return buf.Bytes(), err
+}
+
+// DownloadTarTo streams a tar of a directory of a workspace to w.
+func (c *Client) DownloadTarTo(ctx context.Context, workspaceID, path string, w io.Writer) (int64, error) {
+	return c.download(ctx, workspaceFilePath(workspaceID, "tar", path), w)
 }
 
 // UploadTar unpacks a tar into a directory of a workspace.
 func (c *Client) UploadTar(ctx context.Context, workspaceID, path string, tarData []byte) error {
-	_, err := c.do(ctx, http.MethodPut, "/v1/workspaces/"+url.PathEscape(workspaceID)+"/tar", url.Values{"path": {path}}, tarData, nil)
-	return err
+	return c.UploadTarFrom(ctx, workspaceID, path, bytes.NewReader(tarData))
+}
+
+// UploadTarFrom streams a tar (r, to its end) into a directory of a
+// workspace.
+func (c *Client) UploadTarFrom(ctx context.Context, workspaceID, path string, r io.Reader) error {
+	return c.upload(ctx, workspaceFilePath(workspaceID, "tar", path), r)
 }
 
 // ExecStream runs a command in a workspace and calls output with each

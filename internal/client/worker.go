@@ -270,3 +270,39 @@ func snapshotPath(workerID, wsID string, seq int64) string {
 	return "/v1/worker/workspaces/" + url.PathEscape(wsID) + "/snapshots/" + strconv.FormatInt(seq, 10) +
 		"?" + url.Values{"workerId": {workerID}}.Encode()
 }
+
+var _ worker.OpStreams = Worker{}
+
+// OpInput implements worker.OpStreams: the bytes stream as the response
+// body, which the caller closes. A body that ends early (the control
+// plane aborted it) reads as an error, not EOF.
+func (w Worker) OpInput(ctx context.Context, id string) (io.ReadCloser, error) {
+	resp, err := w.unbounded().stream(ctx, http.MethodGet, opDataPath(id), nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// OpDeliver implements worker.OpStreams: r streams as the request body.
+func (w Worker) OpDeliver(ctx context.Context, id string, r io.Reader) error {
+	resp, err := w.unbounded().stream(ctx, http.MethodPut, opDataPath(id), r)
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+
+// unbounded is the client without an overall request timeout: a stream
+// lasts as long as its bytes take (its context bounds it).
+func (w Worker) unbounded() *Client {
+	c := *w.C
+	if c.HTTP != nil {
+		h := *c.HTTP
+		h.Timeout = 0
+		c.HTTP = &h
+	}
+	return &c
+}
+
+func opDataPath(id string) string { return "/v1/worker/ops/" + url.PathEscape(id) + "/data" }

@@ -589,8 +589,8 @@ func TestOwnerSessionChanges(t *testing.T) {
 	}
 }
 
-// serveOps answers direct workspace operations with exit code 0 until ctx
-// ends, with the shared worker token.
+// serveOps answers direct workspace operations with exit code 0 (a
+// download with no bytes) until ctx ends, with the shared worker token.
 func (e *apiEnv) serveOps(ctx context.Context) {
 	for ctx.Err() == nil {
 		req, _ := http.NewRequestWithContext(ctx, "POST", e.srv.URL+"/v1/worker/ops/next", strings.NewReader(`{"workerId": "wops", "host": "h-ops"}`))
@@ -600,12 +600,20 @@ func (e *apiEnv) serveOps(ctx context.Context) {
 			return
 		}
 		var op struct {
-			ID string `json:"id"`
+			ID   string `json:"id"`
+			Data string `json:"data"`
 		}
 		_ = json.NewDecoder(resp.Body).Decode(&op)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK || op.ID == "" {
 			continue
+		}
+		if op.Data == "stdout" { // a download: its (empty) bytes first
+			put, _ := http.NewRequestWithContext(ctx, "PUT", e.srv.URL+"/v1/worker/ops/"+op.ID+"/data", strings.NewReader(""))
+			put.Header.Set("Authorization", "Bearer wtok")
+			if resp, err := http.DefaultClient.Do(put); err == nil {
+				resp.Body.Close()
+			}
 		}
 		res, _ := http.NewRequestWithContext(ctx, "POST", e.srv.URL+"/v1/worker/ops/"+op.ID+"/result", strings.NewReader(`{"exec": {"exitCode": 0, "stdout": "", "stderr": "", "durationMs": 1}}`))
 		res.Header.Set("Authorization", "Bearer wtok")

@@ -208,6 +208,8 @@ func (s *Server) routes() []route {
 		{"POST /v1/worker/ops/next", AccessWorker, s.workerNextOp},
 		{"POST /v1/worker/ops/{id}/result", AccessWorker, s.workerFinishOp},
 		{"POST /v1/worker/ops/{id}/output", AccessWorker, s.workerOpOutput},
+		{"GET /v1/worker/ops/{id}/data", AccessWorker, s.workerOpInput},
+		{"PUT /v1/worker/ops/{id}/data", AccessWorker, s.workerOpDeliver},
 		{"PUT /v1/worker/runs/{id}/checkpoints/{ck}", AccessWorker, s.workerPutCheckpoint},
 		{"GET /v1/worker/runs/{id}/checkpoints/{ck}", AccessWorker, s.workerGetCheckpoint},
 		{"DELETE /v1/worker/runs/{id}/checkpoints/{ck}", AccessWorker, s.workerDropCheckpoint},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"io"
 	"net/http"
 	"time"
 
@@ -324,6 +325,35 @@ func (s *Server) workerFinishOp(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := s.control.FinishOp(r.Context(), r.PathValue("id"), res); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// workerOpInput streams a data operation's input (the bytes for its
+// command's stdin) to the worker running it. A stream that fails part
+// way is aborted, so that the worker reads an error, never a short EOF.
+func (s *Server) workerOpInput(w http.ResponseWriter, r *http.Request) error {
+	rc, err := s.control.OpInput(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.Copy(w, rc); err != nil {
+		s.log.Warn("stream a workspace operation's input", "op_id", r.PathValue("id"), "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	return nil
+}
+
+// workerOpDeliver takes a data operation's output (its command's
+// stdout), streamed as the request body, to the request that waits for
+// it.
+func (s *Server) workerOpDeliver(w http.ResponseWriter, r *http.Request) error {
+	if err := s.control.OpDeliver(r.Context(), r.PathValue("id"), r.Body); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"net/http"
 	"sync"
 
@@ -181,26 +181,25 @@ func (s *Server) trajectory(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]any{"workspaceId": ws.ID, "operations": ops})
 }
 
-// readWorkspaceFile answers a file's bytes.
+// readWorkspaceFile streams a file's bytes.
 func (s *Server) readWorkspaceFile(w http.ResponseWriter, r *http.Request) error {
 	svc, ws, err := s.requestWorkspace(r)
 	if err != nil {
 		return err
 	}
-	data, err := svc.ReadFile(r.Context(), ws, r.URL.Query().Get("path"))
-	if err != nil {
-		return err
-	}
-	return writeBytes(w, "application/octet-stream", data)
+	body := &lazyBody{w: w, ctype: "application/octet-stream", log: s.log}
+	_, err = svc.ReadFile(r.Context(), ws, workspaces.Transfer{Path: r.URL.Query().Get("path")}, body)
+	return body.finish(err)
 }
 
-// writeWorkspaceFile writes the body to a file, making its directories.
+// writeWorkspaceFile writes the body, streamed, to a file, making its
+// directories.
 func (s *Server) writeWorkspaceFile(w http.ResponseWriter, r *http.Request) error {
-	svc, ws, data, err := s.workspaceUpload(r)
+	svc, ws, err := s.workspaceUpload(r)
 	if err != nil {
 		return err
 	}
-	if err := svc.WriteFile(r.Context(), ws, r.URL.Query().Get("path"), data); err != nil {
+	if _, err := svc.WriteFile(r.Context(), ws, workspaces.Transfer{Path: r.URL.Query().Get("path")}, r.Body); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -220,55 +219,82 @@ func (s *Server) listWorkspaceDir(w http.ResponseWriter, r *http.Request) error 
 	return writeJSON(w, http.StatusOK, dir)
 }
 
-// downloadWorkspaceTar answers a tar of a directory of the workspace
+// downloadWorkspaceTar streams a tar of a directory of the workspace
 // (default: all of it).
 func (s *Server) downloadWorkspaceTar(w http.ResponseWriter, r *http.Request) error {
 	svc, ws, err := s.requestWorkspace(r)
 	if err != nil {
 		return err
 	}
-	data, err := svc.DownloadTar(r.Context(), ws, r.URL.Query().Get("path"))
-	if err != nil {
-		return err
-	}
-	return writeBytes(w, "application/x-tar", data)
+	body := &lazyBody{w: w, ctype: "application/x-tar", log: s.log}
+	_, err = svc.DownloadTar(r.Context(), ws, workspaces.Transfer{Path: r.URL.Query().Get("path")}, body)
+	return body.finish(err)
 }
 
 // uploadWorkspaceTar unpacks a tar (the body) into a directory of the
 // workspace.
 func (s *Server) uploadWorkspaceTar(w http.ResponseWriter, r *http.Request) error {
-	svc, ws, data, err := s.workspaceUpload(r)
+	svc, ws, err := s.workspaceUpload(r)
 	if err != nil {
 		return err
 	}
-	if err := svc.UploadTar(r.Context(), ws, r.URL.Query().Get("path"), data); err != nil {
+	if _, err := svc.UploadTar(r.Context(), ws, workspaces.Transfer{Path: r.URL.Query().Get("path")}, r.Body); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
-// workspaceUpload is the workspace a file or tar upload addresses and
-// the body, read once the workspace is known to be in scope (a workspace
-// out of scope is not found, whatever is sent). The service refuses more
-// than workspaces.MaxFileBytes; one byte more is read to tell.
-func (s *Server) workspaceUpload(r *http.Request) (*workspaces.Service, workspaces.Workspace, []byte, error) {
+// workspaceUpload is the workspace a file or tar upload addresses, found
+// before the body is read (a workspace out of scope is not found,
+// whatever is sent); a body that says it is larger than the service
+// takes is refused at once.
+func (s *Server) workspaceUpload(r *http.Request) (*workspaces.Service, workspaces.Workspace, error) {
 	svc, ws, err := s.requestWorkspace(r)
 	if err != nil {
-		return nil, ws, nil, err
+		return nil, ws, err
 	}
-	data, err := io.ReadAll(io.LimitReader(r.Body, workspaces.MaxFileBytes+1))
-	if err != nil {
-		return nil, ws, nil, errdefs.Invalidf("read the request body: %v", err)
+	if r.ContentLength > workspaces.MaxStreamBytes {
+		return nil, ws, errdefs.TooLargef("a file or tar sent through the API is at most %d bytes", workspaces.MaxStreamBytes)
 	}
-	return svc, ws, data, nil
+	return svc, ws, nil
 }
 
-func writeBytes(w http.ResponseWriter, ctype string, data []byte) error {
-	w.Header().Set("Content-Type", ctype)
-	w.WriteHeader(http.StatusOK)
-	_, err := w.Write(data)
-	return err
+// lazyBody is a streamed response that starts (200, its content type)
+// with its first byte, so that an error found before any (a missing
+// file) is answered as any other.
+type lazyBody struct {
+	w       http.ResponseWriter
+	ctype   string
+	log     *slog.Logger
+	started bool
+}
+
+func (b *lazyBody) Write(p []byte) (int, error) {
+	if !b.started {
+		b.w.Header().Set("Content-Type", b.ctype)
+		b.w.WriteHeader(http.StatusOK)
+		b.started = true
+	}
+	return b.w.Write(p)
+}
+
+// finish ends the response after the stream: err as the API answers
+// errors if nothing was sent yet; else, with an error, the connection is
+// aborted, so that the client sees a broken response rather than a
+// short one.
+func (b *lazyBody) finish(err error) error {
+	switch {
+	case err == nil && !b.started:
+		_, err = b.Write(nil)
+		return err
+	case err == nil:
+		return nil
+	case !b.started:
+		return err
+	}
+	b.log.Warn("a streamed response broke off", "err", err)
+	panic(http.ErrAbortHandler)
 }
 
 // swerex mounts a SWE-ReX endpoint (package swerex) on the workspace a

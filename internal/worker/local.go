@@ -187,6 +187,25 @@ func (c *Local) FinishOp(ctx context.Context, id string, res workspaces.OpResult
 	return c.Ops.Finish(ctx, id, res)
 }
 
+var _ OpStreams = (*Local)(nil)
+
+// OpInput implements OpStreams.
+func (c *Local) OpInput(ctx context.Context, id string) (io.ReadCloser, error) {
+	if c.Ops == nil {
+		return nil, fmt.Errorf("workspace operation %s: %w", id, errdefs.ErrNotFound)
+	}
+	return c.Ops.Input(ctx, id)
+}
+
+// OpDeliver implements OpStreams.
+func (c *Local) OpDeliver(ctx context.Context, id string, r io.Reader) error {
+	if c.Ops == nil {
+		return fmt.Errorf("workspace operation %s: %w", id, errdefs.ErrNotFound)
+	}
+	_, err := c.Ops.Deliver(ctx, id, r)
+	return err
+}
+
 // StaleWorkspaces implements ControlPlane.
 func (c *Local) StaleWorkspaces(ctx context.Context, host string, ids []string) (deleted, moved []string, err error) {
 	if c.Workspaces == nil {

@@ -34,6 +34,7 @@ type opBox struct {
 	disk   *disk.Disk
 	env    []string
 	wsPath string
+	wsHost string // the host directory mounted at wsPath
 	uid    uint32
 	gid    uint32
 	mu     sync.Mutex
@@ -87,6 +88,8 @@ func (w *Worker) doOp(ctx context.Context, op workspaces.Op) workspaces.OpResult
 		return w.doShell(ctx, op)
 	case op.Exec == nil:
 		return workspaces.OpResult{Error: "unknown workspace operation"}
+	case op.Data != "":
+		return w.doDataOp(ctx, op)
 	}
 	ob, err := w.opBoxFor(ctx, op)
 	if err != nil {
@@ -110,7 +113,7 @@ func (w *Worker) doOp(ctx context.Context, op workspaces.Op) workspaces.OpResult
 	if err != nil {
 		return workspaces.OpResult{Error: workspaces.Redact(err.Error(), op.Secrets)}
 	}
-	res = res.Redact(op.Secrets)
+	res = res.Redact(op.Secrets).Encode(op.Exec.OutputEncoding)
 	return workspaces.OpResult{Exec: &res, Host: w.cfg.Capabilities.Host}
 }
 
@@ -202,6 +205,7 @@ func (w *Worker) opBoxFor(ctx context.Context, op workspaces.Op) (*opBox, error)
 	}
 	spec := p.spec
 	spec.ID, spec.WorkspaceHost, spec.HelmrHost = id, wsDir, helmrDir
+	ob.wsHost = wsDir
 	if ob.box, err = w.cfg.Runtime.Start(ctx, spec); err != nil {
 		return fail(fmt.Errorf("start a %s sandbox for workspace %s: %w", w.cfg.Runtime.Name(), op.Workspace.ID, err))
 	}

@@ -48,13 +48,7 @@ func (s *Service) Exec(ctx context.Context, ws Workspace, req ExecRequest, tr Tr
 func (s *Service) run(ctx context.Context, ws Workspace, req ExecRequest, tr Trace) (res ExecResult, err error) {
 	began := time.Now()
 	defer func() { s.record(ctx, ws, req, tr, began, res, err) }()
-	if ws.DeletedAt != nil {
-		return ExecResult{}, errdefs.Conflictf("workspace %s was deleted", ws.ID)
-	}
-	if err := s.runs.WorkspaceFree(ctx, ws); err != nil {
-		return ExecResult{}, err
-	}
-	task, err := s.Task(ctx, ws)
+	op, err := s.opFor(ctx, ws, &req)
 	if err != nil {
 		return ExecResult{}, err
 	}
@@ -62,11 +56,7 @@ func (s *Service) run(ctx context.Context, ws Workspace, req ExecRequest, tr Tra
 	if err != nil {
 		return ExecResult{}, err
 	}
-	// A workspace whose host is gone goes to any worker, which restores
-	// its snapshot.
-	if ws.Host, err = s.runs.OperationHost(ctx, ws); err != nil {
-		return ExecResult{}, err
-	}
+	op.Secrets = secrets
 	ctx, cancel := context.WithTimeout(ctx, req.Timeout()+opWait)
 	defer cancel()
 	var output func(string, []byte)
@@ -75,22 +65,47 @@ func (s *Service) run(ctx context.Context, ws Workspace, req ExecRequest, tr Tra
 			tr.Output(stream, []byte(Redact(string(data), secrets)))
 		}
 	}
-	opRes, err := s.ops.DoStream(ctx, Op{Workspace: ws, Task: task.Spec, DeploymentID: task.DeploymentID, Exec: &req, Secrets: secrets}, output)
+	opRes, err := s.ops.DoStream(ctx, op, output)
 	if err != nil {
 		return ExecResult{}, errdefs.Newf(errdefs.ErrTimeout, "%w", err)
 	}
 	if opRes.Error != "" {
 		return ExecResult{}, errdefs.Upstreamf("%s", Redact(opRes.Error, secrets))
 	}
+	s.settle(ctx, op.Workspace, opRes)
 	// The worker redacted already; a value never leaves here whatever a
 	// worker sends.
-	res = opRes.Exec.Redact(secrets)
-	if ws.Host == "" && opRes.Host != "" {
-		if err := s.store.UseWorkspace(ctx, ws.ID, ws.LastRunID, opRes.Host, time.Now()); err != nil {
+	return opRes.Exec.Redact(secrets), nil
+}
+
+// opFor is the operation running req in ws, once ws may take one: the
+// task whose sandbox it runs in and the host it goes to (a workspace
+// whose host is gone goes to any worker, which restores its snapshot).
+func (s *Service) opFor(ctx context.Context, ws Workspace, req *ExecRequest) (Op, error) {
+	if ws.DeletedAt != nil {
+		return Op{}, errdefs.Conflictf("workspace %s was deleted", ws.ID)
+	}
+	if err := s.runs.WorkspaceFree(ctx, ws); err != nil {
+		return Op{}, err
+	}
+	task, err := s.Task(ctx, ws)
+	if err != nil {
+		return Op{}, err
+	}
+	if ws.Host, err = s.runs.OperationHost(ctx, ws); err != nil {
+		return Op{}, err
+	}
+	return Op{Workspace: ws, Task: task.Spec, DeploymentID: task.DeploymentID, Exec: req}, nil
+}
+
+// settle records the host of the worker that ran an operation on ws, if
+// ws had none.
+func (s *Service) settle(ctx context.Context, ws Workspace, res OpResult) {
+	if ws.Host == "" && res.Host != "" {
+		if err := s.store.UseWorkspace(ctx, ws.ID, ws.LastRunID, res.Host, time.Now()); err != nil {
 			s.log.Error("record where a workspace is", "workspace_id", ws.ID, "err", err)
 		}
 	}
-	return res, nil
 }
 
 // record appends an operation to the workspace's trajectory and exports
@@ -108,11 +123,8 @@ func (s *Service) record(ctx context.Context, ws Workspace, req ExecRequest, tr 
 	if err != nil {
 		rec.Error = err.Error()
 	} else {
-		for _, out := range []*string{&res.Stdout, &res.Stderr} {
-			if len(*out) > trajectoryOutput {
-				*out = (*out)[:trajectoryOutput] + "\n[helmr: output cut in the trajectory]\n"
-			}
-		}
+		cutForTrajectory(&res.Stdout, &res.StdoutTruncated, res.OutputEncoding)
+		cutForTrajectory(&res.Stderr, &res.StderrTruncated, res.OutputEncoding)
 		rec.Result, _ = json.Marshal(res)
 	}
 	rec, aerr := s.Trajectories.AppendOp(context.WithoutCancel(ctx), rec)
@@ -132,4 +144,18 @@ func traceRequest(req ExecRequest) ExecRequest {
 		req.Stdin = req.Stdin[:4<<10] + "[helmr: stdin cut in the trajectory]"
 	}
 	return req
+}
+
+// cutForTrajectory cuts an output stream at trajectoryOutput: text with a
+// marker line, base64 at a whole quantum (trajectoryOutput is a multiple
+// of 4), still decodable, flagged as truncated.
+func cutForTrajectory(out *string, truncated *bool, encoding string) {
+	if len(*out) <= trajectoryOutput {
+		return
+	}
+	if encoding == EncodingBase64 {
+		*out, *truncated = (*out)[:trajectoryOutput], true
+		return
+	}
+	*out = (*out)[:trajectoryOutput] + "\n[helmr: output cut in the trajectory]\n"
 }

@@ -35,6 +35,17 @@ type Op struct {
 	// Secrets are the values of the vault secrets Exec refers to
 	// (${vault:NAME}), for this operation only; never in its result.
 	Secrets map[string]string `json:"secrets,omitempty"`
+	// Data, if set, makes a data operation (see Ops.DoData): DataIn, the
+	// command's stdin is a stream of bytes the worker reads from the
+	// control plane (Ops.Input); DataOut, its stdout is one the worker
+	// sends there (Ops.Deliver). Neither travels in the operation.
+	Data string `json:"data,omitempty"`
+	// File, for a data operation that reads or writes one file at a
+	// workspace-relative path, is that path: a worker whose sandbox
+	// mounts the workspace from a host directory it shares live may move
+	// the bytes there itself, resolving the path as Exec would (nothing
+	// that leaves the workspace), instead of through the sandbox.
+	File string `json:"file,omitempty"`
 }
 
 // OpResult is a worker's answer to an Op: Exec's or Shell's result, or
@@ -134,6 +145,7 @@ type Ops struct {
 	queue     []*pending
 	waiting   map[*waiter]struct{}
 	taken     map[string]*pending
+	pipes     map[string]*dataPipe // data operations' streams, by id
 	lastSweep time.Time
 
 	// Notices of changes in the shared queue (see Changed): queuedC is
@@ -168,7 +180,7 @@ type waiter struct {
 
 // NewOps returns an empty operation queue.
 func NewOps() *Ops {
-	return &Ops{waiting: map[*waiter]struct{}{}, taken: map[string]*pending{}}
+	return &Ops{waiting: map[*waiter]struct{}{}, taken: map[string]*pending{}, pipes: map[string]*dataPipe{}}
 }
 
 // Changed tells the replica that the shared queue changed (see
@@ -252,9 +264,9 @@ func (o *Ops) Do(ctx context.Context, op Op) (OpResult, error) {
 // DoStream is Do, with the output of a streamed operation (op.Stream) to
 // output as the worker sends it, one call at a time, before Do returns.
 func (o *Ops) DoStream(ctx context.Context, op Op, output func(stream string, data []byte)) (OpResult, error) {
-	b := make([]byte, 10)
-	_, _ = rand.Read(b)
-	op.ID = "op_" + hex.EncodeToString(b)
+	if op.ID == "" {
+		op.ID = newOpID()
+	}
 	op.Stream = output != nil
 	p := &pending{op: op, done: make(chan OpResult, 1), output: output}
 	o.mu.Lock()
@@ -350,6 +362,12 @@ func (o *Ops) DoStream(ctx context.Context, op Op, output func(stream string, da
 			return res, nil
 		}
 	}
+}
+
+func newOpID() string {
+	b := make([]byte, 10)
+	_, _ = rand.Read(b)
+	return "op_" + hex.EncodeToString(b)
 }
 
 // unqueue removes p from the local queue; o.mu is held.

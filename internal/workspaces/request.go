@@ -2,6 +2,7 @@ package workspaces
 
 import (
 	"context"
+	"encoding/base64"
 	"path"
 	"regexp"
 	"sort"
@@ -30,7 +31,17 @@ type ExecRequest struct {
 	Env            map[string]string `json:"env,omitempty"`
 	Stdin          string            `json:"stdin,omitempty"`
 	TimeoutSeconds float64           `json:"timeoutSeconds,omitempty"`
+	// OutputEncoding is how the result carries stdout and stderr:
+	// EncodingText (the default: UTF-8, each invalid byte becoming
+	// U+FFFD) or EncodingBase64 (the raw bytes, base64).
+	OutputEncoding string `json:"outputEncoding,omitempty"`
 }
+
+// Output encodings of an exec result (ExecRequest.OutputEncoding).
+const (
+	EncodingText   = "text"
+	EncodingBase64 = "base64"
+)
 
 // ExecResult is how the command ended and what it printed.
 type ExecResult struct {
@@ -42,6 +53,9 @@ type ExecResult struct {
 	StderrTruncated bool    `json:"stderrTruncated,omitempty"`
 	TimedOut        bool    `json:"timedOut,omitempty"`
 	DurationMs      float64 `json:"durationMs"`
+	// OutputEncoding is EncodingBase64 when Stdout and Stderr are base64
+	// of the bytes printed (see Encode); empty: text.
+	OutputEncoding string `json:"outputEncoding,omitempty"`
 }
 
 // Validate refuses a request that cannot run (errdefs.ErrInvalid): argv
@@ -66,6 +80,8 @@ func (req ExecRequest) validate() error {
 		return errdefs.Invalidf("timeoutSeconds must be 0 (the default, %ds) to %d", DefaultExecTimeout, MaxExecTimeout)
 	case strings.ContainsRune(req.Cwd, 0):
 		return errdefs.Invalidf("cwd holds a NUL byte")
+	case req.OutputEncoding != "" && req.OutputEncoding != EncodingText && req.OutputEncoding != EncodingBase64:
+		return errdefs.Invalidf("outputEncoding %q: give %q (the default) or %q", req.OutputEncoding, EncodingText, EncodingBase64)
 	}
 	if c := path.Clean(req.Cwd); req.Cwd != "" && (path.IsAbs(c) || c == ".." || strings.HasPrefix(c, "../")) {
 		return errdefs.Invalidf("cwd %q must be relative to the workspace and stay inside it", req.Cwd)
@@ -214,8 +230,38 @@ func Lookahead(values map[string]string) int {
 	return redact.New(values).Lookahead()
 }
 
-// Redact returns the result with every secret value replaced.
+// Redact returns the result with every secret value replaced; a base64
+// result is redacted in the bytes it encodes (and encoded again).
 func (r ExecResult) Redact(values map[string]string) ExecResult {
-	r.Stdout, r.Stderr = Redact(r.Stdout, values), Redact(r.Stderr, values)
+	if len(values) == 0 {
+		return r
+	}
+	if r.OutputEncoding != EncodingBase64 {
+		r.Stdout, r.Stderr = Redact(r.Stdout, values), Redact(r.Stderr, values)
+		return r
+	}
+	for _, out := range []*string{&r.Stdout, &r.Stderr} {
+		raw, err := base64.StdEncoding.DecodeString(*out)
+		if err != nil {
+			*out = "" // not what a worker sends: drop it rather than pass it on unredacted
+			continue
+		}
+		*out = base64.StdEncoding.EncodeToString([]byte(Redact(string(raw), values)))
+	}
+	return r
+}
+
+// Encode returns the result with its output in encoding (as
+// ExecRequest.OutputEncoding): for EncodingBase64, Stdout and Stderr
+// become base64 of their bytes, which a worker does before the result
+// leaves it, as JSON would turn invalid UTF-8 into U+FFFD. A cut stream
+// keeps its marker line, encoded with the bytes.
+func (r ExecResult) Encode(encoding string) ExecResult {
+	if encoding != EncodingBase64 || r.OutputEncoding == EncodingBase64 {
+		return r
+	}
+	r.Stdout = base64.StdEncoding.EncodeToString([]byte(r.Stdout))
+	r.Stderr = base64.StdEncoding.EncodeToString([]byte(r.Stderr))
+	r.OutputEncoding = EncodingBase64
 	return r
 }

@@ -63,6 +63,9 @@ type Service struct {
 	// Blobs, if set, holds workspace snapshots: a deleted workspace's is
 	// deleted with it.
 	Blobs BlobDeleter
+	// SpoolDir holds uploaded tars while they are checked (default: the
+	// system's temporary directory).
+	SpoolDir string
 }
 
 // NewService returns a service over the workspaces in st, whose sandboxes

@@ -168,9 +168,13 @@ func exitMsg(id uint64, ws unix.WaitStatus) *agent.Exit {
 	}
 }
 
+// outputChunk is the most output one frame carries: large, so that a
+// stream (a file read through the files API) takes few frames.
+const outputChunk = 256 << 10
+
 func (s *Server) relayOutput(wg *sync.WaitGroup, id uint64, stream string, f *os.File) {
 	defer wg.Done()
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, outputChunk)
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {

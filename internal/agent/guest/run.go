@@ -87,7 +87,7 @@ func RunServe(conn io.ReadWriteCloser, log *slog.Logger) error {
 }
 
 func serve(srv *Server) error {
-	if err := srv.Writer().Send(&agent.Ready{Version: agent.Version}); err != nil {
+	if err := srv.Writer().Send(&agent.Ready{Version: agent.Version, Binary: true}); err != nil {
 		return fmt.Errorf("send ready: %w", err)
 	}
 	return srv.Serve()

@@ -53,6 +53,19 @@ describe("HelmrClient.workspaces", () => {
     );
   });
 
+  it("answers an exec's output as bytes, lossless, with execBytes", async () => {
+    api.reset();
+    api.handlers.set("POST /v1/workspaces/ws_1/exec", (_s, res) =>
+      json(res, 200, { exitCode: 0, stdout: "Yf8AYg==", stderr: "", durationMs: 1, outputEncoding: "base64" }),
+    );
+    const got = await client.workspaces.execBytes("ws_1", { command: "printf 'a\\377\\000b'" });
+    assert.deepStrictEqual([...got.stdout], [0x61, 0xff, 0x00, 0x62]);
+    assert.equal(got.stderr.length, 0);
+    assert.equal(JSON.parse(api.seen[0]!.body).outputEncoding, "base64");
+    api.handlers.set("POST /v1/workspaces/ws_1/exec", (_s, res) => json(res, 200, result));
+    await assert.rejects(client.workspaces.execBytes("ws_1", { argv: ["true"] }), ConnectionError);
+  });
+
   it("runs a command and answers its result; a lost connection is not retried", async () => {
     api.reset();
     api.handlers.set("POST /v1/workspaces/ws_1/exec", (_s, res, n) => (n === 2 ? res.socket?.destroy() : json(res, 200, result)));

@@ -34,7 +34,7 @@ export type {
   Workspace,
   WorkspaceList,
 } from "./types.js";
-export type { CreateWorkspaceOptions, ExecEvent, ExecOptions, ListWorkspacesOptions, TrajectoryOptions, Workspaces } from "./workspaces.js";
+export type { CreateWorkspaceOptions, ExecBytesResult, ExecEvent, ExecOptions, ListWorkspacesOptions, TrajectoryOptions, Workspaces } from "./workspaces.js";
 
 /** Options of HelmrClient: where, with which credential, in which project environment. */
 export interface HelmrClientOptions extends ClientOptions {

@@ -31,6 +31,9 @@ export interface ExecOptions {
   signal?: AbortSignalLike;
 }
 
+/** An exec's result with its output as bytes (execBytes). */
+export type ExecBytesResult = Omit<ExecResult, "stdout" | "stderr"> & { stdout: Uint8Array; stderr: Uint8Array };
+
 /** One event of a streaming exec: output as it is printed, then the result. */
 export type ExecEvent = ({ type: "output" } & ExecOutput) | { type: "result"; result: ExecResult };
 
@@ -92,6 +95,20 @@ export class Workspaces {
   }
 
   /**
+   * execBytes is exec with the output as the bytes the command printed,
+   * lossless (outputEncoding "base64" on the wire): text output turns
+   * bytes that are not UTF-8 into U+FFFD. A cut stream ends with Helmr's
+   * marker line, as in text (stdoutTruncated says so).
+   */
+  async execBytes(id: string, request: Omit<ExecRequest, "outputEncoding">, options: ExecOptions = {}): Promise<ExecBytesResult> {
+    const res = await this.exec(id, { ...request, outputEncoding: "base64" }, options);
+    if (res.outputEncoding !== "base64") {
+      throw new ConnectionError(`exec in ${id}: the control plane answered text, not base64 (an older Helmr?)`);
+    }
+    return { ...res, stdout: fromBase64(res.stdout), stderr: fromBase64(res.stderr) };
+  }
+
+  /**
    * execStream is exec yielding the command's output as it prints it
    * (whole lines, redacted), then its result. An error the plain exec
    * would answer is thrown as the same HelmrApiError subclass.
@@ -131,4 +148,25 @@ export class Workspaces {
 
 function signal(options: ExecOptions): { signal?: AbortSignalLike } {
   return options.signal ? { signal: options.signal } : {};
+}
+
+const b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/** fromBase64 decodes standard base64 (padded), as the API sends it. */
+export function fromBase64(s: string): Uint8Array {
+  if (s.length % 4 !== 0) throw new ConnectionError("a base64 output of a length not a multiple of 4");
+  const pad = s.endsWith("==") ? 2 : s.endsWith("=") ? 1 : 0;
+  const out = new Uint8Array((s.length / 4) * 3 - pad);
+  let o = 0;
+  for (let i = 0; i < s.length; i += 4) {
+    let n = 0;
+    for (let j = 0; j < 4; j++) {
+      const c = s[i + j]!;
+      const v = c === "=" ? 0 : b64.indexOf(c);
+      if (v < 0) throw new ConnectionError(`a base64 output holds ${JSON.stringify(c)}`);
+      n = (n << 6) | v;
+    }
+    for (const shift of [16, 8, 0]) if (o < out.length) out[o++] = (n >> shift) & 0xff;
+  }
+  return out;
 }

@@ -657,9 +657,9 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A file of the workspace (at most 64 MiB), by a path relative to it; one that leaves it (.., absolute, through a symlink) is a 400. */
+        /** A file of the workspace (at most 1 GiB), by a path relative to it, streamed; one that leaves it (.., absolute, through a symlink) is a 400, a directory a 400, a missing file a 404. A transfer that fails once bytes went out breaks the response off (never a short body with a 200 that ended cleanly). */
         get: operations["readWorkspaceFile"];
-        /** Write a file of the workspace (the body, at most 64 MiB), making its directories; a path that leaves the workspace is a 400. */
+        /** Write a file of the workspace (the body, streamed, at most 1 GiB), making its directories; a path that leaves the workspace is a 400. A body cut off is an error, and what came of it stays in the file. */
         put: operations["writeWorkspaceFile"];
         post?: never;
         delete?: never;
@@ -675,9 +675,9 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A tar of a directory of the workspace (default: all of it), at most 64 MiB; a path that leaves the workspace is a 400. */
+        /** A tar of a directory of the workspace (default: all of it), streamed, at most 1 GiB; a path that leaves the workspace is a 400. */
         get: operations["downloadWorkspaceTar"];
-        /** Unpack a tar (the body, at most 64 MiB) into a directory of the workspace; a member that would land outside it (absolute, .., a link leading out, a device) refuses the whole tar. */
+        /** Unpack a tar (the body, streamed, at most 1 GiB) into a directory of the workspace; a member that would land outside it (absolute, .., a link leading out, a device) refuses the whole tar (it is checked whole before any of it is unpacked). */
         put: operations["uploadWorkspaceTar"];
         post?: never;
         delete?: never;
@@ -765,6 +765,24 @@ export interface paths {
         put?: never;
         /** Worker: a piece of a streamed operation's output (whole lines, redacted); 404 when its request has ended. */
         post: operations["workerOpOutput"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/worker/ops/{id}/data": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Worker: the input of a data operation (its command's stdin: a file or tar being written), streamed; a stream the control plane cannot finish is broken off, never ended short. 404 when its request has ended. */
+        get: operations["workerOpInput"];
+        /** Worker: the output of a data operation (its command's stdout: a file or tar being read), streamed as the body, sent before the operation's result. 404 when its request has ended. */
+        put: operations["workerOpDeliver"];
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -1509,17 +1527,28 @@ export interface components {
             stdin?: string | null;
             /** @description Default 60; the command is killed at it (timedOut). */
             timeoutSeconds?: number | null;
+            /**
+             * @description How the result carries stdout and stderr: text (the default: UTF-8, each byte that is not valid UTF-8 becomes U+FFFD) or base64 (the raw bytes, base64; lossless). A streamed exec's output events stay text; its result event follows this.
+             * @enum {string|null}
+             */
+            outputEncoding?: "text" | "base64" | null;
         };
         ExecResult: {
             exitCode: number;
             signal?: string;
-            /** @description At most 1 MiB; the rest is cut with a marker line (stdoutTruncated). */
+            /** @description At most 1 MiB; the rest is cut with a marker line (stdoutTruncated). Text: invalid UTF-8 bytes became U+FFFD; with outputEncoding base64, base64 of the bytes (a cut stream's marker line encoded with them). */
             stdout: string;
+            /** @description As stdout. */
             stderr: string;
             stdoutTruncated?: boolean;
             stderrTruncated?: boolean;
             timedOut?: boolean;
             durationMs: number;
+            /**
+             * @description base64 when stdout and stderr are base64 (the request asked for it); absent: text.
+             * @enum {string}
+             */
+            outputEncoding?: "base64";
         };
         /** @description The data of an exec stream's `output` event: whole lines the command printed, redacted. */
         ExecOutput: {
@@ -3440,6 +3469,56 @@ export interface operations {
                 content?: never;
             };
             400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    workerOpInput: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["Id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The bytes. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                };
+            };
+            401: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    workerOpDeliver: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["Id"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description Delivered. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             401: components["responses"]["Error"];
             404: components["responses"]["Error"];
         };
