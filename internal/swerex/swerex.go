@@ -31,8 +31,6 @@ import (
 // recorded in the workspace's trajectory as tr says.
 type Workspaces interface {
 	Exec(ctx context.Context, ws workspaces.Workspace, req workspaces.ExecRequest, tr workspaces.Trace) (workspaces.ExecResult, error)
-	ExecStdin(ctx context.Context, ws workspaces.Workspace, req workspaces.ExecRequest, tr workspaces.Trace) (workspaces.ExecResult, error)
-	ExecOutput(ctx context.Context, ws workspaces.Workspace, req workspaces.ExecRequest, tr workspaces.Trace, max int, tooLarge string) (workspaces.ExecResult, error)
 	Shell(ctx context.Context, ws workspaces.Workspace, req workspaces.ShellRequest, tr workspaces.Trace) (workspaces.ShellResult, error)
 }
 

@@ -59,14 +59,6 @@ func (h *hostShell) Exec(ctx context.Context, _ workspaces.Workspace, req worksp
 	return res, nil
 }
 
-func (h *hostShell) ExecStdin(ctx context.Context, ws workspaces.Workspace, req workspaces.ExecRequest, tr workspaces.Trace) (workspaces.ExecResult, error) {
-	return h.Exec(ctx, ws, req, tr)
-}
-
-func (h *hostShell) ExecOutput(ctx context.Context, ws workspaces.Workspace, req workspaces.ExecRequest, tr workspaces.Trace, _ int, _ string) (workspaces.ExecResult, error) {
-	return h.Exec(ctx, ws, req, tr)
-}
-
 func newShell(t *testing.T) *hostShell {
 	t.Helper()
 	_, err := exec.LookPath("bash")
@@ -209,10 +201,11 @@ func TestReplayByRequestID(t *testing.T) {
 		t.Errorf("a request sent twice with one X-Request-ID = %v then %v after %d runs, want one run and its answer twice", first, again, sh.calls.Load()-before)
 	}
 	// Reads run again: they change nothing, and their answers are large.
-	before = sh.calls.Load()
-	call(t, a.ReadFile, `{"path": "/etc/hostname"}`, "X-Request-ID", "r2")
-	call(t, a.ReadFile, `{"path": "/etc/hostname"}`, "X-Request-ID", "r2")
-	if n := sh.calls.Load() - before; n != 2 {
+	files := &hostFiles{Workspaces: sh}
+	b := New(files)
+	call(t, b.ReadFile, `{"path": "/etc/hostname"}`, "X-Request-ID", "r2")
+	call(t, b.ReadFile, `{"path": "/etc/hostname"}`, "X-Request-ID", "r2")
+	if n := len(files.kinds); n != 2 {
 		t.Errorf("read_file sent twice with one X-Request-ID ran %d times, want 2", n)
 	}
 }

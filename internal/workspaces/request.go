@@ -64,11 +64,6 @@ func (req ExecRequest) Validate() error {
 	if len(req.Stdin) > MaxStdinBytes {
 		return errdefs.Invalidf("stdin is more than %d bytes", MaxStdinBytes)
 	}
-	return req.validate()
-}
-
-// validate is Validate for a stdin of any size (see Service.ExecStdin).
-func (req ExecRequest) validate() error {
 	switch {
 	case len(req.Argv) == 0 && req.Command == "":
 		return errdefs.Invalidf("give argv (a list) or command (a shell string)")
