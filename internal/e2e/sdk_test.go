@@ -63,9 +63,11 @@ func TestSDKWorkspaces(t *testing.T) {
 	var tr struct {
 		Operations []workspaces.OpRecord `json:"operations"`
 	}
-	// The SDK saw every operation; the CLI's read came after.
-	if status != 200 || json.Unmarshal(body, &tr) != nil || len(tr.Operations) != saw.Operations+1 || tr.Operations[saw.Operations].Kind != "file.read" {
-		t.Errorf("trajectory = %d %s, want the script's %d operations and the CLI's read", status, body, saw.Operations)
+	// The SDK saw every operation; the CLI's came after: whether the
+	// path is a directory (a listing), then the file.
+	if status != 200 || json.Unmarshal(body, &tr) != nil || len(tr.Operations) != saw.Operations+2 ||
+		tr.Operations[saw.Operations].Kind != "file.list" || tr.Operations[saw.Operations+1].Kind != "file.read" {
+		t.Errorf("trajectory = %d %s, want the script's %d operations and the CLI's listing and read", status, body, saw.Operations)
 	}
 	gone, err := d.api.GetWorkspace(context.Background(), saw.Deleted)
 	if err != nil || gone.DeletedAt == nil {

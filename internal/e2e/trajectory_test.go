@@ -45,7 +45,9 @@ func TestTrajectory(t *testing.T) {
 	}
 	d.mustHelmr("exec", ws, "--shell", "--", "echo ${vault:TOKEN}")
 	d.helmr("exec", ws, "--", "sh", "-c", "exit 3")
-	d.mustHelmr("workspace", "cp", ws+":notes.txt", "-")
+	if st, body := d.get("/v1/workspaces/" + ws + "/files?path=notes.txt"); st != 200 || len(body) == 0 {
+		t.Fatalf("read notes.txt = %d %q", st, body)
+	}
 
 	status, body := d.get("/v1/workspaces/" + ws + "/trajectory")
 	var tr struct {
