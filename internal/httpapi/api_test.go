@@ -69,7 +69,7 @@ func newAPI(t *testing.T) *apiEnv {
 	wsvc.Vault, wsvc.Trajectories, wsvc.Blobs = v, st, blobs
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Logger: slog.Default(), WorkerToken: "wtok",
 		Vault: v, APIKeys: apikeys.NewService(st, owner, slog.Default()), LeaseWait: 10 * time.Millisecond,
-		Sessions: apikeys.NewSessions(owner), Workspaces: wsvc, Waits: waits, Checkpoints: st, Blobs: blobs}))
+		Sessions: apikeys.NewSessions(owner), Workspaces: wsvc, Waits: waits, Checkpoints: st, Blobs: blobs, Doctor: testDoctor}))
 	t.Cleanup(srv.Close)
 	return &apiEnv{t: t, srv: srv, db: db, st: st, owner: owner, blobs: blobs, svc: svc}
 }

@@ -64,7 +64,7 @@ func (s *Server) guard(access Access, h handlerFunc) handlerFunc {
 			return err
 		}
 		if access == AccessOwner && !p.Owner {
-			return errdefs.Forbiddenf("only the owner credential manages API keys: an API key cannot create, list or revoke keys")
+			return errdefs.Forbiddenf("only the owner credential may do this: an API key cannot create, list or revoke keys, nor read the host's doctor report")
 		}
 		if g := apikeys.Grant(access); access != AccessOwner && !p.Has(g) {
 			return errdefs.Forbiddenf("%s lacks the %s grant this request needs", p, g)
