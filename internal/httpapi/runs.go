@@ -67,9 +67,17 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
 	if kind != "" && kind != runs.KindTask && kind != runs.KindBuild {
 		return errdefs.Invalidf("unknown kind %q (task or build)", kind)
 	}
+	since, err := timeParam(r, "since")
+	if err != nil {
+		return err
+	}
+	until, err := timeParam(r, "until")
+	if err != nil {
+		return err
+	}
 	page, err := s.cfg.Runs.List(r.Context(), runs.Filter{
 		Project: project, Env: env, TaskID: q.Get("task"), Status: runs.Status(q.Get("status")), Kind: kind,
-		Limit: limit, Cursor: q.Get("cursor"),
+		Since: since, Until: until, IDPrefix: q.Get("id"), Limit: limit, Cursor: q.Get("cursor"),
 	})
 	if err != nil {
 		return err
@@ -152,6 +160,19 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	page.Done = run.Status.Terminal() && page.NextCursor >= run.LastSeq
 	return writeJSON(w, http.StatusOK, page)
+}
+
+// timeParam reads the optional RFC 3339 time query parameter name.
+func timeParam(r *http.Request, name string) (time.Time, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, errdefs.Invalidf("%s %q is not an RFC 3339 time (2026-01-02T15:04:05Z)", name, v)
+	}
+	return t, nil
 }
 
 // afterParam reads the optional ?after= event cursor.

@@ -178,6 +178,11 @@ type Filter struct {
 	Kind string
 	// WorkspaceID selects the runs attached to a workspace.
 	WorkspaceID string
+	// Since and Until bound the runs' creation time: Since <= created_at <
+	// Until; a zero time does not bound.
+	Since, Until time.Time
+	// IDPrefix selects the runs whose id starts with it (a search by id).
+	IDPrefix string
 	// Limit caps the page size (the store applies 1..1000, default 50).
 	Limit int
 	// Cursor is the opaque NextCursor of a previous page.

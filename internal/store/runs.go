@@ -123,6 +123,18 @@ func (db *DB) ListRuns(ctx context.Context, f runs.Filter) (runs.Page, error) {
 			args = append(args, c.val)
 		}
 	}
+	if !f.Since.IsZero() {
+		where = append(where, "created_at >= ?")
+		args = append(args, f.Since)
+	}
+	if !f.Until.IsZero() {
+		where = append(where, "created_at < ?")
+		args = append(args, f.Until)
+	}
+	if f.IDPrefix != "" {
+		where = append(where, "substr(id, 1, ?) = ?")
+		args = append(args, len(f.IDPrefix), f.IDPrefix)
+	}
 	if f.Cursor != "" {
 		t, id, err := DecodeCursor(f.Cursor)
 		if err != nil {

@@ -1,0 +1,95 @@
+package httpapi_test
+
+import (
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/helmr/helmr/internal/apikeys"
+)
+
+// runIDs is the ids of a GET /v1/runs answer.
+func runIDs(t *testing.T, body map[string]any) []string {
+	t.Helper()
+	list, ok := body["runs"].([]any)
+	if !ok {
+		t.Fatalf("no runs in %v", body)
+	}
+	var out []string
+	for _, r := range list {
+		out = append(out, r.(map[string]any)["id"].(string))
+	}
+	return out
+}
+
+// TestListRunsWindowAndIDSearch: since/until bound the creation time,
+// id searches by prefix, and a malformed time is a 400 that says why.
+func TestListRunsWindowAndIDSearch(t *testing.T) {
+	e := newAPI(t)
+	if st, d := e.call("POST", "/v1/deployments", deployment(goodTask("a"))); st != http.StatusCreated {
+		t.Fatalf("deploy = %d %v", st, d)
+	}
+	var ids []string
+	for i := 0; i < 3; i++ {
+		st, r := e.call("POST", "/v1/tasks/a/runs?project=p&env=dev", `{"payload": 1}`)
+		if st != http.StatusCreated {
+			t.Fatalf("trigger = %d %v", st, r)
+		}
+		ids = append(ids, r["id"].(string))
+	}
+	list := func(q url.Values) (int, map[string]any) {
+		q.Set("project", "p")
+		q.Set("env", "dev")
+		return e.call("GET", "/v1/runs?"+q.Encode(), nil)
+	}
+	st, body := list(url.Values{"id": {ids[1]}})
+	if got := runIDs(t, body); st != http.StatusOK || len(got) != 1 || got[0] != ids[1] {
+		t.Errorf("GET /v1/runs?id=%s = %d %v, want [%s]", ids[1], st, got, ids[1])
+	}
+	st, body = list(url.Values{"id": {"run_nothing_like_it"}})
+	if got := runIDs(t, body); st != http.StatusOK || len(got) != 0 {
+		t.Errorf("GET /v1/runs?id=run_nothing_like_it = %d %v, want none", st, got)
+	}
+	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	st, body = list(url.Values{"since": {future}})
+	if got := runIDs(t, body); st != http.StatusOK || len(got) != 0 {
+		t.Errorf("GET /v1/runs?since=%s = %d %v, want none", future, st, got)
+	}
+	st, body = list(url.Values{"since": {past}, "until": {future}})
+	if got := runIDs(t, body); st != http.StatusOK || len(got) != 3 {
+		t.Errorf("GET /v1/runs?since=%s&until=%s = %d %v, want all 3", past, future, st, got)
+	}
+	st, body = list(url.Values{"until": {past}})
+	if got := runIDs(t, body); st != http.StatusOK || len(got) != 0 {
+		t.Errorf("GET /v1/runs?until=%s = %d %v, want none", past, st, got)
+	}
+	if st, body := list(url.Values{"since": {"yesterday"}}); st != http.StatusBadRequest {
+		t.Errorf("GET /v1/runs?since=yesterday = %d %v, want 400", st, body)
+	}
+}
+
+// TestListProjects: the owner sees every deployed project environment,
+// a key only its own.
+func TestListProjects(t *testing.T) {
+	e := newAPI(t)
+	for _, env := range []string{"dev", "prod"} {
+		d := deployment(goodTask("a"))
+		d["env"] = env
+		if st, body := e.call("POST", "/v1/deployments", d); st != http.StatusCreated {
+			t.Fatalf("deploy to %s = %d %v", env, st, body)
+		}
+	}
+	st, body := e.call("GET", "/v1/projects", nil)
+	envs, _ := body["environments"].([]any)
+	if st != http.StatusOK || len(envs) != 2 {
+		t.Fatalf("GET /v1/projects as the owner = %d %v, want p/dev and p/prod", st, body)
+	}
+	key, _ := e.key("q", "staging", apikeys.TasksRead)
+	st, body = e.call("GET", "/v1/projects", nil, "Authorization", "Bearer "+key)
+	envs, _ = body["environments"].([]any)
+	if st != http.StatusOK || len(envs) != 1 || envs[0].(map[string]any)["project"] != "q" || envs[0].(map[string]any)["env"] != "staging" {
+		t.Errorf("GET /v1/projects with a q/staging key = %d %v, want only q/staging", st, body)
+	}
+}
