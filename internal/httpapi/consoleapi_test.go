@@ -1,8 +1,10 @@
 package httpapi_test
 
 import (
+	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,5 +93,52 @@ func TestListProjects(t *testing.T) {
 	envs, _ = body["environments"].([]any)
 	if st != http.StatusOK || len(envs) != 1 || envs[0].(map[string]any)["project"] != "q" || envs[0].(map[string]any)["env"] != "staging" {
 		t.Errorf("GET /v1/projects with a q/staging key = %d %v, want only q/staging", st, body)
+	}
+}
+
+// page gets a console page with the owner credential.
+func (e *apiEnv) page(path string, header ...string) (int, string) {
+	e.t.Helper()
+	req, _ := http.NewRequest("GET", e.srv.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+e.owner)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestConsoleRunsPage: the runs list through the real API: the runs of
+// the project environment, the id search, the selector of deployed
+// project environments.
+func TestConsoleRunsPage(t *testing.T) {
+	e := newAPI(t)
+	if st, d := e.call("POST", "/v1/deployments", deployment(goodTask("a"))); st != http.StatusCreated {
+		t.Fatalf("deploy = %d %v", st, d)
+	}
+	var ids []string
+	for i := 0; i < 2; i++ {
+		st, r := e.call("POST", "/v1/tasks/a/runs?project=p&env=dev", `{"payload": 1}`)
+		if st != http.StatusCreated {
+			t.Fatalf("trigger = %d %v", st, r)
+		}
+		ids = append(ids, r["id"].(string))
+	}
+	st, body := e.page("/runs")
+	if st != http.StatusOK || !strings.Contains(body, ids[0]) || !strings.Contains(body, ids[1]) || !strings.Contains(body, `<option value="p/dev" selected>`) {
+		t.Fatalf("GET /runs = %d %s", st, body)
+	}
+	st, body = e.page("/runs?project=p&env=dev&window=1h&id=" + ids[1])
+	if st != http.StatusOK || strings.Contains(body, ids[0]) || !strings.Contains(body, ids[1]) {
+		t.Errorf("GET /runs?id=%s = %d, want only that run: %s", ids[1], st, body)
+	}
+	st, body = e.page("/runs?project=p&env=dev", "X-Helmr-Fragment", "rows")
+	if st != http.StatusOK || strings.Contains(body, "<html") || !strings.Contains(body, ids[0]) {
+		t.Errorf("GET /runs rows fragment = %d %s", st, body)
 	}
 }
