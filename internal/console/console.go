@@ -358,7 +358,7 @@ var funcs = template.FuncMap{
 		}
 		return d.Round(time.Second).String()
 	},
-	"list":  func(s ...string) []string { return s },
+	"list": func(s ...string) []string { return s },
 	// setq returns the page's path with query parameter k set to val
 	// (kept: project and env), for filter and pagination links.
 	"setq": func(v *View, kv ...string) string {

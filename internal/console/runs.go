@@ -12,6 +12,7 @@ import (
 func (c *Console) routes() []route {
 	return []route{
 		{"GET /runs", "runs", c.runsPage},
+		{"GET /runs/{id}", "run", c.runPage},
 	}
 }
 

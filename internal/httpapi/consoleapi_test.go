@@ -142,3 +142,56 @@ func TestConsoleRunsPage(t *testing.T) {
 		t.Errorf("GET /runs rows fragment = %d %s", st, body)
 	}
 }
+
+// TestTriggerReplayOf: a replay names its original, which must be a run
+// of the same task and project environment.
+func TestTriggerReplayOf(t *testing.T) {
+	e := newAPI(t)
+	if st, d := e.call("POST", "/v1/deployments", deployment(goodTask("a"), goodTask("b"))); st != http.StatusCreated {
+		t.Fatalf("deploy = %d %v", st, d)
+	}
+	st, orig := e.call("POST", "/v1/tasks/a/runs?project=p&env=dev", `{"payload": 1}`)
+	if st != http.StatusCreated {
+		t.Fatalf("trigger = %d %v", st, orig)
+	}
+	id := orig["id"].(string)
+	st, re := e.call("POST", "/v1/tasks/a/runs?project=p&env=dev", map[string]any{"payload": 2, "replayOf": id})
+	if st != http.StatusCreated || re["replayOf"] != id {
+		t.Fatalf("replay = %d %v, want replayOf %s", st, re, id)
+	}
+	if st, got := e.call("GET", "/v1/runs/"+re["id"].(string), nil); st != http.StatusOK || got["replayOf"] != id {
+		t.Errorf("GET the replay = %d %v, want replayOf %s", st, got, id)
+	}
+	for _, c := range []struct{ task, of string }{{"b", id}, {"a", "run_missing"}} {
+		if st, body := e.call("POST", "/v1/tasks/"+c.task+"/runs?project=p&env=dev", map[string]any{"replayOf": c.of}); st != http.StatusBadRequest && st != http.StatusUnprocessableEntity {
+			t.Errorf("trigger %s replaying %s = %d %v, want refused", c.task, c.of, st, body)
+		}
+	}
+}
+
+// TestConsoleRunPage: a waiting run's page through the real API: its
+// state, its payload as text, the human wait with approve and reject; a
+// run of another project environment is not found.
+func TestConsoleRunPage(t *testing.T) {
+	e := newAPI(t)
+	if st, d := e.call("POST", "/v1/deployments", deployment(goodTask("a"))); st != http.StatusCreated {
+		t.Fatalf("deploy = %d %v", st, d)
+	}
+	id, wp := e.waitingRun(t)
+	st, body := e.page("/runs/" + id)
+	if st != http.StatusOK {
+		t.Fatalf("GET /runs/%s = %d %s", id, st, body)
+	}
+	for _, want := range []string{id, "WAITING", wp, "ok?", `form class="approve"`, `form class="reject"`, `id="cancel"`, "process"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the run page lacks %q", want)
+		}
+	}
+	key, _ := e.key("q", "dev", apikeys.RunsRead)
+	if st, _ := e.page("/runs/"+id, "Authorization", "Bearer "+key); st != http.StatusNotFound {
+		t.Errorf("GET /runs/%s with a key of q/dev = %d, want 404", id, st)
+	}
+	if st, _ := e.page("/runs/run_missing"); st != http.StatusNotFound {
+		t.Errorf("GET /runs/run_missing = %d, want 404", st)
+	}
+}

@@ -18,6 +18,8 @@ type TriggerRequest struct {
 	Secrets        map[string]string `json:"secrets,omitempty"`
 	// WorkspaceID attaches the run to an existing workspace; empty: a new one.
 	WorkspaceID string `json:"workspaceId,omitempty"`
+	// ReplayOf names the run (of the same task) this one replays.
+	ReplayOf string `json:"replayOf,omitempty"`
 }
 
 func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request) error {
@@ -38,7 +40,7 @@ func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request) error {
 	}
 	run, created, err := s.cfg.Runs.Trigger(r.Context(), runs.TriggerRequest{
 		Project: project, Env: env, TaskID: r.PathValue("id"), Payload: req.Payload, IdempotencyKey: key,
-		Secrets: req.Secrets, WorkspaceID: req.WorkspaceID,
+		Secrets: req.Secrets, WorkspaceID: req.WorkspaceID, ReplayOf: req.ReplayOf,
 	})
 	if err != nil {
 		return err

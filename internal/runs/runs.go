@@ -97,7 +97,9 @@ type Run struct {
 	// ("vault:NAME"); never values.
 	Secrets map[string]string `json:"secrets,omitempty"`
 	// WorkspaceID is the workspace the run is attached to.
-	WorkspaceID    string `json:"workspaceId,omitempty"`
+	WorkspaceID string `json:"workspaceId,omitempty"`
+	// ReplayOf is the run this one replays (the same task, run again).
+	ReplayOf       string `json:"replayOf,omitempty"`
 	WorkerID       string `json:"workerId,omitempty"`
 	Tier           string `json:"tier,omitempty"`
 	MaxDurationSec int    `json:"maxDuration"`

@@ -1282,6 +1282,8 @@ export interface components {
             kind?: "task" | "build";
             /** @description The workspace the run is attached to. */
             workspaceId?: string;
+            /** @description The run this one replays */
+            replayOf?: string;
             project: string;
             env: string;
             taskId: string;
@@ -1935,6 +1937,8 @@ export interface operations {
                     };
                     /** @description Attach the run to this workspace of the project environment (its files are what the last run left); absent: a new workspace. A workspace serves one run at a time (409). */
                     workspaceId?: string;
+                    /** @description The run of the same task and project environment this run replays (the console's Replay); shown on the new run. */
+                    replayOf?: string;
                 };
             };
         };
