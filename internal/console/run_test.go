@@ -46,7 +46,7 @@ func TestRunPageRendersDataAsText(t *testing.T) {
 	for _, want := range []string{
 		"&lt;script&gt;alert(1)&lt;/script&gt;", // payload, error, metadata, display text
 		"TASK_ERROR", "<summary>Stack</summary>",
-		`<details><summary>`,                    // the large payload, collapsed
+		`<details><summary>`,                       // the large payload, collapsed
 		`href="/runs/run_0?env=dev&amp;project=p"`, // replay of
 		`id="cancel"`, `form class="approve"`, `form class="reject"`, `id="replay"`,
 		`data-schema="{&#34;properties&#34;:`, // the schema, as an attribute

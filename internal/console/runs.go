@@ -13,6 +13,8 @@ func (c *Console) routes() []route {
 	return []route{
 		{"GET /runs", "runs", c.runsPage},
 		{"GET /runs/{id}", "run", c.runPage},
+		{"GET /approvals", "approvals", c.approvalsPage},
+		{"GET /tokens", "tokens", c.tokensPage},
 	}
 }
 

@@ -195,3 +195,36 @@ func TestConsoleRunPage(t *testing.T) {
 		t.Errorf("GET /runs/run_missing = %d, want 404", st)
 	}
 }
+
+// TestConsoleApprovalsAndTokens: through the real API the inbox lists
+// waiting human waits (not tokens) and the tokens page filters by kind;
+// an approval answered through the API leaves the inbox.
+func TestConsoleApprovalsAndTokens(t *testing.T) {
+	e := newAPI(t)
+	if st, d := e.call("POST", "/v1/deployments", deployment(goodTask("a"))); st != http.StatusCreated {
+		t.Fatalf("deploy = %d %v", st, d)
+	}
+	run, wp := e.waitingRun(t)
+	st, tok := e.call("POST", "/v1/tokens?project=p&env=dev", `{"tags": ["ci"]}`)
+	if st != http.StatusCreated {
+		t.Fatalf("create token = %d %v", st, tok)
+	}
+	tokID := tok["id"].(string)
+	st, body := e.page("/approvals?project=p&env=dev")
+	if st != http.StatusOK || !strings.Contains(body, wp) || !strings.Contains(body, run) || strings.Contains(body, tokID) {
+		t.Errorf("GET /approvals = %d, want %s of %s and not token %s: %s", st, wp, run, tokID, body)
+	}
+	st, body = e.page("/tokens?project=p&env=dev&kind=token")
+	if st != http.StatusOK || !strings.Contains(body, tokID) || strings.Contains(body, wp) || !strings.Contains(body, `form class="complete"`) {
+		t.Errorf("GET /tokens?kind=token = %d, want %s only: %s", st, tokID, body)
+	}
+	if st, body := e.call("POST", "/v1/runs/"+run+"/approve", `{}`, "X-Helmr-CSRF", "1"); st != http.StatusOK {
+		t.Fatalf("approve = %d %v", st, body)
+	}
+	if _, body := e.page("/approvals?project=p&env=dev"); strings.Contains(body, wp) {
+		t.Errorf("the answered approval %s is still in the inbox", wp)
+	}
+	if st, body := e.call("GET", "/v1/tokens?project=p&env=dev&kind=robot", nil); st != http.StatusBadRequest {
+		t.Errorf("GET /v1/tokens?kind=robot = %d %v, want 400", st, body)
+	}
+}

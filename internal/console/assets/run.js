@@ -4,7 +4,7 @@
 // frame, so tens of thousands of lines stay smooth.
 
 import { api, el } from "./console.js";
-import { schemaForm } from "./schemaform.js";
+import { wireWait } from "./waits.js";
 import { stream } from "./stream.js";
 
 const root = document.getElementById("run");
@@ -149,28 +149,4 @@ if (replay) {
   });
 }
 
-for (const art of document.querySelectorAll("article.wait")) {
-  const approve = art.querySelector("form.approve");
-  const reject = art.querySelector("form.reject");
-  if (!approve) continue;
-  let schema = null;
-  try { schema = approve.dataset.schema ? JSON.parse(approve.dataset.schema) : null; } catch { schema = null; }
-  const form = schemaForm(approve.querySelector(".fields"), schema);
-  approve.addEventListener("submit", async (e) => {
-    e.preventDefault();
-    const r = form.read();
-    if (!r.ok) { say("Fix the highlighted fields first.", true); return; }
-    try {
-      await api("POST", `/v1/runs/${encodeURIComponent(id)}/approve`, r.value === undefined ? {} : { data: r.value });
-      location.reload();
-    } catch (err) { say(`Approve failed: ${err.message}`, true); }
-  });
-  reject.addEventListener("submit", async (e) => {
-    e.preventDefault();
-    const reason = reject.elements.reason.value.trim();
-    try {
-      await api("POST", `/v1/runs/${encodeURIComponent(id)}/reject`, reason ? { reason } : {});
-      location.reload();
-    } catch (err) { say(`Reject failed: ${err.message}`, true); }
-  });
-}
+for (const art of document.querySelectorAll("article.wait")) wireWait(art, id, say);

@@ -2438,6 +2438,8 @@ export interface operations {
                 status?: components["schemas"]["WaitpointStatus"];
                 run?: string;
                 tag?: string;
+                /** @description Only waitpoints of this kind (human: the approvals). */
+                kind?: "human" | "token" | "timer";
                 limit?: components["parameters"]["Limit"];
                 /** @description The opaque nextCursor of a previous page; anything else is a 400. */
                 cursor?: string;
