@@ -88,7 +88,8 @@ func pretty(v json.RawMessage) prettyJSON {
 	if err := json.Indent(&buf, v, "", "  "); err != nil {
 		return prettyJSON{Text: string(v), Large: len(v) > largeJSON}
 	}
-	return prettyJSON{Text: buf.String(), Large: buf.Len() > largeJSON}
+	text := string(unescapeHTML(buf.Bytes()))
+	return prettyJSON{Text: text, Large: len(text) > largeJSON}
 }
 
 type runData struct {
@@ -117,4 +118,29 @@ func (c *Console) runPage(r *http.Request, v *View) (any, error) {
 		}
 	}
 	return d, nil
+}
+
+// unescapeHTML turns the \u003c, \u003e and \u0026 escapes Go's JSON
+// encoder writes for <, > and & back into those characters, so that a
+// value reads as it was sent (the template escapes it for HTML). An
+// escape preceded by an odd number of backslashes is not one and stays.
+func unescapeHTML(b []byte) []byte {
+	repl := map[string]byte{`u003c`: '<', `u003e`: '>', `u0026`: '&'}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 >= len(b) {
+			out = append(out, b[i])
+			continue
+		}
+		if i+5 < len(b) {
+			if c, ok := repl[string(b[i+1:i+6])]; ok {
+				out = append(out, c)
+				i += 5
+				continue
+			}
+		}
+		out = append(out, b[i], b[i+1]) // any other escape, \\ included, is kept whole
+		i++
+	}
+	return out
 }

@@ -73,3 +73,17 @@ func TestRunPageHidesActionsWithoutGrants(t *testing.T) {
 		t.Errorf("the wait is not shown to a reader")
 	}
 }
+
+func TestUnescapeHTML(t *testing.T) {
+	for in, want := range map[string]string{
+		`"\u003cb\u003e \u0026"`: `"<b> &"`,
+		`"\\u003c"`:              `"\\u003c"`, // a backslash, then text
+		`"\\\u003c"`:             `"\\<"`,
+		`"\n\u00e9"`:             `"\n\u00e9"`,
+		`"tail\`:                 `"tail\`,
+	} {
+		if got := string(unescapeHTML([]byte(in))); got != want {
+			t.Errorf("unescapeHTML(%s) = %s, want %s", in, got, want)
+		}
+	}
+}

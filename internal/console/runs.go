@@ -15,6 +15,7 @@ func (c *Console) routes() []route {
 		{"GET /runs/{id}", "run", c.runPage},
 		{"GET /approvals", "approvals", c.approvalsPage},
 		{"GET /tokens", "tokens", c.tokensPage},
+		{"GET /test", "test", c.testPage},
 	}
 }
 

@@ -228,3 +228,27 @@ func TestConsoleApprovalsAndTokens(t *testing.T) {
 		t.Errorf("GET /v1/tokens?kind=robot = %d %v, want 400", st, body)
 	}
 }
+
+// TestConsoleTestPage: through the real API the test page lists the
+// deployed tasks and offers the last payload of the chosen one.
+func TestConsoleTestPage(t *testing.T) {
+	e := newAPI(t)
+	if st, d := e.call("POST", "/v1/deployments", deployment(goodTask("a"), goodTask("b"))); st != http.StatusCreated {
+		t.Fatalf("deploy = %d %v", st, d)
+	}
+	if st, r := e.call("POST", "/v1/tasks/a/runs?project=p&env=dev", `{"payload": {"note": "<b>hi</b>"}}`); st != http.StatusCreated {
+		t.Fatalf("trigger = %d %v", st, r)
+	}
+	st, body := e.page("/test?project=p&env=dev&task=a")
+	if st != http.StatusOK {
+		t.Fatalf("GET /test = %d %s", st, body)
+	}
+	for _, want := range []string{`<option value="a" selected>`, `<option value="b">`, `id="trigger"`, "&lt;b&gt;hi&lt;/b&gt;"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the test page lacks %s", want)
+		}
+	}
+	if strings.Contains(body, "<b>hi</b>") {
+		t.Errorf("a payload reached the test page as HTML")
+	}
+}
