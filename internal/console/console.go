@@ -110,11 +110,20 @@ type View struct {
 	Me      Me
 	Project string
 	Env     string
-	Path    string
-	Title   string
-	Data    any
-	req     *http.Request
-	c       *Console
+	// Envs are the project environments the principal can see (GET
+	// /v1/projects), for the layout's selector; empty if unknown.
+	Envs  []Environment
+	Path  string
+	Title string
+	Data  any
+	req   *http.Request
+	c     *Console
+}
+
+// Environment is a project environment, as GET /v1/projects lists it.
+type Environment struct {
+	Project string `json:"project"`
+	Env     string `json:"env"`
 }
 
 // Me is the signed-in principal, as GET /v1/auth/me answers.
@@ -194,8 +203,28 @@ func (c *Console) page(name string, h pageFunc) http.Handler {
 			}
 		}
 		v.Me.Owner = v.Me.Kind == "owner"
+		if pe := r.URL.Query().Get("scope"); pe != "" {
+			// The layout's selector: project/env, kept as two parameters.
+			q := r.URL.Query()
+			q.Del("scope")
+			q.Del("cursor")
+			p, e, _ := strings.Cut(pe, "/")
+			q.Set("project", p)
+			q.Set("env", e)
+			http.Redirect(w, r, r.URL.Path+"?"+q.Encode(), http.StatusSeeOther)
+			return
+		}
+		var envs struct {
+			Environments []Environment `json:"environments"`
+		}
+		if err := c.get(r, "/v1/projects", &envs); err == nil {
+			v.Envs = envs.Environments
+		}
 		if v.Project == "" {
 			v.Project = v.Me.Project
+		}
+		if v.Project == "" && len(v.Envs) > 0 {
+			v.Project, v.Env = v.Envs[0].Project, v.Envs[0].Env
 		}
 		if v.Env == "" {
 			v.Env = v.Me.Env
@@ -209,6 +238,10 @@ func (c *Console) page(name string, h pageFunc) http.Handler {
 			return
 		}
 		v.Data = data
+		if f := r.Header.Get(FragmentHeader); f != "" {
+			c.fragment(w, name, f, v)
+			return
+		}
 		c.render(w, http.StatusOK, name, v)
 	})
 }
@@ -240,6 +273,30 @@ func (c *Console) render(w http.ResponseWriter, status int, name string, v *View
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// FragmentHeader asks a page for one of its templates alone (a live
+// list's rows, say) instead of the whole page: the console's scripts
+// swap it in.
+const FragmentHeader = "X-Helmr-Fragment"
+
+// fragment executes template frag of page name alone; a template the
+// page lacks is a 404.
+func (c *Console) fragment(w http.ResponseWriter, name, frag string, v *View) {
+	t := c.pages[name].Lookup(frag)
+	if t == nil || frag == "layout" {
+		http.Error(w, "no such fragment", http.StatusNotFound)
+		return
+	}
+	var buf bytes.Buffer
+	if err := t.Execute(&buf, v); err != nil {
+		c.log.Error("render a console fragment", "page", name, "fragment", frag, "err", err)
+		http.Error(w, "the console could not render this fragment", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write(buf.Bytes())
 }
 
@@ -281,7 +338,25 @@ var funcs = template.FuncMap{
 		return t.UTC().Format(time.RFC3339)
 	},
 	"lower": strings.ToLower,
-	"list":  func(s ...string) []string { return s },
+	// duration is how long a run ran (until now if it still runs).
+	"duration": func(start, end *time.Time) string {
+		if start == nil {
+			return ""
+		}
+		stop := time.Now()
+		if end != nil {
+			stop = *end
+		}
+		d := stop.Sub(*start)
+		switch {
+		case d < time.Second:
+			return fmt.Sprintf("%dms", d.Milliseconds())
+		case d < time.Minute:
+			return fmt.Sprintf("%.1fs", d.Seconds())
+		}
+		return d.Round(time.Second).String()
+	},
+	"list": func(s ...string) []string { return s },
 	// setq returns the page's path with query parameter k set to val
 	// (kept: project and env), for filter and pagination links.
 	"setq": func(v *View, kv ...string) string {

@@ -16,10 +16,13 @@ type fakeAPI struct {
 	answers map[string]any
 	status  map[string]int
 	cookies []string
+	paths   []string // every request's path and query, in order
+	posts   []string // the bodies of non-GET requests
 }
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.cookies = append(f.cookies, r.Header.Get("Cookie"))
+	f.paths = append(f.paths, r.URL.RequestURI())
 	key := r.URL.Path
 	if st, ok := f.status[key]; ok {
 		w.WriteHeader(st)

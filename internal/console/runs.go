@@ -4,12 +4,18 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 )
 
 func (c *Console) routes() []route {
 	return []route{
 		{"GET /runs", "runs", c.runsPage},
+		{"GET /runs/{id}", "run", c.runPage},
+		{"GET /approvals", "approvals", c.approvalsPage},
+		{"GET /tokens", "tokens", c.tokensPage},
+		{"GET /test", "test", c.testPage},
 	}
 }
 
@@ -32,14 +38,23 @@ type runsData struct {
 	Status string
 	Task   string
 	Kind   string
+	Window string // one of windows' keys, or ""
+	ID     string // id search (a prefix)
+	// Live is true on the first page: the list refreshes itself.
+	Live bool
 }
+
+// windows are the runs list's time windows: runs created within the
+// last d.
+var windows = map[string]time.Duration{"1h": time.Hour, "24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour, "30d": 30 * 24 * time.Hour}
 
 // runsPage is the runs of the chosen project environment, newest first,
 // filtered and paged as GET /v1/runs is.
 func (c *Console) runsPage(r *http.Request, v *View) (any, error) {
 	v.Title = "Runs"
 	q := r.URL.Query()
-	d := runsData{Status: q.Get("status"), Task: q.Get("task"), Kind: q.Get("kind")}
+	d := runsData{Status: q.Get("status"), Task: q.Get("task"), Kind: q.Get("kind"), Window: q.Get("window"),
+		ID: strings.TrimSpace(q.Get("id")), Live: q.Get("cursor") == ""}
 	if v.Project == "" {
 		return d, nil
 	}
@@ -48,6 +63,16 @@ func (c *Console) runsPage(r *http.Request, v *View) (any, error) {
 		if q.Get(k) != "" {
 			api.Set(k, q.Get(k))
 		}
+	}
+	if d.ID != "" {
+		api.Set("id", d.ID)
+	}
+	if d.Window != "" {
+		w, ok := windows[d.Window]
+		if !ok {
+			return nil, &APIError{Status: http.StatusBadRequest, Code: "invalid", Message: "unknown time window " + strconv.Quote(d.Window) + " (1h, 24h, 7d or 30d)"}
+		}
+		api.Set("since", time.Now().Add(-w).UTC().Format(time.RFC3339))
 	}
 	var page struct {
 		Runs       []runSummary `json:"runs"`

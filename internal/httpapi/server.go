@@ -150,6 +150,7 @@ func (s *Server) routes() []route {
 		{"POST /v1/deployments", tasksDeploy, s.createDeployment},
 		{"GET /v1/deployments", tasksRead, s.listDeployments},
 		{"GET /v1/deployments/{id}", tasksRead, s.getDeployment},
+		{"GET /v1/projects", tasksRead, s.listProjects},
 		{"GET /v1/tasks", tasksRead, s.listTasks},
 		{"GET /v1/tasks/{id}", tasksRead, s.getTask},
 		{"POST /v1/tasks/{id}/runs", runsCreate, s.triggerRun},

@@ -55,6 +55,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/projects": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The project environments the principal can see (the owner every deployed one, a key its own). */
+        get: operations["listProjects"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tasks": {
         parameters: {
             query?: never;
@@ -1369,6 +1386,8 @@ export interface components {
             kind?: "task" | "build";
             /** @description The workspace the run is attached to. */
             workspaceId?: string;
+            /** @description The run this one replays */
+            replayOf?: string;
             project: string;
             env: string;
             taskId: string;
@@ -1957,6 +1976,33 @@ export interface operations {
             404: components["responses"]["Error"];
         };
     };
+    listProjects: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The project environments, by project then env. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        environments: {
+                            project: string;
+                            env: string;
+                        }[];
+                    };
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
     listTasks: {
         parameters: {
             query: {
@@ -2040,6 +2086,8 @@ export interface operations {
                     };
                     /** @description Attach the run to this workspace of the project environment (its files are what the last run left); absent: a new workspace. A workspace serves one run at a time (409). */
                     workspaceId?: string;
+                    /** @description The run of the same task and project environment this run replays (the console's Replay); shown on the new run. */
+                    replayOf?: string;
                 };
             };
         };
@@ -2078,6 +2126,12 @@ export interface operations {
                 status?: components["schemas"]["Status"];
                 /** @description task (the default) or build: the runs that build deployments' images. */
                 kind?: "task" | "build";
+                /** @description Only runs created at or after this time (RFC 3339). */
+                since?: string;
+                /** @description Only runs created before this time (RFC 3339). */
+                until?: string;
+                /** @description Only runs whose id starts with this (a search by id). */
+                id?: string;
                 limit?: components["parameters"]["Limit"];
                 /** @description The opaque nextCursor of a previous page; anything else is a 400. */
                 cursor?: string;
@@ -2584,6 +2638,8 @@ export interface operations {
                 status?: components["schemas"]["WaitpointStatus"];
                 run?: string;
                 tag?: string;
+                /** @description Only waitpoints of this kind (human: the approvals). */
+                kind?: "human" | "token" | "timer";
                 limit?: components["parameters"]["Limit"];
                 /** @description The opaque nextCursor of a previous page; anything else is a 400. */
                 cursor?: string;
