@@ -26,7 +26,7 @@ const SessionCookie = "helmr_session"
 const CSRFHeader = "X-Helmr-CSRF"
 
 var loginPage = template.Must(template.New("login").Parse(`<!doctype html>
-<html><head><meta charset="utf-8"><title>Helmr dev: sign in</title></head>
+<html lang="en"><head><meta charset="utf-8"><title>Helmr dev: sign in</title></head>
 <body style="font-family: sans-serif; max-width: 34em; margin: 3em auto">
 <h1>Helmr dev</h1>
 {{if .Until}}<p>Signed in as the owner until {{.Until}}.</p>
