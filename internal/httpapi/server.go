@@ -9,6 +9,7 @@ import (
 
 	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/checkpoints"
+	"github.com/helmr/helmr/internal/console"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
@@ -95,6 +96,12 @@ func New(cfg Config) *Server {
 		}
 		s.mux.Handle(r.pattern, s.adapt(s.guard(r.access, r.h)))
 	}
+	// The console at / reads the API in-process; a path under /v1 that
+	// no route serves stays an API error.
+	s.mux.Handle("/", console.New(s, cfg.Logger))
+	s.mux.Handle("/v1/", s.adapt(func(w http.ResponseWriter, r *http.Request) error {
+		return errdefs.NotFoundf("no API route %s %s", r.Method, r.URL.Path)
+	}))
 	return s
 }
 
