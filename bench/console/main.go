@@ -106,12 +106,12 @@ func run(ctx context.Context, o options) error {
 	}
 
 	fmt.Printf("console on SQLite, %d runs, in-process handler, owner session\n", o.runs)
-	apiMed, apiN, err := serverTime(h, o.api, cookie, o.samples)
+	apiMed, apiN, _, err := serverTime(h, o.api, cookie, o.samples)
 	if err != nil {
 		return fmt.Errorf("API %s: %w", o.api, err)
 	}
 	fmt.Printf("  API GET %s: median %v (%d samples, %d runs on the page)\n", o.api, ms(apiMed), o.samples, apiN)
-	pageMed, _, err := serverTime(h, o.page, cookie, o.samples)
+	pageMed, _, body, err := serverTime(h, o.page, cookie, o.samples)
 	switch {
 	case err == errNotServed:
 		fmt.Printf("  console runs page: not served yet (GET %s answers 404)\n", o.page)
@@ -124,6 +124,9 @@ func run(ctx context.Context, o options) error {
 		}
 		fmt.Printf("  console GET %s: median %v (%d samples); ratio to the API %.2f; %s the target < 50 ms\n",
 			o.page, ms(pageMed), o.samples, float64(pageMed)/float64(apiMed), verdict)
+		if !strings.Contains(body, big.ID) {
+			fmt.Printf("  (the console's page does not show the newest run %s: is -page the runs list of project bench?)\n", big.ID)
+		}
 	}
 
 	srv := httptest.NewServer(h)
@@ -164,9 +167,9 @@ func signIn(h http.Handler, owner string) (*http.Cookie, error) {
 var errNotServed = fmt.Errorf("not served")
 
 // serverTime calls path n times (after warm-up) on h with the cookie and
-// returns the median time to the full response, and, for a JSON runs page,
-// how many runs it held.
-func serverTime(h http.Handler, path string, cookie *http.Cookie, n int) (time.Duration, int, error) {
+// returns the median time to the full response, how many runs it held
+// (for a JSON runs page) and the first response's body.
+func serverTime(h http.Handler, path string, cookie *http.Cookie, n int) (time.Duration, int, string, error) {
 	call := func() (*httptest.ResponseRecorder, time.Duration) {
 		req := httptest.NewRequest(http.MethodGet, path, nil)
 		req.AddCookie(cookie)
@@ -177,17 +180,18 @@ func serverTime(h http.Handler, path string, cookie *http.Cookie, n int) (time.D
 	}
 	w, _ := call()
 	if w.Code == http.StatusNotFound {
-		return 0, 0, errNotServed
+		return 0, 0, "", errNotServed
 	}
 	if w.Code != http.StatusOK {
-		return 0, 0, fmt.Errorf("status %d: %.300s", w.Code, w.Body.String())
+		return 0, 0, "", fmt.Errorf("status %d: %.300s", w.Code, w.Body.String())
 	}
 	var page struct{ Runs []json.RawMessage }
 	if strings.HasPrefix(w.Header().Get("Content-Type"), "application/json") {
 		if err := json.Unmarshal(w.Body.Bytes(), &page); err != nil {
-			return 0, 0, fmt.Errorf("decode the runs page: %w", err)
+			return 0, 0, "", fmt.Errorf("decode the runs page: %w", err)
 		}
 	}
+	body := w.Body.String()
 	for i := 0; i < 10; i++ {
 		call()
 	}
@@ -195,11 +199,11 @@ func serverTime(h http.Handler, path string, cookie *http.Cookie, n int) (time.D
 	for i := range times {
 		w, d := call()
 		if w.Code != http.StatusOK {
-			return 0, 0, fmt.Errorf("status %d on call %d", w.Code, i)
+			return 0, 0, "", fmt.Errorf("status %d on call %d", w.Code, i)
 		}
 		times[i] = d
 	}
-	return median(times), len(page.Runs), nil
+	return median(times), len(page.Runs), body, nil
 }
 
 func median(ds []time.Duration) time.Duration {
