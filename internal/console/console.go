@@ -117,14 +117,14 @@ type View struct {
 	c       *Console
 }
 
-// Me is the signed-in principal, as GET /v1/auth/me answers (the owner
-// without it).
+// Me is the signed-in principal, as GET /v1/auth/me answers.
 type Me struct {
-	Owner   bool     `json:"owner"`
-	Name    string   `json:"name"`
+	Kind    string   `json:"kind"` // owner or apiKey
+	Name    string   `json:"keyName"`
 	Project string   `json:"project"`
 	Env     string   `json:"env"`
 	Grants  []string `json:"grants"`
+	Owner   bool     `json:"-"`
 }
 
 // Can reports whether the signed-in principal holds grant.
@@ -188,14 +188,12 @@ func (c *Console) page(name string, h pageFunc) http.Handler {
 			case errors.As(err, &ae) && ae.Status == http.StatusUnauthorized:
 				http.Redirect(w, r, SignInPath+"?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 				return
-			case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
-				// No /v1/auth/me on this control plane: the owner.
-				v.Me = Me{Owner: true, Name: "owner"}
 			default:
 				c.fail(w, r, v, err)
 				return
 			}
 		}
+		v.Me.Owner = v.Me.Kind == "owner"
 		if v.Project == "" {
 			v.Project = v.Me.Project
 		}

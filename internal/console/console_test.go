@@ -49,7 +49,7 @@ func get(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
 // passed on, under the console's Content-Security-Policy.
 func TestRunsPageRendersDataAsText(t *testing.T) {
 	api := &fakeAPI{answers: map[string]any{
-		"/v1/auth/me": map[string]any{"owner": true},
+		"/v1/auth/me": map[string]any{"kind": "owner"},
 		"/v1/runs": map[string]any{"runs": []map[string]any{
 			{"id": "run_1", "taskId": `<script>alert(1)</script>`, "kind": "task", "status": "WAITING", "createdAt": "2026-11-25T04:00:00Z"},
 		}, "nextCursor": "c2"},
@@ -88,7 +88,7 @@ func TestSignedOutGoesToSignIn(t *testing.T) {
 }
 
 func TestAPIErrorPage(t *testing.T) {
-	api := &fakeAPI{answers: map[string]any{"/v1/auth/me": map[string]any{"owner": true}}, status: map[string]int{"/v1/runs": http.StatusForbidden}}
+	api := &fakeAPI{answers: map[string]any{"/v1/auth/me": map[string]any{"kind": "owner"}}, status: map[string]int{"/v1/runs": http.StatusForbidden}}
 	rec := get(t, New(api, slog.New(slog.DiscardHandler)), "/runs?project=p")
 	if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "refused: /v1/runs") {
 		t.Errorf("GET /runs refused by the API = %d %s", rec.Code, rec.Body)

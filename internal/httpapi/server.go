@@ -44,8 +44,9 @@ type Config struct {
 	// the health check answers 401.
 	APIKeys       *apikeys.Service
 	Authenticator Authenticator
-	// Sessions enables owner sessions (/dev/login; helmr dev only); nil:
-	// /dev/login answers 404 and session cookies are ignored.
+	// Sessions enables browser sessions (/login with the owner credential
+	// or an API key); nil: /login answers 404 and session cookies are
+	// ignored.
 	Sessions *apikeys.Sessions
 	// Checkpoints and Blobs keep parked runs' checkpoints (records and
 	// sealed bytes) and workspace snapshots; nil: the checkpoint and
@@ -62,6 +63,7 @@ type Server struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	swx     *swerex.API // the SWE-ReX endpoints (nil without workspaces)
+	logins  *loginLimiter
 }
 
 // Route is one API route: its ServeMux pattern and the access it
@@ -82,7 +84,8 @@ func New(cfg Config) *Server {
 	}
 	control := &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Waits: cfg.Waits, Ops: workspaces.NewOps(), Wait: cfg.LeaseWait,
 		Checkpoints: cfg.Checkpoints, Blobs: cfg.Blobs, Logger: cfg.Logger}
-	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), auth: cfg.Authenticator, control: control}
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), auth: cfg.Authenticator, control: control,
+		logins: newLoginLimiter()}
 	if cfg.Workspaces != nil {
 		control.Workspaces, control.Ops = cfg.Workspaces.Store(), cfg.Workspaces.Ops()
 		s.swx = swerex.New(cfg.Workspaces)
@@ -192,6 +195,10 @@ func (s *Server) routes() []route {
 		{"GET /v1/apikeys", AccessOwner, s.listAPIKeys},
 		{"POST /v1/apikeys/{id}/revoke", AccessOwner, s.revokeAPIKey},
 		{"POST /v1/apikeys/worker", AccessOwner, s.createWorkerCredential},
+		{"GET /v1/auth/me", AccessSignedIn, s.me},
+		{"GET /login", AccessLogin, s.loginForm},
+		{"POST /login", AccessLogin, s.login},
+		{"POST /logout", AccessLogin, s.logout},
 		{"GET /dev/login", AccessLogin, s.loginForm},
 		{"POST /dev/login", AccessLogin, s.login},
 		{"POST /dev/logout", AccessLogin, s.logout},

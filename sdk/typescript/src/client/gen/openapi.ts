@@ -858,6 +858,61 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/auth/me": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Who the request's credential is: the owner or an API key (id, name, project environment, grants), and the session's expiry when it came with the session cookie. Any owner or API key credential; not a worker. */
+        get: operations["getMe"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/login": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The sign-in page (HTML): who is signed in, or a form for the owner credential or an API key. */
+        get: operations["loginForm"];
+        put?: never;
+        /**
+         * Sign in with the owner credential or an API key; sets the session cookie helmr_session (HttpOnly, SameSite=Strict, Secure over TLS; HELMR_SESSION_TTL, 12 hours by default, no longer than the key).
+         * @description The session stands for that principal: an API key's grants and project environment apply, and revoking or expiring the key ends the session. A request authenticated by the session cookie that is not GET or HEAD must carry `X-Helmr-CSRF: 1` and an Origin (or, without one, a Referer or `Sec-Fetch-Site: same-origin`) of this server. The sign-in itself is refused from another origin, and failed sign-ins are limited per client address (429).
+         */
+        post: operations["login"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/logout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** End the cookie's session (on every replica) and clear the cookie. */
+        post: operations["logout"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/dev/login": {
         parameters: {
             query?: never;
@@ -865,13 +920,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** helmr dev only: the sign-in page (HTML); 404 on helmr server. */
+        /** An alias of GET /login. */
         get: operations["devLoginForm"];
         put?: never;
-        /**
-         * helmr dev only: sign in with the owner credential; sets the owner session cookie helmr_session (HttpOnly, SameSite=Strict, 12 hours).
-         * @description A request authenticated by the session cookie that is not GET or HEAD must carry `X-Helmr-CSRF: 1`, and an Origin header, if any, of this server.
-         */
+        /** An alias of POST /login. */
         post: operations["devLogin"];
         delete?: never;
         options?: never;
@@ -888,7 +940,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** helmr dev only: end the owner session of the cookie. */
+        /** An alias of POST /logout. */
         post: operations["devLogout"];
         delete?: never;
         options?: never;
@@ -1214,7 +1266,7 @@ export interface components {
             };
         };
         /** @enum {string} */
-        Grant: "runs:create" | "runs:read" | "runs:manage" | "session-streams:read" | "session-input:send" | "session-output:append" | "tokens:create" | "tokens:read" | "tokens:complete" | "tokens:cancel" | "secrets:write" | "tasks:deploy" | "tasks:read";
+        Grant: "runs:create" | "runs:read" | "runs:manage" | "session-streams:read" | "session-input:send" | "session-output:append" | "tokens:create" | "tokens:read" | "tokens:complete" | "tokens:cancel" | "secrets:write" | "tasks:deploy" | "tasks:read" | "workspaces:read" | "workspaces:manage" | "workspaces:exec";
         CreateAPIKeyRequest: {
             project: components["schemas"]["Name"];
             env: components["schemas"]["Name"];
@@ -1240,6 +1292,24 @@ export interface components {
             revokedAt?: string;
             /** Format: date-time */
             lastUsedAt?: string;
+        };
+        Me: {
+            /** @enum {string} */
+            kind: "owner" | "apiKey";
+            keyId?: string;
+            keyName?: string;
+            /** @description The API key's project; absent for the owner, who acts on every project. */
+            project?: string;
+            env?: string;
+            /** @description Every grant for the owner. */
+            grants: components["schemas"]["Grant"][];
+            /** Format: date-time */
+            keyExpiresAt?: string;
+            /** @description Present when the request came with the session cookie. */
+            session?: {
+                /** Format: date-time */
+                expiresAt: string;
+            };
         };
         Name: string;
         /** Format: int64 */
@@ -3669,6 +3739,102 @@ export interface operations {
             403: components["responses"]["Error"];
         };
     };
+    getMe: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The principal. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Me"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    loginForm: {
+        parameters: {
+            query?: {
+                /** @description A path of this server to go to after signing in. */
+                next?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The page. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            404: components["responses"]["Error"];
+        };
+    };
+    login: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-www-form-urlencoded": {
+                    credential: string;
+                    next?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Signed in, to `next` or the sign-in page (or, from a form, back to the page with the failure). */
+            303: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+        };
+    };
+    logout: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Signed out. */
+            303: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
     devLoginForm: {
         parameters: {
             query?: never;
@@ -3701,6 +3867,7 @@ export interface operations {
             content: {
                 "application/x-www-form-urlencoded": {
                     credential: string;
+                    next?: string;
                 };
             };
         };
@@ -3714,7 +3881,9 @@ export interface operations {
             };
             400: components["responses"]["Error"];
             401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
             404: components["responses"]["Error"];
+            429: components["responses"]["Error"];
         };
     };
     devLogout: {
