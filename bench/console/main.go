@@ -137,8 +137,9 @@ func run(ctx context.Context, o options) error {
 // handler is the control plane's HTTP handler as helmr dev wires it for
 // what the pages read: runs, deployments, owner sessions.
 func handler(st *sqlite.Store, svc *runs.Service, owner string, log *slog.Logger) http.Handler {
+	keys := apikeys.NewService(st, owner, log)
 	return httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Logger: log,
-		APIKeys: apikeys.NewService(st, owner, log), Sessions: apikeys.NewSessions(owner)})
+		APIKeys: keys, Sessions: apikeys.NewSessions(st, keys, 12*time.Hour, log)})
 }
 
 // signIn posts the owner credential to the sign-in form (/login, else

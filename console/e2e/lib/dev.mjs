@@ -12,6 +12,9 @@ import { promisify } from "node:util";
 
 const run = promisify(execFile);
 
+/** The helmr dev processes being stopped on purpose. */
+const stopping = new WeakSet();
+
 /** The repository's root (console/e2e/lib is three levels down). */
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
 
@@ -95,6 +98,7 @@ export class Dev {
 
   /** Stops helmr dev (SIGINT, SIGKILL after 15 s), unmounts what its sandboxes left under its state root and removes its files. */
   async stop() {
+    stopping.add(this.proc);
     if (this.proc.exitCode === null && this.proc.signalCode === null) {
       const exited = new Promise((ok) => this.proc.once("exit", ok));
       this.proc.kill("SIGINT");
@@ -162,6 +166,10 @@ export async function startDev(opts = {}) {
     throw err;
   });
   proc.stdout.resume(); // keep draining
+  proc.once("exit", (code, sig) => {
+    // A helmr dev that stops under a test is a failure to see, with its log.
+    if (!stopping.has(proc)) process.stderr.write(`helmr dev exited (${code ?? sig}) during the tests; its log:\n${logs.join("")}\n`);
+  });
   const profile = JSON.parse(await readFile(env.HELMR_PROFILE, "utf8"));
   if (!profile.credential || profile.url !== url) {
     proc.kill("SIGKILL");

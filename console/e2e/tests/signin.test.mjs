@@ -48,7 +48,7 @@ test("a wrong credential is refused", async (t) => {
 
   assert.equal(await sessionCookie(page), undefined, "a wrong credential got a session cookie");
   await page.locator('input[name="credential"]').waitFor(); // still the sign-in form
-  await page.getByText(/not .*credential|wrong|invalid|refused/i).first().waitFor();
+  await page.getByRole("alert").first().waitFor(); // says why
   const api = await page.request.get(dev.url + "/v1/runs?project=none");
   assert.equal(api.status(), 401, `GET /v1/runs after a refused sign-in = ${api.status()}`);
 
