@@ -139,7 +139,8 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		wsvc.Vault = v
 	}
 	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: wsvc, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v, Waits: waits,
-		APIKeys: keys, Sessions: sessions, Checkpoints: st, Blobs: blobs})
+		APIKeys: keys, Sessions: sessions, Checkpoints: st, Blobs: blobs,
+		Doctor: func(context.Context) any { rep, _ := checkHost(cfg); return rep }})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		st.Close()

@@ -61,7 +61,7 @@ func New(api http.Handler, log *slog.Logger) *Console {
 	for _, name := range []string{"error"} {
 		c.pages[name] = parse(name)
 	}
-	for _, p := range c.routes() {
+	for _, p := range append(c.routes(), c.operateRoutes()...) {
 		c.pages[p.name] = parse(p.name)
 		c.mux.Handle(p.pattern, c.page(p.name, p.h))
 	}

@@ -73,7 +73,7 @@ func newAPI(t *testing.T) *apiEnv {
 	sessions := apikeys.NewSessions(st, keys, 0, slog.Default())
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Logger: slog.Default(), WorkerToken: "wtok",
 		Vault: v, APIKeys: keys, LeaseWait: 10 * time.Millisecond,
-		Sessions: sessions, Workspaces: wsvc, Waits: waits, Checkpoints: st, Blobs: blobs}))
+		Sessions: sessions, Workspaces: wsvc, Waits: waits, Checkpoints: st, Blobs: blobs, Doctor: testDoctor}))
 	t.Cleanup(srv.Close)
 	return &apiEnv{t: t, srv: srv, db: db, st: st, owner: owner, blobs: blobs, svc: svc, sessions: sessions}
 }

@@ -77,7 +77,7 @@ func (s *Server) guard(access Access, h handlerFunc) handlerFunc {
 			}
 		case access == AccessOwner:
 			if !p.Owner {
-				return errdefs.Forbiddenf("only the owner credential manages API keys: an API key cannot create, list or revoke keys")
+				return errdefs.Forbiddenf("only the owner credential may do this: an API key cannot create, list or revoke keys, nor read the host's doctor report")
 			}
 		case !p.Has(apikeys.Grant(access)):
 			return errdefs.Forbiddenf("%s lacks the %s grant this request needs", p, access)

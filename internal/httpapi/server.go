@@ -53,6 +53,9 @@ type Config struct {
 	// snapshot routes answer 503.
 	Checkpoints checkpoints.Store
 	Blobs       checkpoints.Blobs
+	// Doctor reports on the control plane's host for GET /v1/doctor;
+	// nil: that route answers 503.
+	Doctor DoctorFunc
 }
 
 // Server is the control plane's HTTP API.
@@ -161,6 +164,8 @@ func (s *Server) routes() []route {
 		{"POST /v1/runs/{id}/session/output", sessionOutputAppend, s.appendRecord(runs.StreamOutput)},
 		{"GET /v1/runs/{id}/session/input/stream", sessionStreamsRead, s.streamRecords(runs.StreamInput)},
 		{"GET /v1/runs/{id}/session/output/stream", sessionStreamsRead, s.streamRecords(runs.StreamOutput)},
+		{"GET /v1/workers", runsRead, s.listWorkers},
+		{"GET /v1/doctor", AccessOwner, s.doctor},
 		{"GET /v1/secrets", secretsWrite, s.listSecrets},
 		{"PUT /v1/secrets/{name}", secretsWrite, s.setSecret},
 		{"DELETE /v1/secrets/{name}", secretsWrite, s.deleteSecret},

@@ -309,6 +309,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/workers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The workers seen in the last 24 hours, by id: capabilities, last heartbeat, whether live, slots in use, and the runs each holds of the project environment (slotsInUse counts the runs of every project). */
+        get: operations["listWorkers"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/doctor": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Owner: what `helmr doctor --json` says of the control plane's host: its isolation tiers, the tier the runtime policy selects, the egress policy and the workspace quota. */
+        get: operations["getDoctor"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/secrets": {
         parameters: {
             query?: never;
@@ -1449,6 +1483,51 @@ export interface components {
             /** @description Only in the answer that created it: POST JSON here to complete it, without credentials. */
             callbackUrl?: string;
         };
+        WorkerInfo: {
+            id: string;
+            capabilities: components["schemas"]["Capabilities"];
+            /**
+             * Format: date-time
+             * @description The worker's last heartbeat or request for work.
+             */
+            lastSeen: string;
+            /** @description Seen within the control plane's worker TTL. */
+            live: boolean;
+            /** @description Runs the worker holds (started and not parked). */
+            slotsInUse: number;
+            runs: {
+                id: string;
+                project: string;
+                env: string;
+                taskId: string;
+                status: components["schemas"]["Status"];
+                tier?: string;
+                /** Format: date-time */
+                startedAt?: string;
+            }[];
+        };
+        DoctorCheck: {
+            policy?: string;
+            quota?: string;
+            ok: boolean;
+            detail: string;
+        };
+        DoctorReport: {
+            tiers: {
+                name: string;
+                available: boolean;
+                reason: string;
+                isolation: string;
+            }[];
+            /** @description The runtime policy (HELMR_RUNTIME). */
+            policy: string;
+            /** @description The tier the policy selects; empty when none is available. */
+            selected: string;
+            egress: components["schemas"]["DoctorCheck"];
+            workspaceQuota: components["schemas"]["DoctorCheck"];
+            /** @description Why the runtime policy selects no tier. */
+            error?: string;
+        };
         /** @description What a worker offers; the control plane records it and only leases runs whose needs fit. */
         Capabilities: {
             arch?: string;
@@ -2351,6 +2430,57 @@ export interface operations {
             401: components["responses"]["Error"];
             403: components["responses"]["Error"];
             404: components["responses"]["Error"];
+        };
+    };
+    listWorkers: {
+        parameters: {
+            query: {
+                project: components["parameters"]["Project"];
+                env?: components["parameters"]["Env"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Workers. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        workers: components["schemas"]["WorkerInfo"][];
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    getDoctor: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The doctor's report. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DoctorReport"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            503: components["responses"]["Error"];
         };
     };
     listSecrets: {
