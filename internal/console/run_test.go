@@ -7,7 +7,6 @@ import (
 	"testing"
 )
 
-
 func fakeRun(me map[string]any, status string) *fakeAPI {
 	return &fakeAPI{answers: map[string]any{
 		"/v1/auth/me": me,
