@@ -67,7 +67,7 @@ func runPage(ctx context.Context, o options, base, path string, cookie *http.Coo
 	if median(painted) >= time.Second {
 		verdict = "MISSES"
 	}
-	fmt.Printf("  run page %s in headless Chromium (%d log lines): last line in the DOM after %v, painted after %v (medians of %d navigations; visible in the viewport: %v); %s the target < 1 s\n",
+	fmt.Printf("  run page %s in headless Chromium (%d log lines): last line in the DOM after %v, painted after %v (medians of %d navigations; last line in view of its log box: %v); %s the target < 1 s\n",
 		path, o.lines, ms(median(line)), ms(median(painted)), len(ts), ts[len(ts)-1].Visible, verdict)
 	return nil
 }

@@ -140,9 +140,15 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	limit, err := intParam(r, "limit", 1000)
-	if err != nil {
-		return err
+	// A page of events may be larger than other lists: a log of tens of
+	// thousands of lines loads in a few requests (the console's run page).
+	limit := 1000
+	if v := r.URL.Query().Get("limit"); r.URL.Query().Has("limit") {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > runs.MaxEventsPage {
+			return errdefs.Invalidf("limit must be an integer from 0 to %d", runs.MaxEventsPage)
+		}
+		limit = n
 	}
 	id := r.PathValue("id")
 	run, err := s.visibleRun(r)

@@ -249,13 +249,19 @@ func (s *Service) List(ctx context.Context, f Filter) (Page, error) {
 	return s.store.ListRuns(ctx, f)
 }
 
-// Events returns up to limit events after the cursor.
+// MaxEventsPage is the most events one Events call returns.
+const MaxEventsPage = 10000
+
+// Events returns up to limit events after the cursor (0: 1000).
 func (s *Service) Events(ctx context.Context, id string, after int64, limit int) ([]Event, error) {
 	if _, err := s.store.GetRun(ctx, id); err != nil {
 		return nil, err
 	}
-	if limit <= 0 || limit > 1000 {
+	switch {
+	case limit <= 0:
 		limit = 1000
+	case limit > MaxEventsPage:
+		limit = MaxEventsPage
 	}
 	return s.store.ListEvents(ctx, id, after, limit)
 }

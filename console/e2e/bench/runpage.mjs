@@ -58,8 +58,11 @@ try {
         .getByText(req.lastLine, { exact: false })
         .last()
         .evaluate((el) => {
+          // In view of the log box that follows the end (the box itself
+          // may sit below the fold of the page).
           const r = el.getBoundingClientRect();
-          return r.height > 0 && r.bottom > 0 && r.top < window.innerHeight;
+          const box = (el.closest("pre") || document.documentElement).getBoundingClientRect();
+          return r.height > 0 && r.bottom > box.top && r.top < box.bottom;
         });
       results.push({ status: 200, ...t, visible });
     } catch (err) {

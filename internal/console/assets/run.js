@@ -35,14 +35,27 @@ function time(t) {
   return Number.isNaN(d.getTime()) ? "" : d.toISOString().slice(11, 23);
 }
 
+// Lines go into blocks of CHUNK lines: the browser skips laying out and
+// painting the blocks out of view (content-visibility), so a log of tens
+// of thousands of lines stays cheap.
+const CHUNK = 500;
+let block = null;
+let blockLines = 0;
+
 function flush() {
   scheduled = false;
-  const batch = queue.splice(0, 5000);
+  const batch = queue.splice(0, 20000);
   const frag = document.createDocumentFragment();
   let chunk = [];
   let cls = "";
   const cut = () => {
-    if (chunk.length) frag.append(el("span", chunk.join(""), { class: cls }));
+    if (!chunk.length) return;
+    if (!block || blockLines >= CHUNK) {
+      block = el("span", null, { class: "chunk" });
+      blockLines = 0;
+      frag.append(block);
+    }
+    block.append(el("span", chunk.join(""), { class: cls }));
     chunk = [];
   };
   for (const ev of batch) {
@@ -57,23 +70,53 @@ function flush() {
       continue;
     }
     const kind = ev.type === "log" ? `log-${d.stream || "stdout"}` : "log-system";
-    if (kind !== cls) { cut(); cls = kind; }
+    if (kind !== cls || blockLines + chunk.length >= CHUNK) { cut(); cls = kind; }
     const text = ev.type === "log" ? d.line : `[${d.message || ev.type}]${d.attrs ? " " + JSON.stringify(d.attrs) : ""}`;
     chunk.push(`${text}\n`);
+    blockLines++;
     lines++;
   }
   cut();
   logs.append(frag);
   count.textContent = String(lines);
-  if (follow.checked) logs.scrollTop = logs.scrollHeight;
-  if (queue.length) schedule();
+  if (queue.length) {
+    schedule();
+  } else if (follow.checked) {
+    // Once the queue is drained: one layout. Blocks never shown have an
+    // estimated height, so scroll again once the last ones are laid out.
+    logs.scrollTop = logs.scrollHeight;
+    requestAnimationFrame(() => { if (follow.checked) logs.scrollTop = logs.scrollHeight; });
+  }
 }
 
 function schedule() {
   if (!scheduled) { scheduled = true; requestAnimationFrame(flush); }
 }
 
-stream(`/v1/runs/${encodeURIComponent(id)}/events/stream`, ["status", "log", "system"], {
+// What the run has logged so far comes in large JSON pages (one parse per
+// 10,000 events instead of one message each), then the stream follows
+// from the last of them.
+const KINDS = new Set(["status", "log", "system"]);
+async function backfill() {
+  let after = 0;
+  for (;;) {
+    let page;
+    try {
+      page = await api("GET", `/v1/runs/${encodeURIComponent(id)}/events?after=${after}&limit=10000`);
+    } catch {
+      return after; // the stream delivers the rest
+    }
+    for (const ev of page.events) {
+      if (KINDS.has(ev.type)) queue.push({ type: ev.type, time: ev.time, data: ev.data });
+    }
+    schedule();
+    if (page.events.length < 10000 || page.done) return page.nextCursor || after;
+    after = page.nextCursor;
+  }
+}
+
+backfill().then((after) => stream(`/v1/runs/${encodeURIComponent(id)}/events/stream`, ["status", "log", "system"], {
+  after,
   onEvent(type, data) { queue.push({ type, time: data.time, data: data.data }); schedule(); },
   onState(s) { state.textContent = { live: "Live.", reconnecting: "Reconnecting…", retrying: "Disconnected; retrying…" }[s] || s; },
   onEnd() {
@@ -83,7 +126,7 @@ stream(`/v1/runs/${encodeURIComponent(id)}/events/stream`, ["status", "log", "sy
       state.append(" ", again);
     }
   },
-});
+}));
 
 // --- session streams -----------------------------------------------------
 

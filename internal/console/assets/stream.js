@@ -4,9 +4,10 @@
 // seq is never delivered twice. The browser's own reconnection sends
 // Last-Event-ID; when it gives up (an HTTP error), stream reconnects with
 // ?after= itself, backing off up to 10 s. It stops at the "end" event.
+// With after, it starts after that seq (what the caller already has).
 
-export function stream(url, types, { onEvent, onEnd, onState }) {
-  let last = 0;
+export function stream(url, types, { onEvent, onEnd, onState, after = 0 }) {
+  let last = after;
   let es = null;
   let stopped = false;
   let wait = 500;
