@@ -16,7 +16,9 @@ function follow(node) {
     busy = true;
     try {
       const resp = await fetch(location.href, { headers: { [FRAGMENT]: name }, credentials: "same-origin" });
-      if (resp.ok) {
+      if (resp.redirected || resp.status === 401) {
+        location.reload(); // signed out: the page goes to sign-in
+      } else if (resp.ok) {
         const html = await resp.text();
         // Not while the keyboard is inside: a swap would lose the focus.
         if (node.contains(document.activeElement)) return;
@@ -27,8 +29,6 @@ function follow(node) {
         }
         last = html;
         node.removeAttribute("aria-busy");
-      } else if (resp.status === 401 || resp.redirected) {
-        location.reload();
       }
     } catch {
       node.setAttribute("aria-busy", "true"); // offline; retried next tick
