@@ -67,6 +67,7 @@ func newAPI(t *testing.T) *apiEnv {
 	}
 	wsvc := workspaces.NewService(st, st, svc, nil, slog.Default())
 	wsvc.Vault, wsvc.Trajectories, wsvc.Blobs = v, st, blobs
+	t.Cleanup(wsvc.CloseTerminals)
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Logger: slog.Default(), WorkerToken: "wtok",
 		Vault: v, APIKeys: apikeys.NewService(st, owner, slog.Default()), LeaseWait: 10 * time.Millisecond,
 		Sessions: apikeys.NewSessions(owner), Workspaces: wsvc, Waits: waits, Checkpoints: st, Blobs: blobs}))

@@ -342,11 +342,27 @@ func (s *Server) workerOpInput(w http.ResponseWriter, r *http.Request) error {
 	defer rc.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(http.StatusOK)
-	if _, err := io.Copy(w, rc); err != nil {
+	// Each piece goes as it is read: a terminal's keys come a few at a
+	// time and must not wait in a buffer.
+	if _, err := io.Copy(flushWriter{w, http.NewResponseController(w)}, rc); err != nil {
 		s.log.Warn("stream a workspace operation's input", "op_id", r.PathValue("id"), "err", err)
 		panic(http.ErrAbortHandler)
 	}
 	return nil
+}
+
+// flushWriter flushes the response after each write.
+type flushWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (f flushWriter) Write(b []byte) (int, error) {
+	n, err := f.w.Write(b)
+	if err == nil {
+		err = f.rc.Flush()
+	}
+	return n, err
 }
 
 // workerOpDeliver takes a data operation's output (its command's
