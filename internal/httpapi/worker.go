@@ -342,9 +342,12 @@ func (s *Server) workerOpInput(w http.ResponseWriter, r *http.Request) error {
 	defer rc.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(http.StatusOK)
-	// Each piece goes as it is read: a terminal's keys come a few at a
-	// time and must not wait in a buffer.
-	if _, err := io.Copy(flushWriter{w, http.NewResponseController(w)}, rc); err != nil {
+	// The headers go at once and each piece as it is read: a terminal's
+	// worker waits for the stream before its first key comes, and keys
+	// come a few at a time.
+	fw := flushWriter{w, http.NewResponseController(w)}
+	_ = fw.rc.Flush()
+	if _, err := io.Copy(fw, rc); err != nil {
 		s.log.Warn("stream a workspace operation's input", "op_id", r.PathValue("id"), "err", err)
 		panic(http.ErrAbortHandler)
 	}
