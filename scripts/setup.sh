@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes this machine ready to build and run Helmr: Debian packages, the Go
-# binaries in bin/, the TypeScript dev dependencies, the built-in base
+# binaries in bin/, the TypeScript dev dependencies, the console's browser
+# tests (Debian's chromium and console/e2e's npm packages), the built-in base
 # image (Debian bookworm + Node.js) and gVisor's runsc (built from the Go
 # module proxy). Idempotent; run as root.
 set -euo pipefail
@@ -18,6 +19,7 @@ command -v go >/dev/null || missing+=(golang-go)
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)     # cgo, which go test -race needs (scripts/test.sh)
 command -v mkfs.ext4 >/dev/null || missing+=(e2fsprogs)   # workspace disks (HELMR_WORKSPACE_QUOTA)
 command -v ip >/dev/null || missing+=(iproute2)           # network tests' test hosts
+command -v chromium >/dev/null || missing+=(chromium)     # the console's browser tests (console/e2e)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   apt-get update -qq
@@ -32,6 +34,10 @@ CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/helmr-agent ./cmd/helmr
 if [ -f sdk/typescript/package-lock.json ] && [ ! -d sdk/typescript/node_modules ]; then
   echo "setup: installing TypeScript dev dependencies"
   (cd sdk/typescript && npm ci --silent --no-audit --no-fund)
+fi
+if [ ! -f console/e2e/node_modules/.package-lock.json ] || [ console/e2e/package-lock.json -nt console/e2e/node_modules/.package-lock.json ]; then
+  echo "setup: installing the browser tests' dependencies (console/e2e)"
+  (cd console/e2e && npm ci --silent --no-audit --no-fund)
 fi
 
 scripts/build-base-rootfs.sh bookworm-node22

@@ -2,7 +2,8 @@
 # Runs every test: Go (unit, store suite on SQLite and PostgreSQL, sandbox
 # conformance, end to end through the real CLI; the packages with
 # concurrency again under the race detector), TypeScript (tsc strict
-# and node tests), the Python adapters, and API fuzzing. Installs and starts what the tests need first.
+# and node tests), the console in headless Chromium, the Python adapters,
+# and API fuzzing. Installs and starts what the tests need first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -26,6 +27,9 @@ go test -count=1 -race -timeout 30m ./internal/httpapi/... ./internal/swerex/...
 
 echo "test: TypeScript"
 scripts/ts-check.sh
+
+echo "test: console in headless Chromium (console/e2e against helmr dev)"
+(cd console/e2e && npm test)
 
 echo "test: Python adapters (against helmr dev and the published mini-swe-agent)"
 scripts/python-adapters.sh

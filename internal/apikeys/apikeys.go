@@ -2,7 +2,8 @@
 // scoped to one project environment with explicit grants, stored only as
 // the SHA-256 hash of their secret, with expiry, revocation and a
 // last-used time; the owner credential, which holds every grant on every
-// project; and the Principal an authenticated request acts as.
+// project; the Principal an authenticated request acts as; and browser
+// sessions (Sessions), each standing for the owner or one API key.
 //
 // Workers authenticate with worker credentials (hw_<id>_<secret>), kept
 // alongside: a worker credential acts only as worker IDs <id>.<suffix> and

@@ -148,6 +148,9 @@ func (s *Service) CreateWorker(ctx context.Context, req CreateWorkerRequest) (Ke
 	return k, token, nil
 }
 
+// Get returns a key's metadata, or errdefs.ErrNotFound.
+func (s *Service) Get(ctx context.Context, id string) (Key, error) { return s.store.GetAPIKey(ctx, id) }
+
 // List returns every key's metadata, oldest first.
 func (s *Service) List(ctx context.Context) ([]Key, error) { return s.store.ListAPIKeys(ctx) }
 
@@ -185,7 +188,13 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Principal, er
 	if subtle.ConstantTimeCompare(hash(secret), k.SecretHash) != 1 || k.Kind != kind {
 		return Principal{}, fmt.Errorf("%w: unknown API key", errdefs.ErrUnauthenticated)
 	}
-	now := s.now()
+	return s.keyPrincipal(ctx, k, s.now())
+}
+
+// keyPrincipal is the principal of key k at now: an error wrapping
+// errdefs.ErrUnauthenticated if it is revoked or expired. It records the
+// key's use.
+func (s *Service) keyPrincipal(ctx context.Context, k Key, now time.Time) (Principal, error) {
 	switch {
 	case k.RevokedAt != nil:
 		return Principal{}, fmt.Errorf("%w: API key %s was revoked", errdefs.ErrUnauthenticated, k.ID)

@@ -73,7 +73,11 @@ func runDev(ctx context.Context, a *App) error {
 		log.Warn("cannot save the CLI profile: the CLI has no credential for this helmr dev (use HELMR_API_KEY)", "path", a.cfg.Profile, "err", err)
 	}
 	fmt.Fprintf(a.Stdout, "Helmr dev at %s (data in %s)\n", cp.url, a.cfg.DataDir)
-	fmt.Fprintf(a.Stdout, "Sign in from a browser at %s/dev/login with the owner credential; the CLI has it in its profile\n", cp.url)
+	where := filepath.Join(a.cfg.DataDir, "owner.token")
+	if a.cfg.OwnerToken != "" || a.cfg.OwnerTokenFile != "" {
+		where = "HELMR_OWNER_TOKEN(_FILE)"
+	}
+	fmt.Fprintf(a.Stdout, "Sign in to the console at %s/login with the owner credential (%s); the CLI has it in its profile\n", cp.url, where)
 	<-ctx.Done()
 	stopWorker()
 	wg.Wait()

@@ -43,19 +43,34 @@ func tierChecks(ss []tiers.Status) []tierCheck {
 	return out
 }
 
+// doctorReport is what doctor says (its --json, and the API's GET
+// /v1/doctor).
+type doctorReport struct {
+	Tiers          []tierCheck `json:"tiers"`
+	Policy         string      `json:"policy"`
+	Selected       string      `json:"selected"`
+	Egress         egressCheck `json:"egress"`
+	WorkspaceQuota quotaCheck  `json:"workspaceQuota"`
+	Error          string      `json:"error,omitempty"`
+}
+
+// checkHost checks this host under cfg; the error is the runtime
+// policy's, when no tier it allows is available.
+func checkHost(cfg config.Config) (doctorReport, error) {
+	ss := tiers.Statuses(tierHost(cfg, nil, ""))
+	tier, cerr := tiers.Select(ss, cfg.Runtime)
+	rep := doctorReport{Tiers: tierChecks(ss), Policy: cfg.Runtime, Selected: tier.Name, Egress: checkEgress(cfg), WorkspaceQuota: checkQuota(cfg)}
+	if cerr != nil {
+		rep.Error = cerr.Error()
+	}
+	return rep, cerr
+}
+
 func runDoctor(_ context.Context, a *App, args []string) error {
-	ss := tiers.Statuses(tierHost(a.cfg, nil, ""))
-	ts := tierChecks(ss)
-	tier, cerr := tiers.Select(ss, a.cfg.Runtime)
-	chosen := tier.Name
-	egress := checkEgress(a.cfg)
-	quota := checkQuota(a.cfg)
+	rep, cerr := checkHost(a.cfg)
+	ts, chosen, egress, quota := rep.Tiers, rep.Selected, rep.Egress, rep.WorkspaceQuota
 	if a.json {
-		out := map[string]any{"tiers": ts, "policy": a.cfg.Runtime, "selected": chosen, "egress": egress, "workspaceQuota": quota}
-		if cerr != nil {
-			out["error"] = cerr.Error()
-		}
-		return a.printJSON(out)
+		return a.printJSON(rep)
 	}
 	tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIER\tSTATUS\tISOLATION\tDETAIL")

@@ -107,10 +107,10 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 			log.Warn("queue parked runs for restore", "waitpoint", w.ID, "err", err)
 		}
 	}
-	var sessions *apikeys.Sessions
-	if dev {
-		sessions = apikeys.NewSessions(owner)
-	}
+	keys := apikeys.NewService(st, owner, log)
+	// Browser sessions are rows of the store: they survive a restart and
+	// every replica authenticates them.
+	sessions := apikeys.NewSessions(st, keys, cfg.SessionTTL, log)
 	ops := workspaces.NewOps()
 	if desc == "postgres" {
 		// Replicas share one database: an operation asked of this one
@@ -139,7 +139,8 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		wsvc.Vault = v
 	}
 	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: wsvc, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v, Waits: waits,
-		APIKeys: apikeys.NewService(st, owner, log), Sessions: sessions, Checkpoints: st, Blobs: blobs})
+		APIKeys: keys, Sessions: sessions, Checkpoints: st, Blobs: blobs,
+		Doctor: func(context.Context) any { rep, _ := checkHost(cfg); return rep }})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		st.Close()
@@ -221,6 +222,7 @@ func runServer(ctx context.Context, a *App) error {
 		return err
 	}
 	fmt.Fprintf(a.Stdout, "Helmr control plane at %s\n", cp.url)
+	fmt.Fprintf(a.Stdout, "Sign in to the console at %s/login with the owner credential or an API key\n", cp.url)
 	if a.cfg.WorkerToken == "" {
 		fmt.Fprintln(a.Stdout, "no HELMR_WORKER_TOKEN set: remote workers connect with worker credentials (helmr apikey create --worker)")
 	}

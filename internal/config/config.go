@@ -45,6 +45,7 @@ type Config struct {
 	MasterKeyFile  string        // or a file holding it ($HELMR_MASTER_KEY_FILE)
 	OwnerToken     string        // the owner credential of the API ($HELMR_OWNER_TOKEN)
 	OwnerTokenFile string        // or a file holding it ($HELMR_OWNER_TOKEN_FILE)
+	SessionTTL     time.Duration // how long a console sign-in lasts ($HELMR_SESSION_TTL)
 	Slots          int           // runs a worker executes at once
 	Warm           int           // sandboxes kept booted ahead of runs (per image and resources)
 	WorkerTTL      time.Duration // a worker silent this long loses its started runs
@@ -139,6 +140,9 @@ func (c Config) Validate() error {
 	}
 	if c.Slots < 1 || c.Slots > 1024 {
 		errs = append(errs, fmt.Errorf("slots must be 1..1024, got %d", c.Slots))
+	}
+	if c.SessionTTL < time.Minute || c.SessionTTL > 720*time.Hour {
+		errs = append(errs, fmt.Errorf("HELMR_SESSION_TTL (%s) must be between 1m and 720h", c.SessionTTL))
 	}
 	if c.Heartbeat <= 0 || c.WorkerTTL < 2*c.Heartbeat {
 		errs = append(errs, fmt.Errorf("the worker TTL (%s) must be at least twice the heartbeat interval (%s)", c.WorkerTTL, c.Heartbeat))

@@ -135,4 +135,13 @@ type Store interface {
 	// project/env defines it (with its image build, if any); errdefs.ErrNotFound when that deployment does not define it, even
 	// if an older one did (a task dropped by a deploy can no longer run).
 	GetTask(ctx context.Context, project, env, taskID string) (Task, error)
+	// ListEnvironments returns every project environment with a
+	// deployment, ordered by project then env.
+	ListEnvironments(ctx context.Context) ([]Environment, error)
+}
+
+// Environment is a project environment: where deployments and runs live.
+type Environment struct {
+	Project string `json:"project"`
+	Env     string `json:"env"`
 }

@@ -37,6 +37,8 @@ type apiEnv struct {
 	owner string // the owner credential, sent unless a call sets Authorization
 	blobs *checkpoints.DirBlobs
 	svc   *runs.Service
+	// sessions are the server's browser sessions (tests set their clock).
+	sessions *apikeys.Sessions
 
 	shellMu sync.Mutex
 	shells  map[string]bool // the test worker's open shell sessions
@@ -68,11 +70,13 @@ func newAPI(t *testing.T) *apiEnv {
 	wsvc := workspaces.NewService(st, st, svc, nil, slog.Default())
 	wsvc.Vault, wsvc.Trajectories, wsvc.Blobs = v, st, blobs
 	t.Cleanup(wsvc.CloseTerminals)
+	keys := apikeys.NewService(st, owner, slog.Default())
+	sessions := apikeys.NewSessions(st, keys, 0, slog.Default())
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Logger: slog.Default(), WorkerToken: "wtok",
-		Vault: v, APIKeys: apikeys.NewService(st, owner, slog.Default()), LeaseWait: 10 * time.Millisecond,
-		Sessions: apikeys.NewSessions(owner), Workspaces: wsvc, Waits: waits, Checkpoints: st, Blobs: blobs}))
+		Vault: v, APIKeys: keys, LeaseWait: 10 * time.Millisecond,
+		Sessions: sessions, Workspaces: wsvc, Waits: waits, Checkpoints: st, Blobs: blobs, Doctor: testDoctor}))
 	t.Cleanup(srv.Close)
-	return &apiEnv{t: t, srv: srv, db: db, st: st, owner: owner, blobs: blobs, svc: svc}
+	return &apiEnv{t: t, srv: srv, db: db, st: st, owner: owner, blobs: blobs, svc: svc, sessions: sessions}
 }
 
 func (e *apiEnv) call(method, path string, body any, header ...string) (int, map[string]any) {

@@ -27,14 +27,17 @@ const (
 	// AccessOwner: the owner credential; no API key, whatever its grants
 	// (keys cannot mint keys).
 	AccessOwner Access = "owner"
-	// AccessLogin: helmr dev's sign-in, which takes the owner credential
-	// in its body.
+	// AccessLogin: the browser sign-in, which takes the owner credential
+	// or an API key in its body.
 	AccessLogin Access = "login"
+	// AccessSignedIn: the owner or any API key, whatever its grants; not
+	// a worker.
+	AccessSignedIn Access = "signed-in"
 )
 
 func (a Access) valid() bool {
 	switch a {
-	case AccessOpen, AccessWorker, AccessOwner, AccessLogin:
+	case AccessOpen, AccessWorker, AccessOwner, AccessLogin, AccessSignedIn:
 		return true
 	}
 	return apikeys.Grant(a).Valid()
@@ -48,6 +51,10 @@ type Authenticator interface {
 
 type principalKey struct{}
 
+// sessionKey holds the apikeys.SessionInfo of a request authenticated by
+// its session cookie.
+type sessionKey struct{}
+
 // guard wraps h with the check its route's access declares. A request
 // that passes carries its principal in its context for authorize.
 func (s *Server) guard(access Access, h handlerFunc) handlerFunc {
@@ -58,43 +65,59 @@ func (s *Server) guard(access Access, h handlerFunc) handlerFunc {
 		return s.worker(h)
 	}
 	return func(w http.ResponseWriter, r *http.Request) error {
-		p, err := s.authenticate(r)
+		p, session, err := s.authenticate(r)
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="helmr"`)
 			return err
 		}
-		if access == AccessOwner && !p.Owner {
-			return errdefs.Forbiddenf("only the owner credential manages API keys: an API key cannot create, list or revoke keys")
+		switch {
+		case access == AccessSignedIn:
+			if p.Worker {
+				return errdefs.Forbiddenf("%s is not the owner or an API key", p)
+			}
+		case access == AccessOwner:
+			if !p.Owner {
+				return errdefs.Forbiddenf("only the owner credential may do this: an API key cannot create, list or revoke keys, nor read the host's doctor report")
+			}
+		case !p.Has(apikeys.Grant(access)):
+			return errdefs.Forbiddenf("%s lacks the %s grant this request needs", p, access)
 		}
-		if g := apikeys.Grant(access); access != AccessOwner && !p.Has(g) {
-			return errdefs.Forbiddenf("%s lacks the %s grant this request needs", p, g)
+		ctx := context.WithValue(r.Context(), principalKey{}, p)
+		if session != nil {
+			ctx = context.WithValue(ctx, sessionKey{}, *session)
 		}
-		return h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+		return h(w, r.WithContext(ctx))
 	}
 }
 
-// authenticate reads the request's bearer credential.
-func (s *Server) authenticate(r *http.Request) (apikeys.Principal, error) {
+// authenticate reads the request's bearer credential or, without one,
+// its session cookie (then also returning the session).
+func (s *Server) authenticate(r *http.Request) (apikeys.Principal, *apikeys.SessionInfo, error) {
 	h := r.Header.Get("Authorization")
 	if k := r.Header.Get("X-API-Key"); h == "" && k != "" {
 		h = "Bearer " + k // the header SWE-ReX's client (and many others) send
 	}
 	if h == "" && s.cfg.Sessions != nil {
 		if c, err := r.Cookie(SessionCookie); err == nil {
-			return s.sessionPrincipal(r, c)
+			info, err := s.sessionPrincipal(r, c)
+			if err != nil {
+				return apikeys.Principal{}, nil, err
+			}
+			return info.Principal, &info, nil
 		}
 	}
 	if h == "" {
-		return apikeys.Principal{}, errdefs.Unauthenticatedf("this request needs a credential: Authorization: Bearer <API key or owner credential>")
+		return apikeys.Principal{}, nil, errdefs.Unauthenticatedf("this request needs a credential: Authorization: Bearer <API key or owner credential>, or a session cookie (sign in at /login)")
 	}
 	tok, ok := strings.CutPrefix(h, "Bearer ")
 	if !ok || tok == "" {
-		return apikeys.Principal{}, errdefs.Unauthenticatedf(`the Authorization header must read "Bearer <API key or owner credential>"`)
+		return apikeys.Principal{}, nil, errdefs.Unauthenticatedf(`the Authorization header must read "Bearer <API key or owner credential>"`)
 	}
 	if s.auth == nil {
-		return apikeys.Principal{}, errdefs.Unauthenticatedf("this control plane has no credentials configured")
+		return apikeys.Principal{}, nil, errdefs.Unauthenticatedf("this control plane has no credentials configured")
 	}
-	return s.auth.Authenticate(r.Context(), tok)
+	p, err := s.auth.Authenticate(r.Context(), tok)
+	return p, nil, err
 }
 
 // authorize checks that the request's principal may act on the project

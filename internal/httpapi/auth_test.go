@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -312,6 +313,15 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 					}
 				}
 				return
+			case httpapi.AccessSignedIn:
+				// Any owner or API key, whatever its grants; no worker.
+				e.walkSession(t, r.Method, path, body, session)
+				want("a worker credential", "Bearer "+workerCred, 403)
+				want("the shared worker token", "Bearer wtok", 401)
+				one, _ := e.key("q", "prod", apikeys.TokensRead)
+				want("a key of another project with one grant", "Bearer "+one, 200)
+				want("the owner credential", "Bearer "+e.owner, 200)
+				return
 			case httpapi.AccessOwner:
 				e.walkSession(t, r.Method, path, body, session)
 				want("an API key with every grant", "Bearer "+allGrants, 403)
@@ -336,6 +346,9 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 			elsewhere := 403
 			if strings.Contains(r.Path, "/{id}") && !strings.HasPrefix(r.Path, "/v1/tasks/") {
 				elsewhere = 404 // addressed by id: hidden
+			}
+			if r.Path == "/v1/projects" {
+				elsewhere = 200 // names no scope: answers the key's own
 			}
 			e.walkSession(t, r.Method, path, body, session)
 			want("a key of another environment", "Bearer "+otherEnv, elsewhere)
@@ -479,10 +492,16 @@ func TestWorkerCredentialsHoldTheirRuns(t *testing.T) {
 // noRedirect is a client that shows redirects instead of following them.
 var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
-// loginResponse posts the sign-in form with credential.
+// loginResponse posts the sign-in form with credential to /login.
 func (e *apiEnv) loginResponse(t *testing.T, credential string) *http.Response {
 	t.Helper()
-	resp, err := noRedirect.PostForm(e.srv.URL+"/dev/login", url.Values{"credential": {credential}})
+	return e.loginAt(t, "/login", credential)
+}
+
+// loginAt posts the sign-in form with credential to path.
+func (e *apiEnv) loginAt(t *testing.T, path, credential string) *http.Response {
+	t.Helper()
+	resp, err := noRedirect.PostForm(e.srv.URL+path, url.Values{"credential": {credential}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -493,7 +512,12 @@ func (e *apiEnv) loginResponse(t *testing.T, credential string) *http.Response {
 // login signs in and returns the session cookie.
 func (e *apiEnv) login(t *testing.T, credential string) *http.Cookie {
 	t.Helper()
-	resp := e.loginResponse(t, credential)
+	return sessionCookie(t, e.loginResponse(t, credential))
+}
+
+// sessionCookie is the session cookie a sign-in set.
+func sessionCookie(t *testing.T, resp *http.Response) *http.Cookie {
+	t.Helper()
 	for _, c := range resp.Cookies() {
 		if c.Name == httpapi.SessionCookie && c.Value != "" {
 			return c
@@ -503,30 +527,51 @@ func (e *apiEnv) login(t *testing.T, credential string) *http.Cookie {
 	return nil
 }
 
-// walkLogin checks helmr dev's sign-in routes.
+// page GETs path with headers (name, value, ...) and returns the status
+// and body.
+func (e *apiEnv) page(t *testing.T, path string, header []string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", e.srv.URL+path, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	_, _ = io.Copy(&b, resp.Body)
+	return resp.StatusCode, b.String()
+}
+
+// walkLogin checks the sign-in routes (and their /dev aliases).
 func (e *apiEnv) walkLogin(t *testing.T, r httpapi.Route) {
 	t.Helper()
 	switch r.Method + " " + r.Path {
-	case "GET /dev/login":
-		if st, _ := e.call("GET", r.Path, nil, "Authorization", ""); st != 200 {
-			t.Errorf("GET /dev/login without a credential = %d, want the page", st)
+	case "GET /login", "GET /dev/login":
+		st, resp := e.page(t, r.Path, nil)
+		if st != 200 || !strings.Contains(resp, `name="credential"`) {
+			t.Errorf("GET %s without a credential = %d %q, want the form", r.Path, st, resp)
 		}
-	case "POST /dev/login":
-		key, _ := e.key("p", "dev", apikeys.Grants...)
-		for name, cred := range map[string]string{"no credential": "", "an API key": key, "a wrong credential": e.owner + "x"} {
-			resp := e.loginResponse(t, cred)
+	case "POST /login", "POST /dev/login":
+		key, _ := e.key("p", "dev", apikeys.RunsRead)
+		for name, cred := range map[string]string{"no credential": "", "a wrong credential": e.owner + "x"} {
+			resp := e.loginAt(t, r.Path, cred)
 			if resp.StatusCode != http.StatusSeeOther || !strings.Contains(resp.Header.Get("Location"), "failed=1") || len(resp.Cookies()) != 0 {
-				t.Errorf("sign in with %s = %d %v cookies %v, want back to the form, no session", name, resp.StatusCode, resp.Header, resp.Cookies())
+				t.Errorf("sign in at %s with %s = %d %v cookies %v, want back to the form, no session", r.Path, name, resp.StatusCode, resp.Header, resp.Cookies())
 			}
 		}
 		if st, _ := e.call("POST", r.Path, `{"credential": "`+e.owner+`"}`, "Authorization", ""); st != http.StatusUnauthorized {
-			t.Errorf("sign in with JSON = %d, want 401 (a form field only)", st)
+			t.Errorf("sign in at %s with JSON = %d, want 401 (a form field only)", r.Path, st)
 		}
-		c := e.login(t, e.owner)
-		if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || time.Until(c.Expires) < 11*time.Hour {
-			t.Errorf("session cookie = %+v, want HttpOnly, SameSite=Strict, path /, about 12 hours", c)
+		for name, cred := range map[string]string{"the owner credential": e.owner, "an API key": key} {
+			c := sessionCookie(t, e.loginAt(t, r.Path, cred))
+			if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || c.Secure || time.Until(c.Expires) < 11*time.Hour {
+				t.Errorf("session cookie of %s = %+v, want HttpOnly, SameSite=Strict, path /, not Secure over HTTP, about 12 hours", name, c)
+			}
 		}
-	case "POST /dev/logout":
+	case "POST /logout", "POST /dev/logout":
 		c := e.login(t, e.owner)
 		cookie := c.Name + "=" + c.Value
 		if st, _ := e.call("GET", "/v1/runs?project=p", nil, "Authorization", "", "Cookie", cookie); st != 200 {
@@ -538,10 +583,13 @@ func (e *apiEnv) walkLogin(t *testing.T, r httpapi.Route) {
 		if resp, err := noRedirect.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
 			t.Errorf("cross-site sign-out = %v, %v; want 403", resp.StatusCode, err)
 		}
-		req.Header.Del("Origin")
+		req.Header.Set("Origin", e.srv.URL)
 		resp, err := noRedirect.Do(req)
 		if err != nil || resp.StatusCode != http.StatusSeeOther {
 			t.Fatalf("sign out = %v, %v", resp.StatusCode, err)
+		}
+		if cs := resp.Cookies(); len(cs) != 1 || cs[0].Name != httpapi.SessionCookie || cs[0].Value != "" || cs[0].MaxAge >= 0 {
+			t.Errorf("sign out sets cookies %v, want the session cookie cleared", cs)
 		}
 		if st, _ := e.call("GET", "/v1/runs?project=p", nil, "Authorization", "", "Cookie", cookie); st != http.StatusUnauthorized {
 			t.Errorf("list runs after signing out = %d, want 401", st)

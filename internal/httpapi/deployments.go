@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
@@ -82,6 +83,27 @@ func (s *Server) listDeployments(w http.ResponseWriter, r *http.Request) error {
 		ds = []deployments.Deployment{}
 	}
 	return writeJSON(w, http.StatusOK, map[string]any{"deployments": ds})
+}
+
+// listProjects answers the project environments the principal can see:
+// every deployed one for the owner, its own for a scoped key (deployed
+// or not).
+func (s *Server) listProjects(w http.ResponseWriter, r *http.Request) error {
+	p, ok := r.Context().Value(principalKey{}).(apikeys.Principal)
+	if !ok {
+		return errdefs.Unauthenticatedf("this request needs a credential")
+	}
+	out := []deployments.Environment{}
+	if !p.Owner {
+		out = append(out, deployments.Environment{Project: p.Project, Env: p.Env})
+		return writeJSON(w, http.StatusOK, map[string]any{"environments": out})
+	}
+	envs, err := s.cfg.Deployments.ListEnvironments(r.Context())
+	if err != nil {
+		return err
+	}
+	out = append(out, envs...)
+	return writeJSON(w, http.StatusOK, map[string]any{"environments": out})
 }
 
 func (s *Server) getDeployment(w http.ResponseWriter, r *http.Request) error {

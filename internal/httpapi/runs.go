@@ -18,6 +18,8 @@ type TriggerRequest struct {
 	Secrets        map[string]string `json:"secrets,omitempty"`
 	// WorkspaceID attaches the run to an existing workspace; empty: a new one.
 	WorkspaceID string `json:"workspaceId,omitempty"`
+	// ReplayOf names the run (of the same task) this one replays.
+	ReplayOf string `json:"replayOf,omitempty"`
 }
 
 func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request) error {
@@ -38,7 +40,7 @@ func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request) error {
 	}
 	run, created, err := s.cfg.Runs.Trigger(r.Context(), runs.TriggerRequest{
 		Project: project, Env: env, TaskID: r.PathValue("id"), Payload: req.Payload, IdempotencyKey: key,
-		Secrets: req.Secrets, WorkspaceID: req.WorkspaceID,
+		Secrets: req.Secrets, WorkspaceID: req.WorkspaceID, ReplayOf: req.ReplayOf,
 	})
 	if err != nil {
 		return err
@@ -67,9 +69,17 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
 	if kind != "" && kind != runs.KindTask && kind != runs.KindBuild {
 		return errdefs.Invalidf("unknown kind %q (task or build)", kind)
 	}
+	since, err := timeParam(r, "since")
+	if err != nil {
+		return err
+	}
+	until, err := timeParam(r, "until")
+	if err != nil {
+		return err
+	}
 	page, err := s.cfg.Runs.List(r.Context(), runs.Filter{
 		Project: project, Env: env, TaskID: q.Get("task"), Status: runs.Status(q.Get("status")), Kind: kind,
-		Limit: limit, Cursor: q.Get("cursor"),
+		Since: since, Until: until, IDPrefix: q.Get("id"), Limit: limit, Cursor: q.Get("cursor"),
 	})
 	if err != nil {
 		return err
@@ -152,6 +162,19 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	page.Done = run.Status.Terminal() && page.NextCursor >= run.LastSeq
 	return writeJSON(w, http.StatusOK, page)
+}
+
+// timeParam reads the optional RFC 3339 time query parameter name.
+func timeParam(r *http.Request, name string) (time.Time, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, errdefs.Invalidf("%s %q is not an RFC 3339 time (2026-01-02T15:04:05Z)", name, v)
+	}
+	return t, nil
 }
 
 // afterParam reads the optional ?after= event cursor.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/checkpoints"
+	"github.com/helmr/helmr/internal/console"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
@@ -43,14 +44,18 @@ type Config struct {
 	// the health check answers 401.
 	APIKeys       *apikeys.Service
 	Authenticator Authenticator
-	// Sessions enables owner sessions (/dev/login; helmr dev only); nil:
-	// /dev/login answers 404 and session cookies are ignored.
+	// Sessions enables browser sessions (/login with the owner credential
+	// or an API key); nil: /login answers 404 and session cookies are
+	// ignored.
 	Sessions *apikeys.Sessions
 	// Checkpoints and Blobs keep parked runs' checkpoints (records and
 	// sealed bytes) and workspace snapshots; nil: the checkpoint and
 	// snapshot routes answer 503.
 	Checkpoints checkpoints.Store
 	Blobs       checkpoints.Blobs
+	// Doctor reports on the control plane's host for GET /v1/doctor;
+	// nil: that route answers 503.
+	Doctor DoctorFunc
 }
 
 // Server is the control plane's HTTP API.
@@ -61,6 +66,7 @@ type Server struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	swx     *swerex.API // the SWE-ReX endpoints (nil without workspaces)
+	logins  *loginLimiter
 }
 
 // Route is one API route: its ServeMux pattern and the access it
@@ -81,7 +87,8 @@ func New(cfg Config) *Server {
 	}
 	control := &worker.Local{Runs: cfg.Runs, Deployments: cfg.Deployments, Waits: cfg.Waits, Ops: workspaces.NewOps(), Wait: cfg.LeaseWait,
 		Checkpoints: cfg.Checkpoints, Blobs: cfg.Blobs, Logger: cfg.Logger}
-	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), auth: cfg.Authenticator, control: control}
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), auth: cfg.Authenticator, control: control,
+		logins: newLoginLimiter()}
 	if cfg.Workspaces != nil {
 		control.Workspaces, control.Ops = cfg.Workspaces.Store(), cfg.Workspaces.Ops()
 		s.swx = swerex.New(cfg.Workspaces)
@@ -95,6 +102,12 @@ func New(cfg Config) *Server {
 		}
 		s.mux.Handle(r.pattern, s.adapt(s.guard(r.access, r.h)))
 	}
+	// The console at / reads the API in-process; a path under /v1 that
+	// no route serves stays an API error.
+	s.mux.Handle("/", console.New(s, cfg.Logger))
+	s.mux.Handle("/v1/", s.adapt(func(w http.ResponseWriter, r *http.Request) error {
+		return errdefs.NotFoundf("no API route %s %s", r.Method, r.URL.Path)
+	}))
 	return s
 }
 
@@ -137,6 +150,7 @@ func (s *Server) routes() []route {
 		{"POST /v1/deployments", tasksDeploy, s.createDeployment},
 		{"GET /v1/deployments", tasksRead, s.listDeployments},
 		{"GET /v1/deployments/{id}", tasksRead, s.getDeployment},
+		{"GET /v1/projects", tasksRead, s.listProjects},
 		{"GET /v1/tasks", tasksRead, s.listTasks},
 		{"GET /v1/tasks/{id}", tasksRead, s.getTask},
 		{"POST /v1/tasks/{id}/runs", runsCreate, s.triggerRun},
@@ -151,6 +165,8 @@ func (s *Server) routes() []route {
 		{"POST /v1/runs/{id}/session/output", sessionOutputAppend, s.appendRecord(runs.StreamOutput)},
 		{"GET /v1/runs/{id}/session/input/stream", sessionStreamsRead, s.streamRecords(runs.StreamInput)},
 		{"GET /v1/runs/{id}/session/output/stream", sessionStreamsRead, s.streamRecords(runs.StreamOutput)},
+		{"GET /v1/workers", runsRead, s.listWorkers},
+		{"GET /v1/doctor", AccessOwner, s.doctor},
 		{"GET /v1/secrets", secretsWrite, s.listSecrets},
 		{"PUT /v1/secrets/{name}", secretsWrite, s.setSecret},
 		{"DELETE /v1/secrets/{name}", secretsWrite, s.deleteSecret},
@@ -191,6 +207,10 @@ func (s *Server) routes() []route {
 		{"GET /v1/apikeys", AccessOwner, s.listAPIKeys},
 		{"POST /v1/apikeys/{id}/revoke", AccessOwner, s.revokeAPIKey},
 		{"POST /v1/apikeys/worker", AccessOwner, s.createWorkerCredential},
+		{"GET /v1/auth/me", AccessSignedIn, s.me},
+		{"GET /login", AccessLogin, s.loginForm},
+		{"POST /login", AccessLogin, s.login},
+		{"POST /logout", AccessLogin, s.logout},
 		{"GET /dev/login", AccessLogin, s.loginForm},
 		{"POST /dev/login", AccessLogin, s.login},
 		{"POST /dev/logout", AccessLogin, s.logout},

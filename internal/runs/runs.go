@@ -97,7 +97,9 @@ type Run struct {
 	// ("vault:NAME"); never values.
 	Secrets map[string]string `json:"secrets,omitempty"`
 	// WorkspaceID is the workspace the run is attached to.
-	WorkspaceID    string `json:"workspaceId,omitempty"`
+	WorkspaceID string `json:"workspaceId,omitempty"`
+	// ReplayOf is the run this one replays (the same task, run again).
+	ReplayOf       string `json:"replayOf,omitempty"`
 	WorkerID       string `json:"workerId,omitempty"`
 	Tier           string `json:"tier,omitempty"`
 	MaxDurationSec int    `json:"maxDuration"`
@@ -178,6 +180,11 @@ type Filter struct {
 	Kind string
 	// WorkspaceID selects the runs attached to a workspace.
 	WorkspaceID string
+	// Since and Until bound the runs' creation time: Since <= created_at <
+	// Until; a zero time does not bound.
+	Since, Until time.Time
+	// IDPrefix selects the runs whose id starts with it (a search by id).
+	IDPrefix string
 	// Limit caps the page size (the store applies 1..1000, default 50).
 	Limit int
 	// Cursor is the opaque NextCursor of a previous page.

@@ -86,6 +86,9 @@ type TriggerRequest struct {
 	// WorkspaceID attaches the run to an existing workspace of the same
 	// project environment; empty: a new workspace.
 	WorkspaceID string
+	// ReplayOf names the run of the same task and project environment
+	// this one replays; empty: none.
+	ReplayOf string
 }
 
 // Trigger creates a QUEUED run of the latest deployment of the task. With an
@@ -112,6 +115,12 @@ func (s *Service) Trigger(ctx context.Context, req TriggerRequest) (Run, bool, e
 		// mistake: no kind, so a 5xx.
 		return Run{}, false, fmt.Errorf("look up task %q in %s/%s: %w", req.TaskID, req.Project, req.Env, err)
 	}
+	if req.ReplayOf != "" {
+		orig, err := s.store.GetRun(ctx, req.ReplayOf)
+		if err != nil || orig.Project != req.Project || orig.Env != req.Env || orig.TaskID != req.TaskID {
+			return Run{}, false, fmt.Errorf("replayOf %q is not a run of task %q in %s/%s: %w", req.ReplayOf, req.TaskID, req.Project, req.Env, errdefs.ErrInvalid)
+		}
+	}
 	if err := s.checkBindings(ctx, req, task); err != nil {
 		return Run{}, false, err
 	}
@@ -136,7 +145,7 @@ func (s *Service) Trigger(ctx context.Context, req TriggerRequest) (Run, bool, e
 		Project: req.Project, Env: req.Env, TaskID: req.TaskID,
 		DeploymentID: task.DeploymentID, DeploymentVersion: task.DeploymentVersion,
 		Status: StatusQueued, Payload: req.Payload, IdempotencyKey: req.IdempotencyKey, Secrets: req.Secrets,
-		MaxDurationSec: maxDur, Needs: needs, CreatedAt: s.now(), WorkspaceID: ws.ID,
+		MaxDurationSec: maxDur, Needs: needs, CreatedAt: s.now(), WorkspaceID: ws.ID, ReplayOf: req.ReplayOf,
 	})
 	if fresh && (err != nil || !created) {
 		// The run was not made (or is a repeat of one that has its own):

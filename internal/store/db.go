@@ -31,6 +31,7 @@ type Store interface {
 	workspaces.OpQueue
 	waitpoints.Store
 	apikeys.Store
+	apikeys.SessionStore
 	checkpoints.Store
 	vault.Store
 }

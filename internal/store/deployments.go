@@ -144,6 +144,19 @@ func (db *DB) ListDeployments(ctx context.Context, project, env string, limit in
 	return out, nil
 }
 
+// ListEnvironments returns the project environments with a deployment.
+func (db *DB) ListEnvironments(ctx context.Context) ([]deployments.Environment, error) {
+	rows, err := db.read().query(ctx, `SELECT DISTINCT project, env FROM deployments ORDER BY project, env`)
+	out, err := scanAll(rows, err, func(row scanner) (deployments.Environment, error) {
+		var e deployments.Environment
+		return e, row.Scan(&e.Project, &e.Env)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list project environments: %w", err)
+	}
+	return out, nil
+}
+
 // latestTaskQuery selects tasks of the latest READY deployment of a
 // project/env (no build run, or a completed one) with the build's output.
 const latestTaskQuery = `SELECT d.id, d.version, t.spec, COALESCE(r.output, '') FROM deployments d

@@ -15,7 +15,7 @@ import (
 const runColumns = `id, project, env, task_id, deployment_id, deployment_version, status,
 	payload, output, error, idempotency_key, worker_id, tier, max_duration_sec,
 	need_cpu, need_memory, created_at, started_at, finished_at, last_seq, secrets,
-	kind, need_digests, need_image, need_base_digest, workspace_id, need_host`
+	kind, need_digests, need_image, need_base_digest, workspace_id, need_host, replay_of`
 
 func scanRun(row scanner) (runs.Run, error) {
 	var (
@@ -26,7 +26,7 @@ func scanRun(row scanner) (runs.Run, error) {
 	err := row.Scan(&r.ID, &r.Project, &r.Env, &r.TaskID, &r.DeploymentID, &r.DeploymentVersion, &r.Status,
 		jsonCol{&r.Payload}, jsonCol{&r.Output}, jsonCol{&errJSON}, textCol{&r.IdempotencyKey}, &r.WorkerID, &r.Tier, &r.MaxDurationSec,
 		&r.Needs.CPU, &r.Needs.MemoryBytes, timeCol{&r.CreatedAt}, nullTimeCol{&r.StartedAt}, nullTimeCol{&r.FinishedAt}, &r.LastSeq, &secrets,
-		&r.Kind, &digests, &r.Needs.Image, &r.Needs.BaseDigest, &r.WorkspaceID, &r.Needs.Host)
+		&r.Kind, &digests, &r.Needs.Image, &r.Needs.BaseDigest, &r.WorkspaceID, &r.Needs.Host, &r.ReplayOf)
 	if err != nil {
 		return runs.Run{}, err
 	}
@@ -67,7 +67,7 @@ func (db *DB) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, error)
 	var existing *runs.Run
 	err := db.write(ctx, func(tx txConn) error {
 		q := `INSERT INTO runs (` + runColumns + `)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, '', '', ?, ?, ?, ?, NULL, NULL, 1, ?, ?, ?, ?, ?, ?, ?)`
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, '', '', ?, ?, ?, ?, NULL, NULL, 1, ?, ?, ?, ?, ?, ?, ?, ?)`
 		if r.IdempotencyKey != "" {
 			q += ` ON CONFLICT (project, env, task_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING`
 		}
@@ -75,7 +75,7 @@ func (db *DB) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, error)
 			r.ID, r.Project, r.Env, r.TaskID, r.DeploymentID, r.DeploymentVersion, r.Status,
 			nullText(r.Payload), nullText(r.IdempotencyKey), r.MaxDurationSec,
 			r.Needs.CPU, r.Needs.MemoryBytes, r.CreatedAt, EncodeBindings(r.Secrets),
-			r.Kind, EncodeDigests(r.Needs.Digests), r.Needs.Image, r.Needs.BaseDigest, r.WorkspaceID, r.Needs.Host)
+			r.Kind, EncodeDigests(r.Needs.Digests), r.Needs.Image, r.Needs.BaseDigest, r.WorkspaceID, r.Needs.Host, r.ReplayOf)
 		if err != nil {
 			return err
 		}
@@ -122,6 +122,18 @@ func (db *DB) ListRuns(ctx context.Context, f runs.Filter) (runs.Page, error) {
 			where = append(where, c.col+" = ?")
 			args = append(args, c.val)
 		}
+	}
+	if !f.Since.IsZero() {
+		where = append(where, "created_at >= ?")
+		args = append(args, f.Since)
+	}
+	if !f.Until.IsZero() {
+		where = append(where, "created_at < ?")
+		args = append(args, f.Until)
+	}
+	if f.IDPrefix != "" {
+		where = append(where, "substr(id, 1, ?) = ?")
+		args = append(args, len(f.IDPrefix), f.IDPrefix)
 	}
 	if f.Cursor != "" {
 		t, id, err := DecodeCursor(f.Cursor)

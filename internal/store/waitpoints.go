@@ -71,7 +71,7 @@ func (db *DB) ListWaitpoints(ctx context.Context, f waitpoints.Filter) (waitpoin
 	var where []string
 	var args []any
 	for _, c := range []struct{ col, val string }{
-		{"project", f.Project}, {"env", f.Env}, {"status", string(f.Status)}, {"run_id", f.RunID},
+		{"project", f.Project}, {"env", f.Env}, {"status", string(f.Status)}, {"run_id", f.RunID}, {"kind", string(f.Kind)},
 	} {
 		if c.val != "" {
 			where = append(where, c.col+" = ?")

@@ -89,6 +89,8 @@ type Filter struct {
 	Status  Status
 	RunID   string
 	Tag     string
+	// Kind selects one kind (human waits, say); empty: every kind.
+	Kind Kind
 	// Waited selects the waitpoints a run is waiting on (WaitedAt set).
 	Waited bool
 	Limit  int

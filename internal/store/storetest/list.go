@@ -44,6 +44,12 @@ func testListFilters(t *testing.T, s Store) {
 		{"status", runs.Filter{Status: runs.StatusStarting}, []string{id(1)}},
 		{"status queued", runs.Filter{Project: "p", Env: "dev", TaskID: "a", Status: runs.StatusQueued}, []string{id(0)}},
 		{"no match", runs.Filter{Project: "nope"}, []string{}},
+		{"since", runs.Filter{Since: at(3)}, []string{id(4), id(3)}},
+		{"until", runs.Filter{Until: at(1)}, []string{id(0)}},
+		{"window", runs.Filter{Since: at(1), Until: at(3)}, []string{id(2), id(1)}},
+		{"id prefix", runs.Filter{IDPrefix: id(2)[:len(id(2))-1]}, prefixed(rs, id(2)[:len(id(2))-1])},
+		{"id whole", runs.Filter{IDPrefix: id(2)}, []string{id(2)}},
+		{"id no match", runs.Filter{IDPrefix: "zz"}, []string{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -56,6 +62,17 @@ func testListFilters(t *testing.T, s Store) {
 			}
 		})
 	}
+}
+
+// prefixed is the ids of rs (newest first) that start with p.
+func prefixed(rs []runs.Run, p string) []string {
+	out := []string{}
+	for i := len(rs) - 1; i >= 0; i-- {
+		if len(rs[i].ID) >= len(p) && rs[i].ID[:len(p)] == p {
+			out = append(out, rs[i].ID)
+		}
+	}
+	return out
 }
 
 // sortNewestFirst orders rs as ListRuns does: (CreatedAt, ID) descending.

@@ -28,6 +28,7 @@ func testCreateAndGetRun(t *testing.T, s Store) {
 	ctx := t.Context()
 	in := newRun("p", "dev", "fix-bug")
 	in.CreatedAt = at(0)
+	in.ReplayOf = "run_original"
 	got := mustCreate(t, s, in)
 	if !strings.HasPrefix(got.ID, "run_") {
 		t.Errorf("CreateRun().ID = %q, want prefix run_", got.ID)

@@ -2,7 +2,7 @@
 // tests of runs.Store, deployments.Store and workers.Store semantics
 // (idempotency, compare-and-set transitions, event sequence numbers, leases
 // that fit a worker's offer, pagination, atomic deployments, worker
-// upserts, API keys, session streams and run metadata), run against SQLite and PostgreSQL alike, plus benchmarks the
+// upserts, API keys, browser sessions, session streams and run metadata), run against SQLite and PostgreSQL alike, plus benchmarks the
 // engines report with.
 package storetest
 
@@ -48,6 +48,7 @@ func RunStoreSuite(t *testing.T, open func(t *testing.T) Store) {
 	tests = append(tests, waitpointTests...)
 	tests = append(tests, apiKeyTests...)
 	tests = append(tests, sessionTests...)
+	tests = append(tests, authSessionTests...)
 	tests = append(tests, checkpointTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

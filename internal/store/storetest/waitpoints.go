@@ -90,7 +90,11 @@ func testWaitpointList(t *testing.T, s Store) {
 	}
 	var ws []waitpoints.Waitpoint
 	for i, sp := range specs {
-		w := newWaitpoint("p", sp.env, waitpoints.KindToken)
+		kind := waitpoints.KindToken
+		if i == 3 {
+			kind = waitpoints.KindHuman
+		}
+		w := newWaitpoint("p", sp.env, kind)
 		w.RunID, w.Tags, w.CreatedAt = sp.run, sp.tags, at(i)
 		ws = append(ws, mustCreateWaitpoint(t, s, w))
 	}
@@ -110,6 +114,8 @@ func testWaitpointList(t *testing.T, s Store) {
 		{"status", waitpoints.Filter{Project: "p", Env: "dev", Status: waitpoints.StatusWaiting}, []string{id(3), id(2), id(0)}},
 		{"run", waitpoints.Filter{Project: "p", Env: "dev", RunID: "run_a"}, []string{id(1), id(0)}},
 		{"tag", waitpoints.Filter{Project: "p", Env: "dev", Tag: "x"}, []string{id(1), id(0)}},
+		{"kind human", waitpoints.Filter{Project: "p", Env: "dev", Kind: waitpoints.KindHuman}, []string{id(3)}},
+		{"kind token waiting", waitpoints.Filter{Project: "p", Env: "dev", Kind: waitpoints.KindToken, Status: waitpoints.StatusWaiting}, []string{id(2), id(0)}},
 		{"tag y waiting", waitpoints.Filter{Project: "p", Env: "dev", Tag: "y", Status: waitpoints.StatusWaiting}, []string{id(2)}},
 		{"waited", waitpoints.Filter{Project: "p", Env: "dev", Waited: true}, []string{id(0)}},
 		{"no match", waitpoints.Filter{Project: "p", Env: "dev", Tag: "z"}, []string{}},

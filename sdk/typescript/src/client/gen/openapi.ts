@@ -55,6 +55,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/projects": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The project environments the principal can see (the owner every deployed one, a key its own). */
+        get: operations["listProjects"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tasks": {
         parameters: {
             query?: never;
@@ -301,6 +318,40 @@ export interface paths {
          * @description Each record is an SSE event `record` whose `id` is the record's seq; reconnect with `Last-Event-ID` (or `?after=`) to resume without loss or repeats. The stream ends with an `end` event once the run ended and every record was sent.
          */
         get: operations["streamSessionOutput"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/workers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The workers seen in the last 24 hours, by id: capabilities, last heartbeat, whether live, slots in use, and the runs each holds of the project environment (slotsInUse counts the runs of every project). */
+        get: operations["listWorkers"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/doctor": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Owner: what `helmr doctor --json` says of the control plane's host: its isolation tiers, the tier the runtime policy selects, the egress policy and the workspace quota. */
+        get: operations["getDoctor"];
         put?: never;
         post?: never;
         delete?: never;
@@ -944,6 +995,61 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/auth/me": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Who the request's credential is: the owner or an API key (id, name, project environment, grants), and the session's expiry when it came with the session cookie. Any owner or API key credential; not a worker. */
+        get: operations["getMe"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/login": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The sign-in page (HTML): who is signed in, or a form for the owner credential or an API key. */
+        get: operations["loginForm"];
+        put?: never;
+        /**
+         * Sign in with the owner credential or an API key; sets the session cookie helmr_session (HttpOnly, SameSite=Strict, Secure over TLS; HELMR_SESSION_TTL, 12 hours by default, no longer than the key).
+         * @description The session stands for that principal: an API key's grants and project environment apply, and revoking or expiring the key ends the session. A request authenticated by the session cookie that is not GET or HEAD must carry `X-Helmr-CSRF: 1` and an Origin (or, without one, a Referer or `Sec-Fetch-Site: same-origin`) of this server. The sign-in itself is refused from another origin, and failed sign-ins are limited per client address (429).
+         */
+        post: operations["login"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/logout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** End the cookie's session (on every replica) and clear the cookie. */
+        post: operations["logout"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/dev/login": {
         parameters: {
             query?: never;
@@ -951,13 +1057,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** helmr dev only: the sign-in page (HTML); 404 on helmr server. */
+        /** An alias of GET /login. */
         get: operations["devLoginForm"];
         put?: never;
-        /**
-         * helmr dev only: sign in with the owner credential; sets the owner session cookie helmr_session (HttpOnly, SameSite=Strict, 12 hours).
-         * @description A request authenticated by the session cookie that is not GET or HEAD must carry `X-Helmr-CSRF: 1`, and an Origin header, if any, of this server.
-         */
+        /** An alias of POST /login. */
         post: operations["devLogin"];
         delete?: never;
         options?: never;
@@ -974,7 +1077,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** helmr dev only: end the owner session of the cookie. */
+        /** An alias of POST /logout. */
         post: operations["devLogout"];
         delete?: never;
         options?: never;
@@ -1300,7 +1403,7 @@ export interface components {
             };
         };
         /** @enum {string} */
-        Grant: "runs:create" | "runs:read" | "runs:manage" | "session-streams:read" | "session-input:send" | "session-output:append" | "tokens:create" | "tokens:read" | "tokens:complete" | "tokens:cancel" | "secrets:write" | "tasks:deploy" | "tasks:read";
+        Grant: "runs:create" | "runs:read" | "runs:manage" | "session-streams:read" | "session-input:send" | "session-output:append" | "tokens:create" | "tokens:read" | "tokens:complete" | "tokens:cancel" | "secrets:write" | "tasks:deploy" | "tasks:read" | "workspaces:read" | "workspaces:manage" | "workspaces:exec";
         CreateAPIKeyRequest: {
             project: components["schemas"]["Name"];
             env: components["schemas"]["Name"];
@@ -1327,6 +1430,24 @@ export interface components {
             /** Format: date-time */
             lastUsedAt?: string;
         };
+        Me: {
+            /** @enum {string} */
+            kind: "owner" | "apiKey";
+            keyId?: string;
+            keyName?: string;
+            /** @description The API key's project; absent for the owner, who acts on every project. */
+            project?: string;
+            env?: string;
+            /** @description Every grant for the owner. */
+            grants: components["schemas"]["Grant"][];
+            /** Format: date-time */
+            keyExpiresAt?: string;
+            /** @description Present when the request came with the session cookie. */
+            session?: {
+                /** Format: date-time */
+                expiresAt: string;
+            };
+        };
         Name: string;
         /** Format: int64 */
         Seq: number;
@@ -1351,6 +1472,8 @@ export interface components {
             kind?: "task" | "build";
             /** @description The workspace the run is attached to. */
             workspaceId?: string;
+            /** @description The run this one replays */
+            replayOf?: string;
             project: string;
             env: string;
             taskId: string;
@@ -1464,6 +1587,51 @@ export interface components {
             completedAt?: string;
             /** @description Only in the answer that created it: POST JSON here to complete it, without credentials. */
             callbackUrl?: string;
+        };
+        WorkerInfo: {
+            id: string;
+            capabilities: components["schemas"]["Capabilities"];
+            /**
+             * Format: date-time
+             * @description The worker's last heartbeat or request for work.
+             */
+            lastSeen: string;
+            /** @description Seen within the control plane's worker TTL. */
+            live: boolean;
+            /** @description Runs the worker holds (started and not parked). */
+            slotsInUse: number;
+            runs: {
+                id: string;
+                project: string;
+                env: string;
+                taskId: string;
+                status: components["schemas"]["Status"];
+                tier?: string;
+                /** Format: date-time */
+                startedAt?: string;
+            }[];
+        };
+        DoctorCheck: {
+            policy?: string;
+            quota?: string;
+            ok: boolean;
+            detail: string;
+        };
+        DoctorReport: {
+            tiers: {
+                name: string;
+                available: boolean;
+                reason: string;
+                isolation: string;
+            }[];
+            /** @description The runtime policy (HELMR_RUNTIME). */
+            policy: string;
+            /** @description The tier the policy selects; empty when none is available. */
+            selected: string;
+            egress: components["schemas"]["DoctorCheck"];
+            workspaceQuota: components["schemas"]["DoctorCheck"];
+            /** @description Why the runtime policy selects no tier. */
+            error?: string;
         };
         /** @description What a worker offers; the control plane records it and only leases runs whose needs fit. */
         Capabilities: {
@@ -1921,6 +2089,33 @@ export interface operations {
             404: components["responses"]["Error"];
         };
     };
+    listProjects: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The project environments, by project then env. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        environments: {
+                            project: string;
+                            env: string;
+                        }[];
+                    };
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
     listTasks: {
         parameters: {
             query: {
@@ -2004,6 +2199,8 @@ export interface operations {
                     };
                     /** @description Attach the run to this workspace of the project environment (its files are what the last run left); absent: a new workspace. A workspace serves one run at a time (409). */
                     workspaceId?: string;
+                    /** @description The run of the same task and project environment this run replays (the console's Replay); shown on the new run. */
+                    replayOf?: string;
                 };
             };
         };
@@ -2042,6 +2239,12 @@ export interface operations {
                 status?: components["schemas"]["Status"];
                 /** @description task (the default) or build: the runs that build deployments' images. */
                 kind?: "task" | "build";
+                /** @description Only runs created at or after this time (RFC 3339). */
+                since?: string;
+                /** @description Only runs created before this time (RFC 3339). */
+                until?: string;
+                /** @description Only runs whose id starts with this (a search by id). */
+                id?: string;
                 limit?: components["parameters"]["Limit"];
                 /** @description The opaque nextCursor of a previous page; anything else is a 400. */
                 cursor?: string;
@@ -2396,6 +2599,57 @@ export interface operations {
             404: components["responses"]["Error"];
         };
     };
+    listWorkers: {
+        parameters: {
+            query: {
+                project: components["parameters"]["Project"];
+                env?: components["parameters"]["Env"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Workers. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        workers: components["schemas"]["WorkerInfo"][];
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    getDoctor: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The doctor's report. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DoctorReport"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            503: components["responses"]["Error"];
+        };
+    };
     listSecrets: {
         parameters: {
             query: {
@@ -2497,6 +2751,8 @@ export interface operations {
                 status?: components["schemas"]["WaitpointStatus"];
                 run?: string;
                 tag?: string;
+                /** @description Only waitpoints of this kind (human: the approvals). */
+                kind?: "human" | "token" | "timer";
                 limit?: components["parameters"]["Limit"];
                 /** @description The opaque nextCursor of a previous page; anything else is a 400. */
                 cursor?: string;
@@ -3955,6 +4211,102 @@ export interface operations {
             403: components["responses"]["Error"];
         };
     };
+    getMe: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The principal. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Me"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    loginForm: {
+        parameters: {
+            query?: {
+                /** @description A path of this server to go to after signing in. */
+                next?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The page. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            404: components["responses"]["Error"];
+        };
+    };
+    login: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-www-form-urlencoded": {
+                    credential: string;
+                    next?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Signed in, to `next` or the sign-in page (or, from a form, back to the page with the failure). */
+            303: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            429: components["responses"]["Error"];
+        };
+    };
+    logout: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Signed out. */
+            303: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
     devLoginForm: {
         parameters: {
             query?: never;
@@ -3987,6 +4339,7 @@ export interface operations {
             content: {
                 "application/x-www-form-urlencoded": {
                     credential: string;
+                    next?: string;
                 };
             };
         };
@@ -4000,7 +4353,9 @@ export interface operations {
             };
             400: components["responses"]["Error"];
             401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
             404: components["responses"]["Error"];
+            429: components["responses"]["Error"];
         };
     };
     devLogout: {
