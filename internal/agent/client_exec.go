@@ -29,10 +29,18 @@ func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest, uid, gid uin
 	if err != nil {
 		return sandbox.ExitStatus{}, err
 	}
-	err = c.w.Send(&Exec{
+	if req.TTY != nil && !req.TTY.Valid() {
+		c.unregister(id)
+		return sandbox.ExitStatus{}, fmt.Errorf("exec: terminal size %dx%d: %w", req.TTY.Cols, req.TTY.Rows, sandbox.ErrExecStart)
+	}
+	msg := &Exec{
 		ID: id, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, UID: uid, GID: gid,
 		Channel: req.Channel, Stdin: req.Stdin != nil,
-	})
+	}
+	if req.TTY != nil {
+		msg.TTY = &WinSize{Rows: req.TTY.Rows, Cols: req.TTY.Cols}
+	}
+	err = c.w.Send(msg)
 	if err != nil {
 		c.unregister(id)
 		return sandbox.ExitStatus{}, fmt.Errorf("%w: send exec: %w", sandbox.ErrGuestRuntime, err)
@@ -66,7 +74,7 @@ func (c *Client) await(ctx context.Context, id uint64, q *Queue[Msg], req sandbo
 			switch m := m.(type) {
 			case *Started:
 				if req.Started != nil {
-					req.Started(&sender{c: c, id: id, channel: req.Channel})
+					req.Started(&sender{c: c, id: id, channel: req.Channel, tty: req.TTY != nil})
 				}
 			case *Output:
 				if req.OnOutput != nil {
@@ -137,6 +145,21 @@ type sender struct {
 	c       *Client
 	id      uint64
 	channel bool
+	tty     bool
+}
+
+// Resize implements sandbox.Resizer.
+func (s *sender) Resize(size sandbox.WinSize) error {
+	if !s.tty {
+		return fmt.Errorf("resize exec %d: process has no terminal", s.id)
+	}
+	if !size.Valid() {
+		return fmt.Errorf("resize exec %d: size %dx%d out of 1..%d", s.id, size.Cols, size.Rows, sandbox.MaxWinSize)
+	}
+	if err := s.c.w.Send(&Resize{ID: s.id, WinSize: WinSize{Rows: size.Rows, Cols: size.Cols}}); err != nil {
+		return fmt.Errorf("%w: resize exec %d: %w", sandbox.ErrGuestRuntime, s.id, err)
+	}
+	return nil
 }
 
 // Send implements sandbox.Sender. msg must be one line (no newline).

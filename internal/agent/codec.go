@@ -133,6 +133,8 @@ func Decode(payload []byte) (Msg, error) {
 		m = new(Shell)
 	case TypeShellResult:
 		m = new(ShellResult)
+	case TypeResize:
+		m = new(Resize)
 	default:
 		return nil, fmt.Errorf("decode frame type %q: %w", env.Type, ErrUnknownType)
 	}

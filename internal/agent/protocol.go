@@ -9,7 +9,7 @@
 //
 // Messages, by direction:
 //
-//	worker → agent: init, exec, stdin, message, signal, write_file, shell
+//	worker → agent: init, exec, stdin, message, signal, write_file, shell, resize
 //	agent → worker: ready, fatal, started, output, message, exit, shell_result
 //
 // A session starts with init → ready|fatal (process tier) or with ready alone
@@ -50,6 +50,8 @@ const (
 	// shell_result frame of the same id.
 	TypeShell       = "shell"
 	TypeShellResult = "shell_result"
+	// TypeResize sets the window size of a terminal exec (Exec.TTY).
+	TypeResize = "resize"
 )
 
 // Output stream names.
@@ -116,6 +118,13 @@ type Fatal struct {
 // Exec starts one process. Uid and Gid are in-guest ids. If Channel is set the
 // process gets a socket on fd 3 carrying newline-delimited messages; if Stdin
 // is set its stdin is a pipe fed by stdin frames, otherwise /dev/null.
+//
+// With TTY, the process instead leads a session of its own whose
+// controlling terminal is a new pseudo-terminal of TTY's size, in its
+// default modes (echo on): stdin, stdout and stderr are that terminal.
+// Stdin frames are typed into it (their EOF is ignored: ^D is a byte like
+// any other), everything the terminal prints comes as stdout output, and
+// resize frames change its size. Channel still works; Stdin is implied.
 type Exec struct {
 	ID      uint64   `json:"id"`
 	Argv    []string `json:"argv"`
@@ -125,7 +134,25 @@ type Exec struct {
 	GID     uint32   `json:"gid"`
 	Channel bool     `json:"channel,omitempty"`
 	Stdin   bool     `json:"stdin,omitempty"`
+	TTY     *WinSize `json:"tty,omitempty"`
 }
+
+// WinSize is a terminal's size in characters.
+type WinSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// Resize sets the size of exec ID's terminal (an Exec with TTY); the
+// guest's kernel tells the terminal's foreground processes (SIGWINCH).
+// A resize for a process without a terminal, or one gone, is ignored.
+type Resize struct {
+	ID uint64 `json:"id"`
+	WinSize
+}
+
+// MessageType implements Msg.
+func (*Resize) MessageType() string { return TypeResize }
 
 // Started says the process of exec ID runs.
 type Started struct {

@@ -179,7 +179,14 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		log.Warn("the API is listening beyond loopback over plain HTTP: credentials cross the network in the clear unless a TLS proxy fronts it")
 	}
 	return &controlPlane{store: st, runs: svc, waits: waits, ops: ops, blobs: blobs, api: api, url: url, srv: srv, ln: ln, owner: owner,
-		stopWatch: func() { stopWatch(); <-watchDone; <-expireDone; <-listenDone; spans.Close() }}, nil
+		stopWatch: func() {
+			stopWatch()
+			<-watchDone
+			<-expireDone
+			<-listenDone
+			wsvc.CloseTerminals()
+			spans.Close()
+		}}, nil
 }
 
 // Close stops serving and closes the store.

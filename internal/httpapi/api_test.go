@@ -69,6 +69,7 @@ func newAPI(t *testing.T) *apiEnv {
 	}
 	wsvc := workspaces.NewService(st, st, svc, nil, slog.Default())
 	wsvc.Vault, wsvc.Trajectories, wsvc.Blobs = v, st, blobs
+	t.Cleanup(wsvc.CloseTerminals)
 	keys := apikeys.NewService(st, owner, slog.Default())
 	sessions := apikeys.NewSessions(st, keys, 0, slog.Default())
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Logger: slog.Default(), WorkerToken: "wtok",

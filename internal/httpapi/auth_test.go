@@ -35,6 +35,10 @@ type authFixture struct {
 	// A run under way, for the session appends (runID ends canceled, and
 	// its session streams end with it).
 	sessionRunID string
+	// Terminals of execWorkspaceID: one whose shell ended (its output
+	// stream ends), one to close, one that stays open (serveOps answers
+	// only 1-column terminals).
+	endedTermID, closeTermID, liveTermID string
 }
 
 func newAuthFixture(t *testing.T, e *apiEnv) authFixture {
@@ -83,6 +87,15 @@ func newAuthFixture(t *testing.T, e *apiEnv) authFixture {
 	f.approveRunID, f.waitpointID = e.waitingRun(t)
 	f.rejectRunID, _ = e.waitingRun(t)
 	f.sessionRunID, _ = e.waitingRun(t)
+	term := func(cols int) string {
+		t.Helper()
+		st, tm := e.call("POST", "/v1/workspaces/"+f.execWorkspaceID+"/terminals?project=p&env=dev", map[string]int{"cols": cols, "rows": 5})
+		if st != http.StatusCreated {
+			t.Fatalf("open terminal = %d %v", st, tm)
+		}
+		return tm["id"].(string)
+	}
+	f.endedTermID, f.closeTermID, f.liveTermID = term(1), term(80), term(80)
 	return f
 }
 
@@ -133,29 +146,34 @@ func (e *apiEnv) key(project, env string, grants ...apikeys.Grant) (string, stri
 func (f authFixture) fill(t *testing.T, path string) string {
 	t.Helper()
 	repl := map[string]string{
-		"/v1/runs/{id}/approve":             "/v1/runs/" + f.approveRunID + "/approve",
-		"/v1/runs/{id}/reject":              "/v1/runs/" + f.rejectRunID + "/reject",
-		"/v1/workspaces/{id}":               "/v1/workspaces/" + f.workspaceID,
-		"/v1/tokens/{id}/cancel":            "/v1/tokens/" + f.cancelID + "/cancel",
-		"/v1/tokens/{id}/callback/{secret}": "/v1/tokens/" + f.callbackID + "/callback/" + f.callbackSecret,
-		"/v1/tokens/{id}":                   "/v1/tokens/" + f.tokenID,
-		"{wp}":                              f.waitpointID,
-		"/v1/worker/ops/{id}":               "/v1/worker/ops/op_unknown",
-		"/v1/workspaces/{id}/exec":          "/v1/workspaces/" + f.execWorkspaceID + "/exec",
-		"/v1/workspaces/{id}/files":         "/v1/workspaces/" + f.execWorkspaceID + "/files",
-		"/v1/workspaces/{id}/dir":           "/v1/workspaces/" + f.execWorkspaceID + "/dir",
-		"/v1/workspaces/{id}/tar":           "/v1/workspaces/" + f.execWorkspaceID + "/tar",
-		"/v1/swerex/{id}":                   "/v1/swerex/" + f.execWorkspaceID,
-		"{ck}":                              "ck_fixture",
-		"{seq}":                             "1",
-		"/v1/worker/workspaces/{id}":        "/v1/worker/workspaces/" + f.execWorkspaceID,
-		"/v1/deployments/{id}":              "/v1/deployments/" + f.depID,
-		"/v1/worker/deployments/{id}":       "/v1/worker/deployments/" + f.depID,
-		"/v1/tasks/{id}":                    "/v1/tasks/a",
-		"/v1/runs/{id}":                     "/v1/runs/" + f.runID,
-		"/v1/worker/runs/{id}":              "/v1/worker/runs/" + f.runID,
-		"/v1/apikeys/{id}":                  "/v1/apikeys/" + f.victimKeyID,
-		"{name}":                            "TOKEN",
+		"/v1/runs/{id}/approve":                      "/v1/runs/" + f.approveRunID + "/approve",
+		"/v1/runs/{id}/reject":                       "/v1/runs/" + f.rejectRunID + "/reject",
+		"/v1/workspaces/{id}":                        "/v1/workspaces/" + f.workspaceID,
+		"/v1/tokens/{id}/cancel":                     "/v1/tokens/" + f.cancelID + "/cancel",
+		"/v1/tokens/{id}/callback/{secret}":          "/v1/tokens/" + f.callbackID + "/callback/" + f.callbackSecret,
+		"/v1/tokens/{id}":                            "/v1/tokens/" + f.tokenID,
+		"{wp}":                                       f.waitpointID,
+		"/v1/worker/ops/{id}":                        "/v1/worker/ops/op_unknown",
+		"/v1/workspaces/{id}/exec":                   "/v1/workspaces/" + f.execWorkspaceID + "/exec",
+		"/v1/workspaces/{id}/files":                  "/v1/workspaces/" + f.execWorkspaceID + "/files",
+		"/v1/workspaces/{id}/dir":                    "/v1/workspaces/" + f.execWorkspaceID + "/dir",
+		"/v1/workspaces/{id}/tar":                    "/v1/workspaces/" + f.execWorkspaceID + "/tar",
+		"/v1/workspaces/{id}/terminals":              "/v1/workspaces/" + f.execWorkspaceID + "/terminals",
+		"/v1/workspaces/{id}/terminals/{tid}/output": "/v1/workspaces/" + f.execWorkspaceID + "/terminals/" + f.endedTermID + "/output",
+		"/v1/workspaces/{id}/terminals/{tid}/input":  "/v1/workspaces/" + f.execWorkspaceID + "/terminals/" + f.liveTermID + "/input",
+		"/v1/workspaces/{id}/terminals/{tid}/resize": "/v1/workspaces/" + f.execWorkspaceID + "/terminals/" + f.liveTermID + "/resize",
+		"/v1/workspaces/{id}/terminals/{tid}":        "/v1/workspaces/" + f.execWorkspaceID + "/terminals/" + f.closeTermID,
+		"/v1/swerex/{id}":                            "/v1/swerex/" + f.execWorkspaceID,
+		"{ck}":                                       "ck_fixture",
+		"{seq}":                                      "1",
+		"/v1/worker/workspaces/{id}":                 "/v1/worker/workspaces/" + f.execWorkspaceID,
+		"/v1/deployments/{id}":                       "/v1/deployments/" + f.depID,
+		"/v1/worker/deployments/{id}":                "/v1/worker/deployments/" + f.depID,
+		"/v1/tasks/{id}":                             "/v1/tasks/a",
+		"/v1/runs/{id}":                              "/v1/runs/" + f.runID,
+		"/v1/worker/runs/{id}":                       "/v1/worker/runs/" + f.runID,
+		"/v1/apikeys/{id}":                           "/v1/apikeys/" + f.victimKeyID,
+		"{name}":                                     "TOKEN",
 		// Appends go to a run under way; the session streams are read from
 		// runID, which ended (a stream of a run under way does not end).
 		"/v1/runs/{id}/session/input/stream":  "/v1/runs/" + f.runID + "/session/input/stream",
@@ -186,24 +204,26 @@ func (f authFixture) fill(t *testing.T, path string) string {
 // send {}.
 func bodies(workerID string) map[string]any {
 	return map[string]any{
-		"POST /v1/deployments":                     map[string]any{"env": "dev", "manifest": deployment(goodTask("a"))["manifest"], "files": deployment()["files"]},
-		"POST /v1/tasks/{id}/runs":                 `{"payload": 2}`,
-		"PUT /v1/secrets/{name}":                   `{"value": "another-value"}`,
-		"POST /v1/apikeys":                         `{"project": "p", "env": "dev", "grants": ["runs:read"]}`,
-		"POST /v1/worker/lease":                    fmt.Sprintf(`{"workerId": %q}`, workerID),
-		"POST /v1/worker/heartbeat":                fmt.Sprintf(`{"workerId": %q}`, workerID),
-		"POST /v1/worker/runs/{id}/started":        fmt.Sprintf(`{"workerId": %q, "tier": "process"}`, workerID),
-		"POST /v1/worker/runs/{id}/logs":           `{"lines": []}`,
-		"POST /v1/runs/{id}/session/input":         `{"data": {"text": "hi"}}`,
-		"POST /v1/runs/{id}/session/output":        `{"data": "out"}`,
-		"POST /v1/worker/runs/{id}/session/output": `{"data": "out"}`,
-		"POST /v1/worker/runs/{id}/metadata":       `{"key": "k", "value": 1}`,
-		"POST /v1/worker/ops/next":                 fmt.Sprintf(`{"workerId": %q, "host": "h-walk"}`, workerID),
-		"POST /v1/workspaces":                      `{"task": "a"}`,
-		"PUT /v1/workspaces/{id}/tar":              tinyTar(),
-		"POST /v1/workspaces/{id}/exec/stream":     `{"argv": ["true"]}`,
-		"POST /v1/workspaces/{id}/exec":            `{"argv": ["true"]}`,
-		"POST /v1/worker/runs/{id}/park":           `{"note": {"message": "the process tier does not park"}}`,
+		"POST /v1/deployments":                            map[string]any{"env": "dev", "manifest": deployment(goodTask("a"))["manifest"], "files": deployment()["files"]},
+		"POST /v1/tasks/{id}/runs":                        `{"payload": 2}`,
+		"PUT /v1/secrets/{name}":                          `{"value": "another-value"}`,
+		"POST /v1/apikeys":                                `{"project": "p", "env": "dev", "grants": ["runs:read"]}`,
+		"POST /v1/worker/lease":                           fmt.Sprintf(`{"workerId": %q}`, workerID),
+		"POST /v1/worker/heartbeat":                       fmt.Sprintf(`{"workerId": %q}`, workerID),
+		"POST /v1/worker/runs/{id}/started":               fmt.Sprintf(`{"workerId": %q, "tier": "process"}`, workerID),
+		"POST /v1/worker/runs/{id}/logs":                  `{"lines": []}`,
+		"POST /v1/runs/{id}/session/input":                `{"data": {"text": "hi"}}`,
+		"POST /v1/runs/{id}/session/output":               `{"data": "out"}`,
+		"POST /v1/worker/runs/{id}/session/output":        `{"data": "out"}`,
+		"POST /v1/worker/runs/{id}/metadata":              `{"key": "k", "value": 1}`,
+		"POST /v1/worker/ops/next":                        fmt.Sprintf(`{"workerId": %q, "host": "h-walk"}`, workerID),
+		"POST /v1/workspaces":                             `{"task": "a"}`,
+		"PUT /v1/workspaces/{id}/tar":                     tinyTar(),
+		"POST /v1/workspaces/{id}/exec/stream":            `{"argv": ["true"]}`,
+		"POST /v1/workspaces/{id}/exec":                   `{"argv": ["true"]}`,
+		"POST /v1/workspaces/{id}/terminals":              `{"cols": 1, "rows": 1}`,
+		"POST /v1/workspaces/{id}/terminals/{tid}/resize": `{"cols": 100, "rows": 30}`,
+		"POST /v1/worker/runs/{id}/park":                  `{"note": {"message": "the process tier does not park"}}`,
 	}
 }
 
@@ -648,13 +668,19 @@ func (e *apiEnv) serveOps(ctx context.Context) {
 			return
 		}
 		var op struct {
-			ID   string `json:"id"`
-			Data string `json:"data"`
+			ID       string `json:"id"`
+			Data     string `json:"data"`
+			Terminal *struct {
+				Cols int `json:"cols"`
+			} `json:"terminal"`
 		}
 		_ = json.NewDecoder(resp.Body).Decode(&op)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK || op.ID == "" {
 			continue
+		}
+		if op.Terminal != nil && op.Terminal.Cols != 1 {
+			continue // a terminal that stays open (until the test ends)
 		}
 		if op.Data == "stdout" { // a download: its (empty) bytes first
 			put, _ := http.NewRequestWithContext(ctx, "PUT", e.srv.URL+"/v1/worker/ops/"+op.ID+"/data", strings.NewReader(""))

@@ -342,11 +342,30 @@ func (s *Server) workerOpInput(w http.ResponseWriter, r *http.Request) error {
 	defer rc.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(http.StatusOK)
-	if _, err := io.Copy(w, rc); err != nil {
+	// The headers go at once and each piece as it is read: a terminal's
+	// worker waits for the stream before its first key comes, and keys
+	// come a few at a time.
+	fw := flushWriter{w, http.NewResponseController(w)}
+	_ = fw.rc.Flush()
+	if _, err := io.Copy(fw, rc); err != nil {
 		s.log.Warn("stream a workspace operation's input", "op_id", r.PathValue("id"), "err", err)
 		panic(http.ErrAbortHandler)
 	}
 	return nil
+}
+
+// flushWriter flushes the response after each write.
+type flushWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (f flushWriter) Write(b []byte) (int, error) {
+	n, err := f.w.Write(b)
+	if err == nil {
+		err = f.rc.Flush()
+	}
+	return n, err
 }
 
 // workerOpDeliver takes a data operation's output (its command's

@@ -182,11 +182,38 @@ type ExecRequest struct {
 	// and delivers its output, messages and exit as for a process it
 	// started; Started is called at once. Argv names it in errors.
 	Attach uint64
+	// TTY, if set, runs the process on a pseudo-terminal of this size
+	// (an interactive shell): it leads a session whose controlling
+	// terminal that is, in the terminal's default modes (echo on); Stdin
+	// is typed into it (its end closes nothing), everything it prints
+	// arrives at OnOutput as "stdout", and the Sender that Started
+	// receives is also a Resizer.
+	TTY *WinSize
+}
+
+// WinSize is a terminal's size in characters: 1 to MaxWinSize each.
+type WinSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// MaxWinSize bounds each of a terminal's dimensions.
+const MaxWinSize = 1000
+
+// Valid reports whether both dimensions are within 1..MaxWinSize.
+func (w WinSize) Valid() bool {
+	return w.Rows >= 1 && w.Cols >= 1 && w.Rows <= MaxWinSize && w.Cols <= MaxWinSize
 }
 
 // Sender writes one message to a process's channel.
 type Sender interface {
 	Send(msg []byte) error
+}
+
+// Resizer is what the Sender of a process started with ExecRequest.TTY
+// also does: set its terminal's size.
+type Resizer interface {
+	Resize(size WinSize) error
 }
 
 // ExitStatus is how a process ended.

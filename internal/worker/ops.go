@@ -86,6 +86,8 @@ func (w *Worker) doOp(ctx context.Context, op workspaces.Op) workspaces.OpResult
 	switch {
 	case op.Shell != nil:
 		return w.doShell(ctx, op)
+	case op.Terminal != nil:
+		return w.doTerminal(ctx, op)
 	case op.Exec == nil:
 		return workspaces.OpResult{Error: "unknown workspace operation"}
 	case op.Data != "":

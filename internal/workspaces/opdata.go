@@ -121,6 +121,23 @@ var errPipeClosed = errors.New("the request for this operation's data is over")
 // used only until DoData returns (a read or write under way then is
 // waited for).
 func (o *Ops) DoData(ctx context.Context, op Op, in io.Reader, out io.Writer) (OpResult, int64, error) {
+	return o.doData(ctx, op, in, out, nil)
+}
+
+// DoDuplex is DoData for a long-lived operation (a terminal) whose stdin
+// is read from in as it comes, piece by piece, and whose output goes to
+// output as the worker streams it (op.Stream). in is closed once the
+// worker's result is in (a Read blocked on it must then return), before
+// DoDuplex returns.
+func (o *Ops) DoDuplex(ctx context.Context, op Op, in io.ReadCloser, output func(stream string, data []byte)) (OpResult, error) {
+	res, _, err := o.doData(ctx, op, in, nil, func(stream string, data []byte) {
+		output(stream, data)
+	})
+	return res, err
+}
+
+// doData is DoData, or, with duplex set, DoDuplex.
+func (o *Ops) doData(ctx context.Context, op Op, in io.Reader, out io.Writer, duplex func(stream string, data []byte)) (OpResult, int64, error) {
 	op.ID = newOpID()
 	p := &dataPipe{in: in, out: out}
 	op.Data = DataOut
@@ -142,7 +159,7 @@ func (o *Ops) DoData(ctx context.Context, op Op, in io.Reader, out io.Writer) (O
 		feeding.Wait()
 	}()
 	// Pieces from and for another replica's worker (see above).
-	var output func(stream string, data []byte)
+	output := duplex
 	if o.Shared != nil {
 		var fed bool
 		output = func(stream string, data []byte) {
@@ -158,13 +175,18 @@ func (o *Ops) DoData(ctx context.Context, op Op, in io.Reader, out io.Writer) (O
 				feeding.Add(1)
 				go func() {
 					defer feeding.Done()
-					o.feed(context.WithoutCancel(ctx), op.ID, &pipeReader{p: p})
+					o.feed(context.WithoutCancel(ctx), op.ID, &pipeReader{p: p}, duplex != nil)
 				}()
+			case duplex != nil && stream != streamWantInput:
+				duplex(stream, data)
 			}
 		}
 		defer o.dropInput(ctx, op.ID)
 	}
 	res, err := o.DoStream(ctx, op, output)
+	if c, ok := in.(io.Closer); ok && duplex != nil {
+		_ = c.Close() // a read under way returns, before the pipe closes
+	}
 	if err != nil {
 		return res, 0, err
 	}
@@ -181,15 +203,22 @@ func (o *Ops) DoData(ctx context.Context, op Op, in io.Reader, out io.Writer) (O
 
 // feed copies an upload into its companion entry of the shared queue,
 // for another replica's worker, ending with streamEnd or, if r fails,
-// streamFailed. It stops when the pipe closes.
-func (o *Ops) feed(ctx context.Context, id string, r io.Reader) {
+// streamFailed. It stops when the pipe closes. live passes each read on
+// as it comes (a terminal's keys) rather than in whole pieces.
+func (o *Ops) feed(ctx context.Context, id string, r io.Reader, live bool) {
 	in := inputID(id)
 	if err := o.Shared.QueueOp(ctx, in, inputHost, []byte("{}"), time.Now()); err != nil {
 		return // the worker waits in vain, until the operation's end
 	}
 	buf := make([]byte, queuedPiece)
 	for {
-		n, err := io.ReadFull(r, buf)
+		var n int
+		var err error
+		if live {
+			n, err = r.Read(buf)
+		} else {
+			n, err = io.ReadFull(r, buf)
+		}
 		if n > 0 {
 			piece := OpOutput{Stream: streamData, Data: base64.StdEncoding.EncodeToString(buf[:n])}
 			if o.Shared.AppendQueuedOutput(ctx, in, mustJSON(piece)) != nil {

@@ -29,6 +29,11 @@ type Op struct {
 	Exec         *ExecRequest `json:"exec,omitempty"`
 	// Shell is a request on one of the workspace's shell sessions.
 	Shell *ShellRequest `json:"shell,omitempty"`
+	// Terminal opens an interactive shell on a terminal of this size
+	// (see terminal.go): a data operation (Data DataIn) whose input is
+	// the terminal's TerminalInput frames and whose output, streamed,
+	// is what the terminal prints (base64 pieces, Stream "stdout").
+	Terminal *TerminalSize `json:"terminal,omitempty"`
 	// Stream asks the worker to send the output as it comes (OpOutput),
 	// line by line, before the result.
 	Stream bool `json:"stream,omitempty"`

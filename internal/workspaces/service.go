@@ -66,6 +66,11 @@ type Service struct {
 	// SpoolDir holds uploaded tars while they are checked (default: the
 	// system's temporary directory).
 	SpoolDir string
+	// TerminalIdle closes a terminal without input and without a reader
+	// for this long (DefaultTerminalIdle if 0).
+	TerminalIdle time.Duration
+
+	terms *terminals
 }
 
 // NewService returns a service over the workspaces in st, whose sandboxes
@@ -78,7 +83,7 @@ func NewService(st Store, tasks Tasks, runs Runs, ops *Ops, log *slog.Logger) *S
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{store: st, tasks: tasks, runs: runs, ops: ops, log: log}
+	return &Service{store: st, tasks: tasks, runs: runs, ops: ops, log: log, terms: &terminals{byID: map[string]*terminal{}}}
 }
 
 // Store returns the workspaces' store.

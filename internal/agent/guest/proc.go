@@ -78,19 +78,26 @@ func (s *Server) start(m *agent.Exec) (*proc, <-chan unix.WaitStatus, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	pio, err := newProcIO(m.Stdin, m.Channel)
+	var pio *procIO
+	sys := &syscall.SysProcAttr{
+		Setpgid:    true,
+		Credential: &syscall.Credential{Uid: m.UID, Gid: m.GID, Groups: []uint32{}},
+	}
+	if m.TTY != nil {
+		if m.TTY.Rows == 0 || m.TTY.Cols == 0 {
+			return nil, nil, fmt.Errorf("terminal size %dx%d: both must be positive", m.TTY.Cols, m.TTY.Rows)
+		}
+		pio, err = newTTYIO(m.UID, m.TTY.Rows, m.TTY.Cols, m.Channel)
+		// A session of its own, the terminal its controlling one: job
+		// control, ^C and SIGWINCH reach what runs in the foreground.
+		sys.Setpgid, sys.Setsid, sys.Setctty, sys.Ctty = false, true, true, 0
+	} else {
+		pio, err = newProcIO(m.Stdin, m.Channel)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
-	attr := &os.ProcAttr{
-		Dir:   cwd,
-		Env:   env,
-		Files: pio.childFiles(),
-		Sys: &syscall.SysProcAttr{
-			Setpgid:    true,
-			Credential: &syscall.Credential{Uid: m.UID, Gid: m.GID, Groups: []uint32{}},
-		},
-	}
+	attr := &os.ProcAttr{Dir: cwd, Env: env, Files: pio.childFiles(), Sys: sys}
 	pid, wait, err := s.spawn(path, m.Argv, attr)
 	pio.closeChild()
 	if err != nil {
@@ -124,9 +131,12 @@ func (s *Server) spawn(path string, argv []string, attr *os.ProcAttr) (int, <-ch
 func (s *Server) run(p *proc, wait <-chan unix.WaitStatus) {
 	defer s.wg.Done()
 	var readers sync.WaitGroup
-	readers.Add(2)
+	readers.Add(1)
 	go s.relayOutput(&readers, p.id, agent.Stdout, p.pio.stdout)
-	go s.relayOutput(&readers, p.id, agent.Stderr, p.pio.stderr)
+	if p.pio.stderr != nil { // none on a terminal
+		readers.Add(1)
+		go s.relayOutput(&readers, p.id, agent.Stderr, p.pio.stderr)
+	}
 	if p.pio.channel != nil {
 		readers.Add(1)
 		go s.relayChannel(&readers, p.id, p.pio.channel)
@@ -224,7 +234,7 @@ func (s *Server) deliver(p *proc, in input) {
 	case len(in.data) > 0:
 		_, err = p.pio.stdinW.Write(in.data)
 	}
-	if in.eof && p.pio.stdinW != nil {
+	if in.eof && p.pio.stdinW != nil && !p.pio.tty {
 		_ = p.pio.stdinW.Close()
 	}
 	if err != nil && !errors.Is(err, os.ErrClosed) {

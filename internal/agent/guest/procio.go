@@ -18,8 +18,40 @@ type procIO struct {
 
 	stdinW  *os.File // nil without a stdin pipe
 	stdout  *os.File
-	stderr  *os.File
+	stderr  *os.File // nil on a terminal
 	channel *os.File // nil without a channel
+	// tty: stdinW and stdout are one terminal master (newTTYIO).
+	tty bool
+}
+
+// newTTYIO gives the process a new pseudo-terminal of rows x cols, owned
+// by uid, as stdin, stdout and stderr: the agent types into its master
+// and reads what it prints from there.
+func newTTYIO(uid uint32, rows, cols uint16, channel bool) (*procIO, error) {
+	master, replica, err := allocPTY(uid, rows, cols)
+	if err != nil {
+		return nil, err
+	}
+	pio := &procIO{child: []*os.File{replica, replica, replica}, stdinW: master, stdout: master, tty: true}
+	if channel {
+		ours, theirs, err := socketPair()
+		if err != nil {
+			_ = master.Close()
+			_ = replica.Close()
+			return nil, err
+		}
+		pio.channel = ours
+		pio.child = append(pio.child, theirs)
+	}
+	return pio, nil
+}
+
+// resize sets the terminal's size, if the process has one.
+func (pio *procIO) resize(rows, cols uint16) error {
+	if !pio.tty {
+		return errors.New("process has no terminal")
+	}
+	return setWinSize(pio.stdout, rows, cols)
 }
 
 func newProcIO(stdinPipe, channel bool) (pio *procIO, err error) {

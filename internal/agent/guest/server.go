@@ -92,6 +92,12 @@ func (s *Server) handle(m agent.Msg) {
 		}
 	case *agent.Signal:
 		s.signal(m)
+	case *agent.Resize:
+		if p := s.lookup(m.ID); p != nil && m.Rows > 0 && m.Cols > 0 {
+			if err := p.pio.resize(m.Rows, m.Cols); err != nil {
+				s.log.Debug("resize a terminal", "exec_id", m.ID, "err", err)
+			}
+		}
 	case *agent.Shell:
 		s.handleShell(m)
 	case *agent.WriteFile:

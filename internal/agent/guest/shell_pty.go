@@ -16,11 +16,26 @@ const (
 	ptyCols = 80
 )
 
-// openPTY allocates a pseudo-terminal pair from the guest's /dev/ptmx: the
-// master (the agent's end, pollable) and the replica (the shell's), owned
-// by uid so that the session's user can reopen its own terminal. The
-// replica starts with echo off: the lines the agent types are not shown.
+// openPTY allocates a shell session's pseudo-terminal (allocPTY, 24x80)
+// and turns echo off: the lines the agent types are not shown.
 func openPTY(uid uint32) (master, replica *os.File, err error) {
+	master, replica, err = allocPTY(uid, ptyRows, ptyCols)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := setTerminalModes(master); err != nil {
+		_ = master.Close()
+		_ = replica.Close()
+		return nil, nil, err
+	}
+	return master, replica, nil
+}
+
+// allocPTY allocates a pseudo-terminal pair of rows x cols from the
+// guest's /dev/ptmx, in the kernel's default modes: the master (the
+// agent's end, pollable) and the replica (the process's), owned by uid so
+// that the user can reopen its own terminal.
+func allocPTY(uid uint32, rows, cols uint16) (master, replica *os.File, err error) {
 	master, err = os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open /dev/ptmx: %w", err)
@@ -39,7 +54,7 @@ func openPTY(uid uint32) (master, replica *os.File, err error) {
 		if n, err = unix.IoctlGetInt(fd, unix.TIOCGPTN); err != nil {
 			return fmt.Errorf("pty number: %w", err)
 		}
-		return unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Row: ptyRows, Col: ptyCols})
+		return unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
 	})
 	if err != nil {
 		return nil, nil, err
@@ -50,11 +65,15 @@ func openPTY(uid uint32) (master, replica *os.File, err error) {
 		return nil, nil, fmt.Errorf("open %s: %w", name, err)
 	}
 	_ = replica.Chown(int(uid), -1) // as login does; a terminal the user cannot reopen still works
-	if err := setTerminalModes(master); err != nil {
-		_ = replica.Close()
-		return nil, nil, err
-	}
 	return master, replica, nil
+}
+
+// setWinSize sets the terminal's size; the kernel signals its foreground
+// process group (SIGWINCH).
+func setWinSize(master *os.File, rows, cols uint16) error {
+	return control(master, func(fd int) error {
+		return unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	})
 }
 
 // setTerminalModes puts the terminal in the state the agent types into:

@@ -771,6 +771,92 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/workspaces/{id}/terminals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Open a terminal: an interactive shell (bash -i, else sh -i) on a pseudo-terminal in the workspace's sandbox, as its user, in its directory, with TERM=xterm-256color. Answers at once; the shell starts when the workspace's worker takes it. It ends when the shell exits, when it is closed, when the sandbox ends (a run takes the workspace), after TerminalIdle (default 10 minutes) without input and without a reader, and after an hour at the latest. Input is typed as is (no ${vault:NAME} expansion); no secrets are in play, so output is not redacted, and neither is recorded (the trajectory records a `terminal` operation with its size and exit code). A terminal lives on the control plane replica that opened it: route its requests there. */
+        post: operations["openTerminal"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/workspaces/{id}/terminals/{tid}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A terminal's state (for a minute after it ended too). */
+        get: operations["getTerminal"];
+        put?: never;
+        post?: never;
+        /** Close a terminal, killing its shell; readers of its output get its end. */
+        delete: operations["closeTerminal"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/workspaces/{id}/terminals/{tid}/output": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** What the terminal prints, as server-sent events: `output` events whose data is a TerminalOutput (base64 bytes) and whose id is their sequence number (resume with Last-Event-ID or ?after=; the last 1 MiB is kept), then one `end` event whose data is the final Terminal. A reader keeps the terminal from idling out. */
+        get: operations["terminalOutput"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/workspaces/{id}/terminals/{tid}/input": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Type the body's bytes (at most 64 KiB) into the terminal, as keys. */
+        post: operations["terminalInput"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/workspaces/{id}/terminals/{tid}/resize": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Set the terminal's size; its foreground program gets SIGWINCH. */
+        post: operations["resizeTerminal"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/worker/ops/next": {
         parameters: {
             query?: never;
@@ -1768,6 +1854,32 @@ export interface components {
             startedAt: string;
             durationMs: number;
         };
+        TerminalSize: {
+            cols: number;
+            rows: number;
+        };
+        Terminal: {
+            id: string;
+            workspaceId: string;
+            /** @description The size it was opened with. */
+            cols: number;
+            rows: number;
+            /** Format: date-time */
+            createdAt: string;
+            /** @description The shell ended. */
+            closed: boolean;
+            /** @description The shell's exit status, once it ended having run. */
+            exitCode?: number;
+            /** @description Why the shell could not run */
+            error?: string;
+        };
+        TerminalOutput: {
+            /**
+             * Format: byte
+             * @description Bytes the terminal printed, base64 (a UTF-8 character may be split across events).
+             */
+            data: string;
+        };
         Trajectory: {
             workspaceId: string;
             /** @description Oldest first. */
@@ -1864,6 +1976,7 @@ export interface components {
         Env: components["schemas"]["Name"];
         SecretName: string;
         Limit: number;
+        TerminalId: string;
     };
     requestBodies: never;
     headers: never;
@@ -3632,6 +3745,179 @@ export interface operations {
             403: components["responses"]["Error"];
             404: components["responses"]["Error"];
             503: components["responses"]["Error"];
+        };
+    };
+    openTerminal: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["Id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["TerminalSize"];
+            };
+        };
+        responses: {
+            /** @description The terminal. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Terminal"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+            503: components["responses"]["Error"];
+        };
+    };
+    getTerminal: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["Id"];
+                tid: components["parameters"]["TerminalId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The terminal. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Terminal"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    closeTerminal: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["Id"];
+                tid: components["parameters"]["TerminalId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Closing. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    terminalOutput: {
+        parameters: {
+            query?: {
+                after?: number;
+            };
+            header?: {
+                "Last-Event-ID"?: string;
+            };
+            path: {
+                id: components["parameters"]["Id"];
+                tid: components["parameters"]["TerminalId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The event stream. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+        };
+    };
+    terminalInput: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["Id"];
+                tid: components["parameters"]["TerminalId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description Queued for the shell. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+        };
+    };
+    resizeTerminal: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["Id"];
+                tid: components["parameters"]["TerminalId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TerminalSize"];
+            };
+        };
+        responses: {
+            /** @description Resized. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
         };
     };
     workerNextOp: {
