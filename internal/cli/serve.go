@@ -134,6 +134,7 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		log.Info("exporting workspace operations as OpenTelemetry spans", "endpoint", cfg.OTLPEndpoint)
 	}
 	wsvc := workspaces.NewService(st, st, svc, ops, log)
+	wsvc.TerminalIdle = cfg.TerminalIdle
 	wsvc.Trajectories, wsvc.Spans, wsvc.Blobs = st, spans, blobs
 	if v != nil {
 		wsvc.Vault = v

@@ -55,6 +55,7 @@ type Config struct {
 	ParkAfter      time.Duration // a run WAITING this long is parked (checkpointed, its slot freed); 0: never
 	WorkspaceIdle  time.Duration // a workspace's sandbox for direct operations stays up this long after its last one
 	ShellIdle      time.Duration // a workspace's shell session lives this long after its last command
+	TerminalIdle   time.Duration // a workspace terminal without input or reader is closed after this long
 	KeepMoved      time.Duration // a worker keeps its copy of a workspace that moved away this long after its last use
 	CheckpointKey  string        // seals checkpoints: base64 of 32 bytes ($HELMR_CHECKPOINT_ENCRYPTION_KEY)
 
@@ -152,6 +153,9 @@ func (c Config) Validate() error {
 	}
 	if c.KeepMoved < 0 {
 		errs = append(errs, fmt.Errorf("HELMR_KEEP_MOVED must not be negative, got %s", c.KeepMoved))
+	}
+	if c.TerminalIdle < time.Minute || c.TerminalIdle > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("HELMR_TERMINAL_IDLE must be between 1m and 24h, got %s", c.TerminalIdle))
 	}
 	if c.ShellIdle < time.Second || c.ShellIdle > 24*time.Hour {
 		errs = append(errs, fmt.Errorf("HELMR_SHELL_IDLE must be between 1s and 24h, got %s", c.ShellIdle))
