@@ -5,9 +5,10 @@
 // (a reconnect resumes after the last event). Nothing the shell prints is
 // parsed as HTML: xterm.js draws it as terminal cells.
 //
-// CSP: xterm.js's DOM renderer writes <style> elements, which the
-// console's style-src 'self' blocks; their text is mirrored into a
-// constructed stylesheet (CSSOM, which the policy allows) instead.
+// CSP: xterm.js's DOM renderer makes <style> elements, which the
+// console's style-src 'self' refuses; they are kept out of the document
+// and their text applied through a constructed stylesheet (CSSOM, which
+// the policy allows) instead.
 import { Terminal } from "./vendor/xterm/xterm.mjs";
 import { FitAddon } from "./vendor/xterm/addon-fit.mjs";
 import { stream } from "./stream.js";
@@ -35,20 +36,34 @@ async function call(method, path, body, type) {
   return resp.status === 204 ? null : resp.json();
 }
 
-// mirrorStyles applies the text of xterm.js's <style> elements (blocked by
-// the CSP) through one constructed stylesheet.
-function styleMirror(root) {
+// captureStyles opens term in box with every <style> element xterm.js
+// makes kept out of the document (where the CSP would refuse it and
+// report a violation) and its text applied through one constructed
+// stylesheet (CSSOM, which the policy allows), kept in step as xterm.js
+// rewrites it. It returns a function that syncs the sheet again.
+function captureStyles(term, box) {
   const sheet = new CSSStyleSheet();
   document.adoptedStyleSheets = [...document.adoptedStyleSheets, sheet];
-  const watched = new WeakSet();
-  const obs = new MutationObserver(() => sync());
-  function sync() {
-    const styles = root.querySelectorAll("style");
-    for (const s of styles) {
-      if (!watched.has(s)) { watched.add(s); obs.observe(s, { childList: true, characterData: true, subtree: true }); }
-    }
-    sheet.replaceSync(Array.from(styles, (s) => s.textContent).join("\n"));
+  const styles = [];
+  const sync = () => sheet.replaceSync(styles.map((s) => s.textContent).join("\n"));
+  const obs = new MutationObserver(sync);
+  const keep = (node) => {
+    if (!(node instanceof HTMLStyleElement)) return false;
+    styles.push(node);
+    obs.observe(node, { childList: true, characterData: true, subtree: true });
+    return true;
+  };
+  const append = Node.prototype.appendChild;
+  const insert = Node.prototype.insertBefore;
+  Node.prototype.appendChild = function (node) { return keep(node) ? node : append.call(this, node); };
+  Node.prototype.insertBefore = function (node, ref) { return keep(node) ? node : insert.call(this, node, ref); };
+  try {
+    term.open(box);
+  } finally {
+    Node.prototype.appendChild = append;
+    Node.prototype.insertBefore = insert;
   }
+  sync();
   return sync;
 }
 
@@ -68,9 +83,7 @@ async function open() {
   const term = new Terminal({ cursorBlink: true, convertEol: false, scrollback: 5000, fontFamily: "monospace" });
   const fit = new FitAddon();
   term.loadAddon(fit);
-  term.open(box);
-  const sync = styleMirror(box);
-  sync();
+  const sync = captureStyles(term, box);
   fit.fit();
   sync();
   setStatus("Starting the shell…");
