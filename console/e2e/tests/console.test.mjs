@@ -1,0 +1,437 @@
+// The console's Done-when (issue 16) in a browser, against one real helmr
+// dev with the fixture project deployed: live runs list and run page (and
+// its resumption after a dropped connection), approvals, the test page and
+// replay, a workspace's files and terminal, secrets, API keys and what a
+// key without runs:manage sees, XSS payloads, the sign-in redirect, and the
+// accessibility check on every page.
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { readFile } from "node:fs/promises";
+import { after, before, test } from "node:test";
+
+import { assertNoPageErrors, checkA11y, launch, newPage, screenshot, signIn } from "../lib/browser.mjs";
+import { startDev } from "../lib/dev.mjs";
+
+const project = "console-e2e";
+const scope = `project=${project}&env=dev`;
+const script = "<script>window.__xss=1</script>";
+const img = `<img src=x onerror="window.__xss=1">`;
+
+/** @type {import("../lib/dev.mjs").Dev} */
+let dev;
+/** @type {import("playwright-core").Browser} */
+let browser;
+/** A run left WAITING for the read-only key's view; a workspace with files. */
+let waitingRun, workspace;
+
+before(async () => {
+  dev = await startDev();
+  browser = await launch();
+  await dev.deploy("console/e2e/fixtures/console-e2e");
+  waitingRun = await dev.trigger(project, "approval", { question: "Left waiting: ship it?" });
+  workspace = await dev.api("POST", `/v1/workspaces?${scope}`, { sandbox: "console-e2e" });
+  const made = await dev.api("POST", `/v1/workspaces/${workspace.id}/exec`, {
+    command: "mkdir -p docs && printf 'hello from the workspace\\n<b>not bold</b>\\n' > docs/readme.txt && echo made",
+  });
+  assert.equal(made.exitCode, 0, `making the workspace's files: ${JSON.stringify(made)}`);
+  await dev.waitRun(waitingRun.id, (r) => r.status === "WAITING");
+});
+after(async () => {
+  await browser?.close();
+  await dev?.stop();
+});
+
+/** A signed-in page for t (as the owner unless credential says otherwise). */
+async function signedIn(t, opts, credential = dev.token) {
+  const page = await newPage(browser, t, opts);
+  await signIn(page, dev.url, credential);
+  return page;
+}
+
+/** Screenshots the page as name and runs the accessibility check on it. */
+async function check(page, name) {
+  await screenshot(page, name);
+  await checkA11y(page);
+}
+
+/** The runs list's row of run id. */
+function row(page, id) {
+  return page.locator("table.runs tbody tr").filter({ has: page.getByRole("link", { name: id }) });
+}
+
+/** The tick numbers in the run page's logs, in order. */
+async function ticks(page) {
+  const text = await page.locator("#logs").innerText();
+  return text
+    .split("\n")
+    .map((l) => /^tick (\d+)$/.exec(l.trim()))
+    .filter(Boolean)
+    .map((m) => Number(m[1]));
+}
+
+test("a run started with the CLI appears in the runs list live, and its state changes", async (t) => {
+  const page = await signedIn(t);
+  await page.goto(`${dev.url}/runs?${scope}`);
+  await page.locator("table.runs tbody[data-live]").waitFor({ state: "attached" });
+  await page.evaluate(() => {
+    window.__notReloaded = true;
+  });
+
+  const run = await dev.trigger(project, "ticker", { n: 8, everyMs: 500 });
+  await row(page, run.id).waitFor();
+  await row(page, run.id).filter({ hasText: /QUEUED|STARTING|RUNNING/ }).waitFor();
+  await check(page, "runs-live-running");
+  await row(page, run.id).filter({ hasText: "COMPLETED" }).waitFor({ timeout: 60_000 });
+  assert.equal(await page.evaluate(() => window.__notReloaded), true, "the runs list reloaded to show the run");
+  await check(page, "runs-live-completed");
+  assertNoPageErrors(page);
+});
+
+test("the run page follows logs live and resumes after dropped connections without loss or repeats", async (t) => {
+  const page = await signedIn(t);
+  // Every EventSource the page opens is kept, so that the test can drop
+  // the connection the way the browser sees a failed one: closed, then an
+  // error event.
+  await page.addInitScript(() => {
+    const ES = window.EventSource;
+    window.__sources = [];
+    window.EventSource = class extends ES {
+      constructor(url, init) {
+        super(url, init);
+        window.__sources.push(this);
+      }
+    };
+    window.__drop = () => {
+      let n = 0;
+      for (const es of window.__sources) {
+        if (es.readyState === ES.CLOSED) continue;
+        es.close();
+        es.dispatchEvent(new Event("error"));
+        n++;
+      }
+      return n;
+    };
+  });
+  /** @type {string[]} */
+  const streams = [];
+  page.on("request", (req) => {
+    if (/\/events\/stream/.test(req.url())) streams.push(req.url());
+  });
+
+  const n = 30;
+  const run = await dev.trigger(project, "ticker", { n, everyMs: 250 });
+  await page.goto(`${dev.url}/runs/${run.id}?${scope}`);
+  await page.locator("#logs").filter({ hasText: "tick 3" }).waitFor({ timeout: 60_000 });
+  await page.locator("#timeline-state").filter({ hasText: "Live." }).waitFor();
+  await check(page, "run-live");
+
+  // Drop 1: the network goes away for a while (the browser reconnects
+  // by itself, with Last-Event-ID, or stream.js does with ?after=).
+  const seen = (await ticks(page)).at(-1);
+  await page.context().setOffline(true);
+  await page.waitForTimeout(1500);
+  await page.context().setOffline(false);
+  // Drop 2: the connection fails outright; stream.js reopens it.
+  await page.locator("#logs").filter({ hasText: `tick ${seen + 2}` }).waitFor({ timeout: 60_000 });
+  assert.ok((await page.evaluate(() => window.__drop())) >= 1, "no open event stream to drop");
+  const before = streams.length;
+
+  await page.locator("#timeline-state").filter({ hasText: "The run has finished." }).waitFor({ timeout: 90_000 });
+  assert.ok(streams.length > before, `the run page did not reconnect after the drop (stream requests: ${streams.join(", ")})`);
+  assert.ok(streams.some((u) => /[?&]after=\d+/.test(u)), `no reconnect resumed with ?after= (stream requests: ${streams.join(", ")})`);
+  assert.deepEqual(await ticks(page), Array.from({ length: n }, (_, i) => i + 1), "the logs lost or repeated lines");
+  assert.equal(await page.locator("#log-count").innerText(), String((await page.locator("#logs").innerText()).trimEnd().split("\n").length));
+  await page.locator("#run-status").filter({ hasText: "COMPLETED" }).waitFor();
+  await check(page, "run-finished");
+  assertNoPageErrors(page);
+});
+
+test("approve a waiting run through its schema form; a missing required field is refused first", async (t) => {
+  const run = await dev.trigger(project, "approval", { question: "Approve: ship it?" });
+  await dev.waitRun(run.id, (r) => r.status === "WAITING");
+  const page = await signedIn(t);
+  /** @type {string[]} */
+  const answers = [];
+  page.on("request", (req) => {
+    if (req.method() === "POST" && /\/approve$/.test(req.url())) answers.push(req.postData() ?? "");
+  });
+  await page.goto(`${dev.url}/runs/${run.id}?${scope}`);
+  const form = page.locator("form.approve");
+  await page.locator("article.wait p.display").filter({ hasText: "Approve: ship it?" }).waitFor();
+  await form.locator('[name="note"]').waitFor();
+  await check(page, "approval-form");
+
+  // The note is required and empty: nothing is sent, and the field says so.
+  await form.getByRole("button", { name: "Approve" }).click();
+  await form.getByText(/note is required/).waitFor();
+  assert.equal(await form.locator('[name="note"]').getAttribute("aria-invalid"), "true");
+  assert.equal(await page.evaluate(() => document.activeElement?.getAttribute("name")), "note", "the bad field is not focused");
+  assert.deepEqual(answers, [], "the form sent an answer with a required field missing");
+  await check(page, "approval-refused");
+
+  await form.locator('[name="ship"]').check();
+  await form.locator('[name="env"]').selectOption({ label: "production" });
+  await form.locator('[name="note"]').fill("looks good");
+  await form.locator('[name="replicas"]').fill("3");
+  await Promise.all([page.waitForEvent("load"), form.getByRole("button", { name: "Approve" }).click()]);
+  assert.equal(answers.length, 1);
+  assert.deepEqual(JSON.parse(answers[0]), { data: { ship: true, env: "production", note: "looks good", replicas: 3 } });
+
+  await page.locator("#run-status").filter({ hasText: "COMPLETED" }).waitFor({ timeout: 60_000 });
+  const done = await dev.waitRun(run.id, (r) => r.status === "COMPLETED");
+  assert.equal(done.output.ok, true, `the run's answer: ${JSON.stringify(done.output)}`);
+  assert.deepEqual(done.output.data, { ship: true, env: "production", note: "looks good", replicas: 3 });
+  await page.reload();
+  await page.locator("#logs").filter({ hasText: "approved" }).waitFor();
+  await check(page, "approval-completed");
+  assertNoPageErrors(page);
+});
+
+test("reject a waiting run with a reason from the approvals inbox; the run ends with it", async (t) => {
+  const run = await dev.trigger(project, "approval", { question: "Reject: ship it?" });
+  await dev.waitRun(run.id, (r) => r.status === "WAITING");
+  const page = await signedIn(t);
+  await page.goto(`${dev.url}/approvals?${scope}`);
+  const art = page.locator("article.wait").filter({ hasText: "Reject: ship it?" });
+  await art.waitFor();
+  await check(page, "approvals");
+  const reason = "not this week <b>really</b>";
+  await art.locator('form.reject [name="reason"]').fill(reason);
+  await Promise.all([page.waitForEvent("load"), art.getByRole("button", { name: "Reject" }).click()]);
+  await page.locator("article.wait").filter({ hasText: "Reject: ship it?" }).waitFor({ state: "detached" });
+
+  const done = await dev.waitRun(run.id, (r) => ["COMPLETED", "FAILED"].includes(r.status));
+  assert.equal(done.output?.ok, false, `the rejected run's answer: ${JSON.stringify(done)}`);
+  assert.equal(done.output.reason, reason);
+  await page.goto(`${dev.url}/runs/${run.id}?${scope}`);
+  await page.locator("#logs").filter({ hasText: "not approved" }).waitFor();
+  await page.getByText(reason).first().waitFor();
+  await check(page, "rejected-run");
+  assertNoPageErrors(page);
+});
+
+test("the test page triggers a run and lands on it; replay with an edited payload links to the original", async (t) => {
+  const page = await signedIn(t);
+  await page.goto(`${dev.url}/test?${scope}`);
+  await page.locator('select[name="task"]').selectOption("echo");
+  await Promise.all([page.waitForURL(/task=echo/), page.getByRole("button", { name: "Open" }).click()]);
+  const box = page.locator("#payload");
+  await box.fill("{not json");
+  await page.locator("#payload-error").filter({ hasText: /Not valid JSON/ }).waitFor();
+  await check(page, "test-invalid");
+  await page.getByRole("button", { name: "Trigger" }).click();
+  assert.match(page.url(), /\/test\?/, "an invalid payload was sent");
+
+  await box.fill(JSON.stringify({ lines: ["from the test page"] }));
+  await Promise.all([page.waitForURL(/\/runs\/run_/), page.getByRole("button", { name: "Trigger" }).click()]);
+  const first = /\/runs\/([^?]+)/.exec(page.url())[1];
+  await page.locator("#run-status").filter({ hasText: "COMPLETED" }).waitFor({ timeout: 60_000 });
+  await page.locator("#logs").filter({ hasText: "from the test page" }).waitFor();
+  await check(page, "test-run");
+
+  await page.reload();
+  await page.locator("details.replay summary").click();
+  const replay = page.locator("#replay-payload");
+  assert.deepEqual(JSON.parse(await replay.inputValue()), { lines: ["from the test page"] }, "replay does not offer the run's payload");
+  await replay.fill(JSON.stringify({ lines: ["replayed, edited"] }));
+  await Promise.all([page.waitForURL((u) => /\/runs\/run_/.test(u.pathname) && !u.pathname.endsWith(first)), page.getByRole("button", { name: "Run again" }).click()]);
+  const second = /\/runs\/([^?]+)/.exec(page.url())[1];
+  assert.notEqual(second, first);
+  const link = page.locator("dl.facts a").filter({ hasText: first });
+  assert.match((await link.getAttribute("href")) ?? "", new RegExp(`/runs/${first}\\b`));
+  await page.locator("#logs").filter({ hasText: "replayed, edited" }).waitFor({ timeout: 60_000 });
+  const r = await dev.api("GET", `/v1/runs/${second}`);
+  assert.equal(r.replayOf, first);
+  assert.deepEqual(r.payload, { lines: ["replayed, edited"] });
+  await check(page, "replay");
+
+  // The test page offers the payloads it was given again.
+  await page.goto(`${dev.url}/test?${scope}&task=echo`);
+  await page.locator("ul.recent").getByText("from the test page").first().waitFor();
+  assertNoPageErrors(page);
+});
+
+test("a workspace: browse, view a text file, upload a file and download it", async (t) => {
+  const page = await signedIn(t);
+  await page.goto(`${dev.url}/workspaces?${scope}`);
+  await check(page, "workspaces");
+  await Promise.all([page.waitForURL(/\/workspaces\/ws_/), page.getByRole("link", { name: workspace.id }).click()]);
+  await Promise.all([page.waitForURL(/path=docs/), page.getByRole("link", { name: "docs/" }).click()]);
+  await Promise.all([page.waitForURL(/file=docs/), page.getByRole("link", { name: "readme.txt", exact: true }).click()]);
+  const view = page.locator("#file-view pre");
+  await view.waitFor();
+  assert.equal((await view.innerText()).trimEnd(), "hello from the workspace\n<b>not bold</b>");
+  assert.equal(await page.locator("#file-view b").count(), 0, "the file's markup became elements");
+  await check(page, "workspace-file");
+
+  const bytes = Buffer.concat([Buffer.from("upload\u0000"), randomBytes(3000)]);
+  await page.locator('#upload-form input[type="file"]').setInputFiles({ name: "blob.bin", mimeType: "application/octet-stream", buffer: bytes });
+  await Promise.all([page.waitForEvent("load"), page.getByRole("button", { name: "Upload" }).click()]);
+  const entry = page.locator("table.files tr").filter({ hasText: "blob.bin" });
+  await entry.waitFor();
+  assert.match(await entry.innerText(), /3007/);
+  const [download] = await Promise.all([page.waitForEvent("download"), entry.getByRole("link", { name: /Download/ }).click()]);
+  assert.equal(download.suggestedFilename(), "blob.bin");
+  const got = await readFile(await download.path());
+  assert.ok(got.equals(bytes), `downloaded ${got.length} bytes that differ from the ${bytes.length} uploaded`);
+  await check(page, "workspace-uploaded");
+  assertNoPageErrors(page);
+});
+
+test("a workspace's terminal runs echo hi", async (t) => {
+  const page = await signedIn(t);
+  await page.goto(`${dev.url}/workspaces/${workspace.id}?${scope}`);
+  await page.getByRole("button", { name: "Open a terminal" }).click();
+  const screen = page.locator("#terminal .xterm-rows");
+  await screen.waitFor();
+  await page.locator("#terminal .xterm-helper-textarea").focus();
+  // The prompt first: what is typed before the shell reads is echoed anyway, but wait to be sure it runs.
+  await screen.filter({ hasText: /[$#]/ }).waitFor({ timeout: 60_000 });
+  await page.keyboard.type("echo hi-$((40+2))");
+  await page.keyboard.press("Enter");
+  await screen.filter({ hasText: "hi-42" }).waitFor({ timeout: 30_000 });
+  await check(page, "terminal");
+  await page.getByRole("button", { name: "Close the terminal" }).click();
+  assertNoPageErrors(page);
+});
+
+test("a secret's value is set and never seen again", async (t) => {
+  const page = await signedIn(t);
+  const value = `sv-${randomBytes(12).toString("hex")}`;
+  /** @type {Promise<string>[]} */
+  const bodies = [];
+  page.on("response", (res) => {
+    if (res.request().resourceType() !== "eventsource") bodies.push(res.text().catch(() => ""));
+  });
+  await page.goto(`${dev.url}/secrets?${scope}`);
+  const form = page.locator("#secret-form");
+  await form.locator('[name="name"]').fill("E2E_TOKEN");
+  await form.locator('[name="value"]').fill(value);
+  await Promise.all([page.waitForEvent("load"), form.getByRole("button", { name: "Set" }).click()]);
+  await page.locator("#secrets td code").filter({ hasText: "E2E_TOKEN" }).waitFor();
+  assert.equal(await form.locator('[name="value"]').inputValue(), "");
+  await check(page, "secrets");
+
+  for (const p of [`/secrets?${scope}`, `/test?${scope}&task=echo`, `/runs?${scope}`]) {
+    await page.goto(dev.url + p);
+    assert.ok(!(await page.content()).includes(value), `${p} shows the secret's value`);
+  }
+  const seen = await Promise.all(bodies);
+  assert.ok(seen.length > 3, "no responses observed");
+  assert.deepEqual(seen.filter((b) => b.includes(value)).map((b) => b.slice(0, 200)), [], "a response carried the secret's value");
+  const listed = await dev.api("GET", `/v1/secrets?${scope}`);
+  assert.ok(!JSON.stringify(listed).includes(value));
+  assertNoPageErrors(page);
+});
+
+test("API keys: created and shown once, revoked; a key without runs:manage sees no approve or cancel", async (t) => {
+  const page = await signedIn(t);
+  page.on("dialog", (d) => d.accept());
+  await page.goto(`${dev.url}/apikeys?${scope}`);
+
+  /** Creates a key through the form and returns it as shown. */
+  const create = async (name, grants) => {
+    const form = page.locator("#apikey-form");
+    await form.locator('[name="name"]').fill(name);
+    for (const g of grants) await form.locator(`input[name="grants"][value="${g}"]`).check();
+    await form.getByRole("button", { name: "Create" }).click();
+    const shown = page.locator("#apikey-value");
+    await shown.filter({ hasText: /\S/ }).waitFor();
+    return (await shown.innerText()).trim();
+  };
+
+  const reader = await create("e2e-reader", ["runs:read", "tasks:read", "session-streams:read"]);
+  await check(page, "apikey-created");
+  await page.goto(`${dev.url}/apikeys?${scope}`);
+  assert.ok(!(await page.content()).includes(reader), "the key is shown again");
+  assert.ok(!(await page.locator("#apikey-value").isVisible()), "the created-key box is shown after a reload");
+
+  const doomed = await create("e2e-doomed", ["runs:read"]);
+  const { apiKeys: keys } = await dev.api("GET", "/v1/apikeys");
+  const id = keys.find((k) => k.name === "e2e-doomed")?.id;
+  assert.ok(id, `no key named e2e-doomed in ${JSON.stringify(keys)}`);
+  await page.goto(`${dev.url}/apikeys?${scope}`);
+  await page.locator(`[data-revoke-key="${id}"]`).click();
+  await page.locator("tr").filter({ hasText: id }).getByText("revoked").waitFor();
+  const res = await fetch(`${dev.url}/v1/auth/me`, { headers: { Authorization: `Bearer ${doomed}` } });
+  assert.equal(res.status, 401, "a revoked key still works");
+  await page.reload();
+  await page.locator("tr").filter({ hasText: id }).getByText("revoked").waitFor();
+  await check(page, "apikey-revoked");
+  assertNoPageErrors(page);
+
+  // Signed in as the reader: the waiting run shows its wait, no answer or cancel.
+  const asKey = await signedIn(t, {}, reader);
+  await asKey.goto(`${dev.url}/runs/${waitingRun.id}?${scope}`);
+  await asKey.locator("article.wait").getByText("Left waiting: ship it?").waitFor();
+  assert.equal(await asKey.locator("#cancel").count(), 0, "a key without runs:manage sees cancel");
+  assert.equal(await asKey.locator("form.approve, form.reject").count(), 0, "a key without runs:manage sees approve or reject");
+  assert.equal(await asKey.getByRole("button", { name: /approve|reject|cancel/i }).count(), 0);
+  assert.equal(await asKey.locator("details.replay").count(), 0, "a key without runs:create sees replay");
+  await check(asKey, "reader-waiting-run");
+  await asKey.goto(`${dev.url}/approvals?${scope}`);
+  await asKey.locator("article.wait").filter({ hasText: "Left waiting" }).waitFor();
+  assert.equal(await asKey.getByRole("button", { name: /approve|reject/i }).count(), 0, "the inbox offers answers to a key without runs:manage");
+  await check(asKey, "reader-approvals");
+  assertNoPageErrors(asKey);
+});
+
+// The page runs with its CSP bypassed: only escaping keeps the payloads inert.
+test("XSS payloads in a run's payload and logs stay text on the runs list and the run page", async (t) => {
+  const run = await dev.trigger(project, "echo", { lines: [script, img], note: script + img });
+  await dev.waitRun(run.id, (r) => r.status === "COMPLETED");
+  const page = await signedIn(t, { bypassCSP: true });
+
+  await page.goto(`${dev.url}/runs?${scope}`);
+  await row(page, run.id).waitFor();
+  await page.waitForTimeout(3500); // a live refresh of the rows
+  assert.equal(await page.evaluate(() => window.__xss), undefined, "a payload ran on the runs list");
+
+  await page.goto(`${dev.url}/runs/${run.id}?${scope}`);
+  await page.locator("#logs").filter({ hasText: "window.__xss" }).waitFor({ timeout: 30_000 });
+  const logs = await page.locator("#logs").innerText();
+  assert.ok(logs.includes(script) && logs.includes(img), `the logs do not show the payloads as text: ${logs}`);
+  const body = await page.locator("main").innerText();
+  assert.ok(body.includes(JSON.stringify(script + img).slice(1, -1)) || body.includes(script + img), "the payload is not shown as text");
+  assert.equal(await page.locator("main script, main img").count(), 0, "the payloads became elements");
+  assert.equal(await page.evaluate(() => window.__xss), undefined, "a payload ran on the run page");
+  await check(page, "xss-run");
+});
+
+test("signed out, /runs sends to sign-in and back to /runs after it", async (t) => {
+  const page = await newPage(browser, t);
+  await page.goto(`${dev.url}/runs?${scope}`);
+  assert.match(new URL(page.url()).pathname, /^\/(dev\/)?login$/, `signed out, /runs went to ${page.url()}`);
+  await check(page, "login");
+  const field = page.locator('input[name="credential"]');
+  await field.fill(dev.token);
+  await Promise.all([page.waitForURL((u) => u.pathname === "/runs"), field.press("Enter")]);
+  assert.equal(new URL(page.url()).search, `?${scope}`);
+  await page.locator("table.runs").waitFor();
+  assertNoPageErrors(page);
+});
+
+test("every console page passes the accessibility check", async (t) => {
+  const page = await signedIn(t);
+  const { deployments } = await dev.api("GET", `/v1/deployments?${scope}`);
+  const pages = {
+    runs: `/runs?${scope}`,
+    run: `/runs/${waitingRun.id}?${scope}`,
+    approvals: `/approvals?${scope}`,
+    tokens: `/tokens?${scope}`,
+    test: `/test?${scope}&task=approval`,
+    deployments: `/deployments?${scope}`,
+    deployment: `/deployments/${deployments[0].id}?${scope}`,
+    workspaces: `/workspaces?${scope}`,
+    workspace: `/workspaces/${workspace.id}?${scope}`,
+    secrets: `/secrets?${scope}`,
+    apikeys: `/apikeys?${scope}`,
+    workers: `/workers?${scope}`,
+  };
+  for (const [name, p] of Object.entries(pages)) {
+    const res = await page.goto(dev.url + p);
+    assert.equal(res?.status(), 200, `${p} answered ${res?.status()}`);
+    await check(page, name);
+  }
+  assertNoPageErrors(page);
+});
