@@ -151,4 +151,19 @@ func TestSettingsPagesFollowGrants(t *testing.T) {
 	if strings.Contains(body, "Doctor") || strings.Contains(body, ">Secrets<") || strings.Contains(body, ">API keys<") || strings.Contains(body, ">Deployments<") {
 		t.Errorf("a key with runs:read only sees owner or other grants' parts:\n%s", body)
 	}
+	// The approvals inbox and tokens read GET /v1/tokens (tokens:read),
+	// the test page the tasks (tasks:read): a key without them is not
+	// sent to a page that answers 403.
+	for _, nav := range []string{">Approvals<", ">Tokens<", ">Test<"} {
+		if strings.Contains(body, nav) {
+			t.Errorf("a key with runs:read only is offered %s:\n%s", nav, body)
+		}
+	}
+	api.answers["/v1/auth/me"] = map[string]any{"kind": "apiKey", "keyName": "k", "project": "p", "env": "dev", "grants": []string{"runs:read", "tokens:read", "tasks:read"}}
+	body = checkPage(t, api, "/workers", "w1")
+	for _, nav := range []string{">Approvals<", ">Tokens<", ">Test<"} {
+		if !strings.Contains(body, nav) {
+			t.Errorf("a key with tokens:read and tasks:read is not offered %s", nav)
+		}
+	}
 }

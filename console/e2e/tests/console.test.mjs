@@ -266,7 +266,7 @@ test("a workspace: browse, view a text file, upload a file and download it", asy
 
   const bytes = Buffer.concat([Buffer.from("upload\u0000"), randomBytes(3000)]);
   await page.locator('#upload-form input[type="file"]').setInputFiles({ name: "blob.bin", mimeType: "application/octet-stream", buffer: bytes });
-  await Promise.all([page.waitForEvent("load"), page.getByRole("button", { name: "Upload" }).click()]);
+  await Promise.all([page.waitForEvent("load"), page.locator("#upload-form").getByRole("button", { name: "Upload" }).click()]);
   const entry = page.locator("table.files tr").filter({ hasText: "blob.bin" });
   await entry.waitFor();
   assert.match(await entry.innerText(), /3007/);
@@ -340,7 +340,7 @@ test("API keys: created and shown once, revoked; a key without runs:manage sees 
     return (await shown.innerText()).trim();
   };
 
-  const reader = await create("e2e-reader", ["runs:read", "tasks:read", "session-streams:read"]);
+  const reader = await create("e2e-reader", ["runs:read", "tasks:read", "tokens:read", "session-streams:read"]);
   await check(page, "apikey-created");
   await page.goto(`${dev.url}/apikeys?${scope}`);
   assert.ok(!(await page.content()).includes(reader), "the key is shown again");

@@ -36,8 +36,10 @@ function time(t) {
 }
 
 // Lines go into blocks of CHUNK lines: the browser skips laying out and
-// painting the blocks out of view (content-visibility), so a log of tens
-// of thousands of lines stays cheap.
+// painting the full blocks out of view (content-visibility), so a log of
+// tens of thousands of lines stays cheap. The last block, still filling,
+// is always laid out: a short log is never an empty box of a full block's
+// estimated height, scrolled past its text.
 const CHUNK = 500;
 let block = null;
 let blockLines = 0;
@@ -51,6 +53,7 @@ function flush() {
   const cut = () => {
     if (!chunk.length) return;
     if (!block || blockLines >= CHUNK) {
+      if (block) block.classList.add("full");
       block = el("span", null, { class: "chunk" });
       blockLines = 0;
       frag.append(block);
