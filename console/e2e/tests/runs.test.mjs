@@ -74,12 +74,14 @@ test("the runs list filters by status", async (t) => {
   assertNoPageErrors(page);
 });
 
-test("the runs list without a project asks for one", async (t) => {
+test("the runs list without a project shows the first one's, and the selector switches", async (t) => {
   const page = await signedIn(t);
   await page.goto(`${dev.url}/runs`);
-  await page.getByText(/choose a project/i).waitFor();
-  await page.locator('header input[name="project"]').fill(project);
-  await Promise.all([page.waitForURL(/project=console-e2e/), page.locator('header input[name="project"]').press("Enter")]);
+  await row(page, echoRun.id).waitFor();
+  const selector = page.locator('header select[name="scope"]');
+  assert.equal(await selector.inputValue(), `${project}/dev`, "the selector does not show the environment listed");
+  await selector.selectOption(`${project}/dev`);
+  await Promise.all([page.waitForURL(/project=console-e2e&env=dev|env=dev&project=console-e2e/), page.locator("header form.scope").getByRole("button", { name: "Go" }).click()]);
   await row(page, echoRun.id).waitFor();
 
   await screenshot(page, "runs-scoped");
