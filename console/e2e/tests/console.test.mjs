@@ -301,6 +301,42 @@ test("the test page triggers a run and lands on it; replay with an edited payloa
   // The test page offers the payloads it was given again.
   await page.goto(`${dev.url}/test?${scope}&task=echo`);
   await page.locator("ul.recent").getByText("from the test page").first().waitFor();
+  await page.locator("ul.recent li").filter({ hasText: "from the test page" }).first().getByRole("button", { name: "Use this payload" }).click();
+  assert.deepEqual(JSON.parse(await page.locator("#payload").inputValue()), { lines: ["from the test page"] });
+  assertNoPageErrors(page);
+});
+
+test("tokens: complete one with JSON (bad JSON refused first) and cancel another; cancel a run from its page", async (t) => {
+  const done = await dev.api("POST", `/v1/tokens?${scope}`, { tags: ["e2e-complete"] });
+  const dropped = await dev.api("POST", `/v1/tokens?${scope}`, { tags: ["e2e-cancel"] });
+  const page = await signedIn(t);
+  page.on("dialog", (d) => d.accept());
+  await page.goto(`${dev.url}/tokens?${scope}&kind=token`);
+  const first = page.locator(`tr[data-token="${done.id}"]`);
+  await first.locator('textarea[name="data"]').fill("{oops");
+  await first.getByRole("button", { name: "Complete" }).click();
+  await page.locator("#action-msg").filter({ hasText: /not valid JSON/ }).waitFor();
+  assert.equal((await dev.api("GET", `/v1/tokens/${done.id}`)).status, "WAITING", "bad JSON completed the token");
+  await check(page, "tokens");
+  await first.locator('textarea[name="data"]').fill('{"ok": "<b>yes</b>"}');
+  await Promise.all([page.waitForEvent("load"), first.getByRole("button", { name: "Complete" }).click()]);
+  await page.locator(`tr[data-token="${done.id}"]`).getByText("COMPLETED").waitFor();
+  const second = page.locator(`tr[data-token="${dropped.id}"]`);
+  await second.locator('input[name="reason"]').fill("no longer needed");
+  await Promise.all([page.waitForEvent("load"), second.getByRole("button", { name: "Cancel" }).click()]);
+  await page.locator(`tr[data-token="${dropped.id}"]`).getByText("CANCELED").waitFor();
+  assert.deepEqual((await dev.api("GET", `/v1/tokens/${done.id}`)).data, { ok: "<b>yes</b>" });
+  assert.equal((await dev.api("GET", `/v1/tokens/${dropped.id}`)).reason, "no longer needed");
+  await check(page, "tokens-answered");
+
+  const run = await dev.trigger(project, "ticker", { n: 200, everyMs: 500 });
+  await page.goto(`${dev.url}/runs/${run.id}?${scope}`);
+  await page.locator("#logs").filter({ hasText: "tick 1" }).waitFor({ timeout: 60_000 });
+  await Promise.all([page.waitForEvent("load"), page.getByRole("button", { name: "Cancel run" }).click()]);
+  await page.locator("#run-status").filter({ hasText: "CANCELED" }).waitFor({ timeout: 30_000 });
+  assert.equal((await dev.waitRun(run.id, (r) => r.status === "CANCELED")).status, "CANCELED");
+  assert.equal(await page.locator("#cancel").count(), 0, "a canceled run still offers cancel");
+  await check(page, "canceled-run");
   assertNoPageErrors(page);
 });
 
