@@ -340,6 +340,36 @@ test("tokens: complete one with JSON (bad JSON refused first) and cancel another
   assertNoPageErrors(page);
 });
 
+test("session streams: input sent from the run page, output records arrive live", async (t) => {
+  const run = await dev.trigger(project, "chat", {});
+  await dev.waitRun(run.id, (r) => r.status === "RUNNING");
+  const page = await signedIn(t);
+  await page.goto(`${dev.url}/runs/${run.id}?${scope}`);
+  const box = page.locator("#session-data");
+  const out = page.locator("#session-output");
+  await box.fill(`{"text": "${img.replaceAll('"', '\\"')}"}`);
+  await page.locator("#session-input").getByRole("button", { name: "Send" }).click();
+  await page.locator("#action-msg").filter({ hasText: "Input sent." }).waitFor();
+  assert.equal(await box.inputValue(), "", "the input box kept what was sent");
+  await out.locator("li").filter({ hasText: `{"echo":{"text":"<img src=x onerror=\\"window.__xss=1\\">"}}` }).waitFor({ timeout: 30_000 });
+  assert.equal(await out.locator("img").count(), 0, "an output record became markup");
+  await box.fill("plain words");
+  await page.locator("#session-input").getByRole("button", { name: "Send" }).click();
+  await out.locator("li").filter({ hasText: '{"echo":"plain words"}' }).waitFor({ timeout: 30_000 });
+  await check(page, "session");
+  await box.fill("bye");
+  await page.locator("#session-input").getByRole("button", { name: "Send" }).click();
+  await page.locator("#run-status").filter({ hasText: "COMPLETED" }).waitFor({ timeout: 30_000 });
+  const done = await dev.waitRun(run.id, (r) => r.status === "COMPLETED");
+  assert.deepEqual(done.output, { answered: 2 });
+  await page.reload();
+  await page.locator("#session-output li").nth(1).waitFor();
+  assert.equal(await page.locator("#session-output li").count(), 2, "the finished run's records are not shown once each");
+  await page.locator("section").filter({ has: page.getByRole("heading", { name: "Metadata" }) }).getByText("answered").waitFor();
+  await check(page, "session-finished");
+  assertNoPageErrors(page);
+});
+
 test("a workspace: browse, view a text file, upload a file and download it", async (t) => {
   const page = await signedIn(t);
   await page.goto(`${dev.url}/workspaces?${scope}`);
