@@ -121,7 +121,7 @@ test("a run started with the CLI appears in the runs list live, and its state ch
     window.__notReloaded = true;
   });
 
-  const run = await dev.trigger(project, "ticker", { n: 8, everyMs: 500 });
+  const run = await dev.trigger(project, "ticker", { n: 16, everyMs: 500 }); // running for longer than a refresh
   await row(page, run.id).waitFor();
   await row(page, run.id).filter({ hasText: /QUEUED|STARTING|RUNNING/ }).waitFor();
   await check(page, "runs-live-running");
@@ -166,7 +166,7 @@ test("the run page follows logs live and resumes after dropped connections witho
   // a dropped connection does (the cookie is the host's, on any port).
   const proxy = await cuttingProxy(dev.url);
   t.after(() => proxy.close());
-  const n = 30;
+  const n = 40;
   const run = await dev.trigger(project, "ticker", { n, everyMs: 250 });
   await page.goto(`${proxy.url}/runs/${run.id}?${scope}`);
   await page.locator("#logs").filter({ hasText: "tick 3" }).waitFor({ timeout: 60_000 });
