@@ -431,10 +431,23 @@ test("a secret's value is set and never seen again", async (t) => {
   assert.equal(await form.locator('[name="value"]').inputValue(), "");
   await check(page, "secrets");
 
-  for (const p of [`/secrets?${scope}`, `/test?${scope}&task=echo`, `/runs?${scope}`]) {
+  // A run bound to it on the test page prints and returns it.
+  await page.goto(`${dev.url}/test?${scope}&task=leak`);
+  assert.equal(await page.locator('input[data-secret="E2E_TOKEN"]').inputValue(), "E2E_TOKEN", "the test page does not bind the declared secret");
+  await Promise.all([page.waitForURL(/\/runs\/run_/), page.getByRole("button", { name: "Trigger" }).click()]);
+  const runPath = new URL(page.url()).pathname + new URL(page.url()).search;
+  const runID = runPath.split("/")[2].split("?")[0];
+  const leaked = await dev.waitRun(runID, (r) => ["COMPLETED", "FAILED"].includes(r.status));
+  assert.equal(leaked.status, "COMPLETED", `the run bound to the secret: ${JSON.stringify(leaked)}`);
+  assert.deepEqual(leaked.secrets, { E2E_TOKEN: "vault:E2E_TOKEN" });
+
+  for (const p of [`/secrets?${scope}`, `/test?${scope}&task=echo`, `/runs?${scope}`, runPath]) {
     await page.goto(dev.url + p);
     assert.ok(!(await page.content()).includes(value), `${p} shows the secret's value`);
   }
+  await page.locator("#logs").filter({ hasText: "the token is [redacted:E2E_TOKEN]" }).waitFor();
+  assert.ok(!(await page.locator("#logs").innerText()).includes(value), "the run's log shows the secret's value");
+  await check(page, "secret-run");
   const seen = await Promise.all(bodies);
   assert.ok(seen.length > 3, "no responses observed");
   assert.deepEqual(seen.filter((b) => b.includes(value)).map((b) => b.slice(0, 200)), [], "a response carried the secret's value");
