@@ -543,6 +543,44 @@ test("signed out, /runs sends to sign-in and back to /runs after it", async (t) 
   assertNoPageErrors(page);
 });
 
+test("the keyboard: a skip link to the content, visible focus, a run opened and answered by keys", async (t) => {
+  const run = await dev.trigger(project, "approval", { question: "Keyboard: ship it?" });
+  await dev.waitRun(run.id, (r) => r.status === "WAITING");
+  const page = await signedIn(t);
+  await page.goto(`${dev.url}/runs?${scope}`);
+  await page.keyboard.press("Tab");
+  const skip = page.getByRole("link", { name: "Skip to content" });
+  assert.equal(await skip.evaluate((e) => e === document.activeElement), true, "Tab does not reach the skip link first");
+  const box = await skip.boundingBox();
+  assert.ok(box && box.x >= 0 && box.y >= 0, `the focused skip link is off screen: ${JSON.stringify(box)}`);
+  assert.notEqual(await skip.evaluate((e) => getComputedStyle(e).outlineStyle), "none", "the focused skip link has no outline");
+  await page.keyboard.press("Enter");
+  assert.match(page.url(), /#main$/);
+  await screenshot(page, "skip-link");
+
+  // To the run's link by Tab, opened with Enter.
+  const link = page.getByRole("link", { name: run.id });
+  for (let i = 0; i < 40 && !(await link.evaluate((e) => e === document.activeElement)); i++) await page.keyboard.press("Tab");
+  assert.equal(await link.evaluate((e) => e === document.activeElement), true, "Tab never reached the run's link");
+  await Promise.all([page.waitForURL(new RegExp(`/runs/${run.id}`)), page.keyboard.press("Enter")]);
+
+  // The approval form by keys alone: Space checks, arrows choose, typing fills, Enter submits.
+  const form = page.locator("form.approve");
+  await form.locator('[name="ship"]').waitFor();
+  await form.locator('[name="ship"]').focus();
+  await page.keyboard.press("Space");
+  await page.keyboard.press("Tab");
+  await page.keyboard.press("ArrowDown");
+  await page.keyboard.press("Tab");
+  await page.keyboard.type("by keyboard");
+  await page.keyboard.press("Tab");
+  await page.keyboard.type("2");
+  await Promise.all([page.waitForEvent("load"), page.keyboard.press("Enter")]);
+  const done = await dev.waitRun(run.id, (r) => r.status === "COMPLETED");
+  assert.deepEqual(done.output.data, { ship: true, env: "production", note: "by keyboard", replicas: 2 });
+  assertNoPageErrors(page);
+});
+
 test("every console page passes the accessibility check", async (t) => {
   const page = await signedIn(t);
   const { deployments } = await dev.api("GET", `/v1/deployments?${scope}`);
