@@ -562,8 +562,8 @@ func (e *apiEnv) walkLogin(t *testing.T, r httpapi.Route) {
 				t.Errorf("sign in at %s with %s = %d %v cookies %v, want back to the form, no session", r.Path, name, resp.StatusCode, resp.Header, resp.Cookies())
 			}
 		}
-		if st, _ := e.call("POST", r.Path, `{"credential": "`+e.owner+`"}`, "Authorization", ""); st != http.StatusUnauthorized {
-			t.Errorf("sign in at %s with JSON = %d, want 401 (a form field only)", r.Path, st)
+		if st, _ := e.call("POST", r.Path, `{"credential": "`+e.owner+`"}`, "Authorization", ""); st != http.StatusBadRequest {
+			t.Errorf("sign in at %s with JSON = %d, want 400 (a form field only)", r.Path, st)
 		}
 		for name, cred := range map[string]string{"the owner credential": e.owner, "an API key": key} {
 			c := sessionCookie(t, e.loginAt(t, r.Path, cred))

@@ -98,6 +98,14 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 	if err := sameOrigin(r, false); err != nil {
 		return err
 	}
+	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
+	if err := r.ParseForm(); err != nil {
+		return errdefs.Invalidf("the body must be a form with the field credential")
+	}
+	if !r.PostForm.Has("credential") {
+		// Not a sign-in attempt: no credential field at all.
+		return errdefs.Invalidf("the body must be a form with the field credential")
+	}
 	client := clientAddr(r)
 	if wait := s.logins.blocked(client); wait > 0 {
 		if isForm(r) {
@@ -107,10 +115,6 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Retry-After", retryAfter(wait))
 		return &Error{Status: http.StatusTooManyRequests, Code: "too_many_requests",
 			Message: "too many failed sign-ins from this address: try again later"}
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
-	if err := r.ParseForm(); err != nil {
-		return errdefs.Invalidf("the body must be a form with the field credential")
 	}
 	next := localPath(r.PostForm.Get("next"))
 	tok, info, err := ss.Login(r.Context(), r.PostForm.Get("credential"))

@@ -104,12 +104,44 @@ func New(cfg Config) *Server {
 	}
 	// The console at / reads the API in-process; a path under /v1 that
 	// no route serves stays an API error.
-	s.mux.Handle("/", console.New(s, cfg.Logger))
-	s.mux.Handle("/v1/", s.adapt(func(w http.ResponseWriter, r *http.Request) error {
-		return errdefs.NotFoundf("no API route %s %s", r.Method, r.URL.Path)
+	ui := console.New(s, cfg.Logger)
+	s.mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if allow := s.allowed(r); len(allow) > 0 { // an API route (/login) asked with another method
+			s.adapt(s.noRoute).ServeHTTP(w, r)
+			return
+		}
+		ui.ServeHTTP(w, r)
 	}))
+	s.mux.Handle("/v1/", s.adapt(s.noRoute))
 	return s
 }
+
+// noRoute answers a request under /v1 that no route serves: 405 with the
+// methods the path has, or 404. (The console's "/" would otherwise take
+// every method a route does not name.)
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) error {
+	if allow := s.allowed(r); len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		return &Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+			Message: fmt.Sprintf("%s %s: this path takes %s", r.Method, r.URL.Path, strings.Join(allow, ", "))}
+	}
+	return errdefs.NotFoundf("no API route %s %s", r.Method, r.URL.Path)
+}
+
+// allowed lists the methods the API's routes take at r's path.
+func (s *Server) allowed(r *http.Request) []string {
+	var allow []string
+	for _, m := range []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "/v1/" && pattern != "/" && pattern != "" {
+			allow = append(allow, m)
+		}
+	}
+	return allow
+}
+
+
 
 type route struct {
 	pattern string

@@ -293,3 +293,43 @@ func TestSessionCookieSecureOverTLS(t *testing.T) {
 		t.Errorf("session cookie over TLS = %+v, want Secure, HttpOnly, SameSite=Strict", c)
 	}
 }
+
+// TestUndeclaredMethods: a method a route does not take is a 405 naming
+// the ones it does, under /v1 and at the sign-in page, not the console's
+// 404; a path no route serves stays a 404.
+func TestUndeclaredMethods(t *testing.T) {
+	e := newAPI(t)
+	for _, c := range []struct {
+		method, path string
+		status       int
+		allow        string
+	}{
+		{"TRACE", "/v1/runs", http.StatusMethodNotAllowed, "GET, HEAD"},
+		{"DELETE", "/v1/health", http.StatusMethodNotAllowed, "GET, HEAD"},
+		{"TRACE", "/login", http.StatusMethodNotAllowed, "GET, HEAD, POST"},
+		{"GET", "/v1/nothing-here", http.StatusNotFound, ""},
+	} {
+		req, _ := http.NewRequest(c.method, e.srv.URL+c.path, nil)
+		req.Header.Set("Authorization", "Bearer "+e.owner)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.status || resp.Header.Get("Allow") != c.allow {
+			t.Errorf("%s %s = %d Allow %q, want %d Allow %q", c.method, c.path, resp.StatusCode, resp.Header.Get("Allow"), c.status, c.allow)
+		}
+	}
+	// A sign-in with no credential field is a bad request, not a failed
+	// sign-in sent back to the form.
+	req, _ := http.NewRequest("POST", e.srv.URL+"/login", strings.NewReader(""))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("POST /login without a credential = %d, want 400", resp.StatusCode)
+	}
+}
