@@ -141,8 +141,6 @@ func (s *Server) allowed(r *http.Request) []string {
 	return allow
 }
 
-
-
 type route struct {
 	pattern string
 	access  Access
