@@ -223,3 +223,16 @@ func TestSwerexErrorsCarryDetail(t *testing.T) {
 		}
 	}
 }
+
+// TestTrajectoryAfterAnySeq: the trajectory's cursor is a seq, which may
+// be past any page size.
+func TestTrajectoryAfterAnySeq(t *testing.T) {
+	e := newAPI(t)
+	ws := e.freeWorkspace(t)
+	if st, body := e.call("GET", "/v1/workspaces/"+ws+"/trajectory?after=641883&limit=1", nil); st != http.StatusOK {
+		t.Errorf("trajectory after 641883 = %d %v, want 200", st, body)
+	}
+	if st, _ := e.call("GET", "/v1/workspaces/"+ws+"/trajectory?after=-1", nil); st != http.StatusBadRequest {
+		t.Errorf("trajectory after -1 = %d, want 400", st)
+	}
+}

@@ -166,7 +166,7 @@ func (s *Server) trajectory(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	after, err := intParam(r, "after", 0)
+	after, err := afterParam(r) // a seq: any size, not a page size
 	if err != nil {
 		return err
 	}
@@ -174,7 +174,7 @@ func (s *Server) trajectory(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ops, err := svc.Trajectory(r.Context(), ws, int64(after), limit)
+	ops, err := svc.Trajectory(r.Context(), ws, after, limit)
 	if err != nil {
 		return err
 	}
