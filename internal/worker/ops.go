@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -321,44 +319,23 @@ func (ob *opBox) close(ctx context.Context) {
 // MaxOutputBytes of each stream, never cutting through a value of
 // secrets.
 func (ob *opBox) exec(ctx context.Context, req workspaces.ExecRequest, secrets map[string]string, chunk func(stream string, data []byte)) (workspaces.ExecResult, error) {
-	argv := req.Argv
-	if req.Command != "" {
-		argv = []string{"/bin/sh", "-c", req.Command}
-	}
-	cwd := ob.wsPath
-	if req.Cwd != "" {
-		cwd = path.Join(ob.wsPath, req.Cwd)
-		if path.IsAbs(req.Cwd) {
-			cwd = path.Clean(req.Cwd)
-		}
-	}
-	env := append([]string(nil), ob.env...)
-	keys := make([]string, 0, len(req.Env))
-	for k := range req.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		env = append(env, k+"="+req.Env[k])
-	}
 	ctx, cancel := context.WithTimeout(ctx, req.Timeout())
 	defer cancel()
 	hold := workspaces.Lookahead(secrets)
 	out := [2]capped{{hold: hold}, {hold: hold}}
 	start := time.Now()
-	st, err := ob.box.Exec(ctx, sandbox.ExecRequest{
-		Argv: argv, Env: dedupeEnv(env), Cwd: cwd, Stdin: strings.NewReader(req.Stdin),
-		OnOutput: func(stream string, data []byte) {
-			if stream == "stderr" {
-				out[1].write(data)
-			} else {
-				out[0].write(data)
-			}
-			if chunk != nil {
-				chunk(stream, data)
-			}
-		},
-	})
+	sreq := ob.sandboxExec(req)
+	sreq.OnOutput = func(stream string, data []byte) {
+		if stream == "stderr" {
+			out[1].write(data)
+		} else {
+			out[0].write(data)
+		}
+		if chunk != nil {
+			chunk(stream, data)
+		}
+	}
+	st, err := ob.box.Exec(ctx, sreq)
 	res := workspaces.ExecResult{
 		ExitCode: st.Code, Signal: st.Signal, DurationMs: float64(time.Since(start).Microseconds()) / 1000,
 		Stdout: out[0].String(secrets), Stderr: out[1].String(secrets), StdoutTruncated: out[0].truncated(), StderrTruncated: out[1].truncated(),
