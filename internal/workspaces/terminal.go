@@ -187,9 +187,11 @@ func (s *Service) runTerminal(ctx context.Context, t *terminal, op Op) {
 		s.settle(ctx, op.Workspace, res)
 	}
 	exec.DurationMs = float64(time.Since(began).Microseconds()) / 1000
-	t.finish(exec, err, res.Exec != nil)
+	// Record before readers learn it ended, so whoever sees the end
+	// also sees the trajectory entry.
 	s.record(ctx, t.ws, ExecRequest{}, Trace{Kind: "terminal", Request: map[string]any{"terminalId": t.info.ID, "cols": op.Terminal.Cols, "rows": op.Terminal.Rows}},
 		began, ExecResult{ExitCode: exec.ExitCode, Signal: exec.Signal, DurationMs: exec.DurationMs}, err)
+	t.finish(exec, err, res.Exec != nil)
 	s.log.Info("terminal closed", "workspace_id", t.ws.ID, "terminal_id", t.info.ID, "exit_code", exec.ExitCode, "err", err)
 	time.AfterFunc(terminalLinger, func() {
 		s.terms.mu.Lock()
