@@ -317,6 +317,14 @@ func (c *Client) SetSecret(ctx context.Context, project, env, name string, value
 	return m, err
 }
 
+// SetSecretWithEgress seals value as secret name with the egress rule e
+// (nil: its value is placed in the sandboxes that bind it).
+func (c *Client) SetSecretWithEgress(ctx context.Context, project, env, name string, value []byte, e *vault.Egress) (vault.Meta, error) {
+	var m vault.Meta
+	_, err := c.do(ctx, http.MethodPut, "/v1/secrets/"+url.PathEscape(name), scope(project, env), map[string]any{"value": string(value), "egress": e}, &m)
+	return m, err
+}
+
 // ListSecrets returns the metadata of a project environment's secrets.
 func (c *Client) ListSecrets(ctx context.Context, project, env string) ([]vault.Meta, error) {
 	var out struct {

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -28,15 +29,29 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// egress: absent keeps the secret's rule, null places it in the
+	// sandbox (ModeSandbox), an object binds it for egress.
 	var body struct {
-		Value *string `json:"value"`
+		Value  *string         `json:"value"`
+		Egress json.RawMessage `json:"egress"`
 	}
-	dec := json.NewDecoder(io.LimitReader(r.Body, 2*vault.MaxValueBytes+1024))
+	dec := json.NewDecoder(io.LimitReader(r.Body, 2*vault.MaxValueBytes+64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil || body.Value == nil {
-		return errdefs.Invalidf(`the body must be {"value": "..."}`)
+		return errdefs.Invalidf(`the body must be {"value": "...", "egress": {"hosts": ["api.example.com"], "body": false}} (egress: absent keeps the secret's rule, null places the value in sandboxes)`)
 	}
-	m, err := v.Set(r.Context(), project, env, r.PathValue("name"), []byte(*body.Value))
+	var m vault.Meta
+	if body.Egress == nil {
+		m, err = v.Set(r.Context(), project, env, r.PathValue("name"), []byte(*body.Value))
+	} else {
+		var rule *vault.Egress
+		rd := json.NewDecoder(bytes.NewReader(body.Egress))
+		rd.DisallowUnknownFields()
+		if err := rd.Decode(&rule); err != nil {
+			return errdefs.Invalidf(`egress must be {"hosts": ["api.example.com", "*.example.com"], "body": false} or null: %v`, err)
+		}
+		m, err = v.SetWithEgress(r.Context(), project, env, r.PathValue("name"), []byte(*body.Value), rule)
+	}
 	if err != nil {
 		return err
 	}

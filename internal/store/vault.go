@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -74,12 +75,25 @@ func (db *DB) RewrapDataKeys(ctx context.Context, keys []vault.DataKey) error {
 // PutSecret implements vault.Store.
 func (db *DB) PutSecret(ctx context.Context, sec vault.Secret) (vault.Secret, error) {
 	now := Time(time.Time{})
-	err := db.writer().queryRow(ctx, `INSERT INTO secrets (project, env, name, key_version, ciphertext, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?)
+	rule, err := egressCol(sec.Egress)
+	if err != nil {
+		return vault.Secret{}, err
+	}
+	keep := `excluded.egress`
+	if sec.KeepEgress {
+		keep = `secrets.egress`
+	}
+	var stored string
+	err = db.writer().queryRow(ctx, `INSERT INTO secrets (project, env, name, key_version, ciphertext, egress, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (project, env, name) DO UPDATE SET key_version = excluded.key_version,
-			ciphertext = excluded.ciphertext, updated_at = excluded.updated_at
-		RETURNING created_at, updated_at`,
-		sec.Project, sec.Env, sec.Name, sec.KeyVersion, sec.Ciphertext, now, now).Scan(timeCol{&sec.CreatedAt}, timeCol{&sec.UpdatedAt})
+			ciphertext = excluded.ciphertext, egress = `+keep+`, updated_at = excluded.updated_at
+		RETURNING egress, created_at, updated_at`,
+		sec.Project, sec.Env, sec.Name, sec.KeyVersion, sec.Ciphertext, rule, now, now).Scan(&stored, timeCol{&sec.CreatedAt}, timeCol{&sec.UpdatedAt})
+	if err == nil {
+		sec.KeepEgress = false
+		sec.Egress, err = parseEgress(stored)
+	}
 	if err != nil {
 		return vault.Secret{}, fmt.Errorf("put secret %s: %w", sec.Name, err)
 	}
@@ -89,11 +103,15 @@ func (db *DB) PutSecret(ctx context.Context, sec vault.Secret) (vault.Secret, er
 // GetSecret implements vault.Store.
 func (db *DB) GetSecret(ctx context.Context, project, env, name string) (vault.Secret, error) {
 	sec := vault.Secret{Project: project, Env: env, Name: name}
-	err := db.read().queryRow(ctx, `SELECT key_version, ciphertext, created_at, updated_at FROM secrets
+	var rule string
+	err := db.read().queryRow(ctx, `SELECT key_version, ciphertext, egress, created_at, updated_at FROM secrets
 		WHERE project = ? AND env = ? AND name = ?`, project, env, name).
-		Scan(&sec.KeyVersion, &sec.Ciphertext, timeCol{&sec.CreatedAt}, timeCol{&sec.UpdatedAt})
+		Scan(&sec.KeyVersion, &sec.Ciphertext, &rule, timeCol{&sec.CreatedAt}, timeCol{&sec.UpdatedAt})
 	if errors.Is(err, sql.ErrNoRows) {
 		return vault.Secret{}, fmt.Errorf("secret %s: %w", name, errdefs.ErrNotFound)
+	}
+	if err == nil {
+		sec.Egress, err = parseEgress(rule)
 	}
 	if err != nil {
 		return vault.Secret{}, fmt.Errorf("get secret %s: %w", name, err)
@@ -103,11 +121,15 @@ func (db *DB) GetSecret(ctx context.Context, project, env, name string) (vault.S
 
 // ListSecrets implements vault.Store.
 func (db *DB) ListSecrets(ctx context.Context, project, env string) ([]vault.Secret, error) {
-	rows, err := db.read().query(ctx, `SELECT name, key_version, created_at, updated_at FROM secrets
+	rows, err := db.read().query(ctx, `SELECT name, key_version, egress, created_at, updated_at FROM secrets
 		WHERE project = ? AND env = ? ORDER BY name`, project, env)
 	out, err := scanAll(rows, err, func(row scanner) (vault.Secret, error) {
 		sec := vault.Secret{Project: project, Env: env}
-		err := row.Scan(&sec.Name, &sec.KeyVersion, timeCol{&sec.CreatedAt}, timeCol{&sec.UpdatedAt})
+		var rule string
+		err := row.Scan(&sec.Name, &sec.KeyVersion, &rule, timeCol{&sec.CreatedAt}, timeCol{&sec.UpdatedAt})
+		if err == nil {
+			sec.Egress, err = parseEgress(rule)
+		}
 		return sec, err
 	})
 	if err != nil {
@@ -135,4 +157,24 @@ func nilIfEmpty[T any](list []T) []T {
 		return nil
 	}
 	return list
+}
+
+// egressCol is a secret's egress rule as stored: JSON, or "" for none.
+func egressCol(e *vault.Egress) (string, error) {
+	if e == nil {
+		return "", nil
+	}
+	b, err := json.Marshal(e)
+	return string(b), err
+}
+
+func parseEgress(s string) (*vault.Egress, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var e vault.Egress
+	if err := json.Unmarshal([]byte(s), &e); err != nil {
+		return nil, fmt.Errorf("a secret's stored egress rule: %w", err)
+	}
+	return &e, nil
 }

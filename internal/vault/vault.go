@@ -57,15 +57,38 @@ type Secret struct {
 	Project, Env, Name string
 	KeyVersion         int
 	Ciphertext         []byte // nonce || AES-256-GCM(data key, value)
-	CreatedAt          time.Time
-	UpdatedAt          time.Time
+	// Egress, if set, binds the secret for egress injection (see Egress);
+	// nil: it is placed inside the sandboxes that bind it.
+	Egress *Egress
+	// KeepEgress, on PutSecret, leaves the stored rule of an existing
+	// secret as it is (a new one gets Egress).
+	KeepEgress bool
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
 }
+
+// Modes of a secret: how its value reaches what a sandbox runs.
+const (
+	// ModeEgress: the value never enters a sandbox. Inside, a placeholder
+	// stands for it; the worker's network stack puts the value into
+	// requests to the secret's hosts, outside the sandbox.
+	ModeEgress = "egress"
+	// ModeSandbox: the value itself is placed in the sandbox (an env var,
+	// a file), where any command the sandbox runs can read it; output
+	// redaction hides it from callers, which stops mistakes, not a
+	// command that wants it. For tools that cannot work through a proxy
+	// (SSH and signing keys).
+	ModeSandbox = "sandbox"
+)
 
 // Meta is what may be shown of a secret: never its value.
 type Meta struct {
-	Project   string    `json:"project"`
-	Env       string    `json:"env"`
-	Name      string    `json:"name"`
+	Project string `json:"project"`
+	Env     string `json:"env"`
+	Name    string `json:"name"`
+	// Mode is ModeEgress or ModeSandbox.
+	Mode      string    `json:"mode"`
+	Egress    *Egress   `json:"egress,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }
@@ -211,8 +234,30 @@ func (v *Vault) RotateMasterKey(ctx context.Context, newMaster []byte) error {
 	return nil
 }
 
-// Set seals value as project/env/name, replacing an earlier value.
+// Set seals value as project/env/name, replacing an earlier value and
+// keeping its egress rule (a new secret has none: ModeSandbox).
 func (v *Vault) Set(ctx context.Context, project, env, name string, value []byte) (Meta, error) {
+	return v.put(ctx, Secret{Project: project, Env: env, Name: name, KeepEgress: true}, value)
+}
+
+// SetWithEgress seals value as project/env/name with the egress rule e
+// (nil: ModeSandbox), replacing an earlier value and rule at once.
+func (v *Vault) SetWithEgress(ctx context.Context, project, env, name string, value []byte, e *Egress) (Meta, error) {
+	if e != nil {
+		n, err := e.Normalize()
+		if err != nil {
+			return Meta{}, errdefs.Invalidf("secret %s: %v", name, err)
+		}
+		if _, _, ok := SplitLine(value); !ok {
+			return Meta{}, errdefs.Invalidf("secret %s: a value bound for egress goes into request headers, so it is one line (a trailing newline is allowed); keep multi-line values (keys) in the sandbox: set it without --hosts", name)
+		}
+		e = &n
+	}
+	return v.put(ctx, Secret{Project: project, Env: env, Name: name, Egress: e}, value)
+}
+
+func (v *Vault) put(ctx context.Context, sec Secret, value []byte) (Meta, error) {
+	project, env, name := sec.Project, sec.Env, sec.Name
 	if !ValidName(name) {
 		return Meta{}, errdefs.Invalidf("secret name %q: letters, digits and '_', not starting with a digit, at most 128", name)
 	}
@@ -226,7 +271,8 @@ func (v *Vault) Set(ctx context.Context, project, env, name string, value []byte
 	if err != nil {
 		return Meta{}, err
 	}
-	s, err := v.store.PutSecret(ctx, Secret{Project: project, Env: env, Name: name, KeyVersion: ver, Ciphertext: ct})
+	sec.KeyVersion, sec.Ciphertext = ver, ct
+	s, err := v.store.PutSecret(ctx, sec)
 	if err != nil {
 		return Meta{}, fmt.Errorf("vault: store %s: %w", name, err)
 	}
@@ -236,10 +282,30 @@ func (v *Vault) Set(ctx context.Context, project, env, name string, value []byte
 // Reveal opens a secret's value. Only the path that materializes a run's
 // bound secrets calls it.
 func (v *Vault) Reveal(ctx context.Context, project, env, name string) ([]byte, error) {
+	val, err := v.Open(ctx, project, env, name)
+	return val.Bytes, err
+}
+
+// Value is a secret's value with the rule that says where it may go.
+type Value struct {
+	Bytes  []byte
+	Egress *Egress // nil: ModeSandbox
+}
+
+// Open opens a secret's value and returns it with its egress rule. Only
+// the paths that hand a run's or an operation's secrets to a worker call
+// it.
+func (v *Vault) Open(ctx context.Context, project, env, name string) (Value, error) {
 	s, err := v.store.GetSecret(ctx, project, env, name)
 	if err != nil {
-		return nil, err
+		return Value{}, err
 	}
+	val, err := v.open(ctx, s)
+	return Value{Bytes: val, Egress: s.Egress}, err
+}
+
+func (v *Vault) open(ctx context.Context, s Secret) ([]byte, error) {
+	name := s.Name
 	v.mu.Lock()
 	a, ok := v.keys[s.KeyVersion]
 	v.mu.Unlock()
@@ -254,7 +320,7 @@ func (v *Vault) Reveal(ctx context.Context, project, env, name string) ([]byte, 
 			return nil, fmt.Errorf("vault: %s is sealed with data key %d, which the store lacks", name, s.KeyVersion)
 		}
 	}
-	val, err := open(a, s.Ciphertext, secretAAD(project, env, name))
+	val, err := open(a, s.Ciphertext, secretAAD(s.Project, s.Env, name))
 	if err != nil {
 		return nil, fmt.Errorf("vault: %s does not open: its ciphertext was altered or moved", name)
 	}
@@ -280,7 +346,11 @@ func (v *Vault) Delete(ctx context.Context, project, env, name string) error {
 }
 
 func meta(s Secret) Meta {
-	return Meta{Project: s.Project, Env: s.Env, Name: s.Name, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
+	m := Meta{Project: s.Project, Env: s.Env, Name: s.Name, Mode: ModeSandbox, Egress: s.Egress, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
+	if s.Egress != nil {
+		m.Mode = ModeEgress
+	}
+	return m
 }
 
 func keyAAD(version int) []byte { return []byte(fmt.Sprintf("helmr data key %d", version)) }

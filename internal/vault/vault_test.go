@@ -56,10 +56,13 @@ func (m *memStore) PutSecret(_ context.Context, s vault.Secret) (vault.Secret, e
 	now := time.Now()
 	if old, ok := m.secrets[id(s.Project, s.Env, s.Name)]; ok {
 		s.CreatedAt = old.CreatedAt
+		if s.KeepEgress {
+			s.Egress = old.Egress
+		}
 	} else {
 		s.CreatedAt = now
 	}
-	s.UpdatedAt = now
+	s.UpdatedAt, s.KeepEgress = now, false
 	m.secrets[id(s.Project, s.Env, s.Name)] = s
 	return s, nil
 }
@@ -124,6 +127,23 @@ func TestLoadMasterKey(t *testing.T) {
 	for _, bad := range []string{"", "not base64!", base64.StdEncoding.EncodeToString([]byte("short"))} {
 		if _, err := vault.LoadMasterKey(bad, ""); err == nil {
 			t.Errorf("LoadMasterKey(%q) accepted", bad)
+		}
+	}
+}
+
+func TestEgressCovers(t *testing.T) {
+	e := vault.Egress{Hosts: []string{"*.github.com", "api.example.com"}}
+	for p, want := range map[string]bool{
+		"api.github.com": true, "*.api.github.com": true, "*.github.com": true,
+		"github.com": false, "api.example.com": true, "*.example.com": false, "example.com": false,
+	} {
+		if got := e.Covers(p); got != want {
+			t.Errorf("Covers(%q) = %v, want %v", p, got, want)
+		}
+	}
+	for v, want := range map[string]bool{"tok": true, "tok\n": true, "tok\r\n": true, "a\tb": true, "a\nb": false, "\n": false, "a\x00": false} {
+		if _, _, ok := vault.SplitLine([]byte(v)); ok != want {
+			t.Errorf("SplitLine(%q) ok = %v, want %v", v, ok, want)
 		}
 	}
 }

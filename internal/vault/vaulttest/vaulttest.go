@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/helmr/helmr/internal/errdefs"
@@ -160,6 +161,54 @@ func Run(t *testing.T, open func(t *testing.T) vault.Store, dump func(t *testing
 		}
 		if got, err := v.Reveal(ctx, "p", "dev", "PROD_KEY"); err == nil {
 			t.Errorf("a ciphertext moved to another environment opened: %q", got)
+		}
+	})
+	t.Run("EgressRule", func(t *testing.T) {
+		s := open(t)
+		v, err := vault.Open(ctx, s, key(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := v.SetWithEgress(ctx, "p", "dev", "GH", []byte("ghp_value\n"), &vault.Egress{Hosts: []string{"GitHub.com", "*.github.com", "github.com"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Mode != vault.ModeEgress || m.Egress == nil || strings.Join(m.Egress.Hosts, ",") != "*.github.com,github.com" {
+			t.Errorf("meta = %+v, want egress mode with the hosts normalized", m)
+		}
+		// Setting the value again keeps the rule; nothing weakens it
+		// but an explicit change.
+		if m, err = v.Set(ctx, "p", "dev", "GH", []byte("ghp_rotated")); err != nil || m.Mode != vault.ModeEgress {
+			t.Errorf("Set over an egress secret = %+v, %v, want the rule kept", m, err)
+		}
+		val, err := v.Open(ctx, "p", "dev", "GH")
+		if err != nil || string(val.Bytes) != "ghp_rotated" || val.Egress == nil || !val.Egress.Matches("api.github.com") || val.Egress.Matches("evil.com") {
+			t.Errorf("Open = %q %+v %v", val.Bytes, val.Egress, err)
+		}
+		ms, err := v.List(ctx, "p", "dev")
+		if err != nil || len(ms) != 1 || ms[0].Mode != vault.ModeEgress {
+			t.Errorf("List = %+v, %v", ms, err)
+		}
+		if m, err = v.SetWithEgress(ctx, "p", "dev", "GH", []byte("ghp_rotated"), nil); err != nil || m.Mode != vault.ModeSandbox || m.Egress != nil {
+			t.Errorf("SetWithEgress(nil) = %+v, %v, want sandbox mode", m, err)
+		}
+		for _, bad := range []struct {
+			value string
+			hosts []string
+		}{
+			{"v", nil},
+			{"v", []string{"*"}},
+			{"v", []string{"10.0.0.1"}},
+			{"v", []string{"host:443"}},
+			{"v", []string{"*.com"}},
+			{"two\nlines", []string{"example.com"}},
+		} {
+			if _, err := v.SetWithEgress(ctx, "p", "dev", "BAD", []byte(bad.value), &vault.Egress{Hosts: bad.hosts}); !errors.Is(err, errdefs.ErrInvalid) {
+				t.Errorf("SetWithEgress(%q, %v) = %v, want invalid", bad.value, bad.hosts, err)
+			}
+		}
+		if _, err := v.Open(ctx, "p", "dev", "BAD"); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("a refused secret was stored: %v", err)
 		}
 	})
 }
