@@ -153,7 +153,10 @@ func buildTaskImage(ctx context.Context, a *App, dir, taskID string, noCache boo
 			return images.Image{}, "", err
 		}
 		project, env := res.Manifest.Project, a.cfg.Env
-		opts.Secret = func(ctx context.Context, name string) ([]byte, error) { return v.Reveal(ctx, project, env, name) }
+		opts.Secret = func(ctx context.Context, name string) (images.SecretValue, error) {
+			val, err := v.Open(ctx, project, env, name)
+			return images.SecretValue{Value: val.Bytes, Egress: val.Egress}, err
+		}
 	}
 	start := time.Now()
 	img, err := r.Prepare(ctx, task.Sandbox.Image, res.Files, opts)

@@ -121,7 +121,8 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		}
 		if v != nil {
 			ops.Resolve = func(ctx context.Context, op workspaces.Op) (map[string]string, error) {
-				return workspaces.SecretsFor(ctx, v, op.Workspace, op.Refs())
+				vals, _, err := workspaces.SecretsFor(ctx, v, op.Workspace, op.Refs())
+				return vals, err
 			}
 		}
 	}

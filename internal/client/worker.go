@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/worker"
 	"github.com/helmr/helmr/internal/workers"
@@ -79,20 +80,21 @@ func (w Worker) Status(ctx context.Context, runID string) (runs.Status, error) {
 }
 
 // RunSecrets implements worker.ControlPlane.
-func (w Worker) RunSecrets(ctx context.Context, runID string) (map[string][]byte, error) {
+func (w Worker) RunSecrets(ctx context.Context, runID string) (map[string]runs.BoundSecret, error) {
 	var out struct {
-		Secrets map[string]string `json:"secrets"`
+		Secrets map[string]string        `json:"secrets"`
+		Egress  map[string]*vault.Egress `json:"egress"`
 	}
 	if _, err := w.C.do(ctx, http.MethodGet, "/v1/worker/runs/"+url.PathEscape(runID)+"/secrets", nil, nil, &out); err != nil {
 		return nil, err
 	}
-	vals := map[string][]byte{}
+	vals := map[string]runs.BoundSecret{}
 	for k, v := range out.Secrets {
 		b, err := base64.StdEncoding.DecodeString(v)
 		if err != nil {
 			return nil, fmt.Errorf("secret %s: %w", k, err)
 		}
-		vals[k] = b
+		vals[k] = runs.BoundSecret{Value: b, Egress: out.Egress[k]}
 	}
 	return vals, nil
 }
@@ -108,14 +110,16 @@ func (w Worker) StaleWorkspaces(ctx context.Context, host string, ids []string) 
 }
 
 // BuildSecret implements worker.ControlPlane.
-func (w Worker) BuildSecret(ctx context.Context, runID, name string) ([]byte, error) {
+func (w Worker) BuildSecret(ctx context.Context, runID, name string) (runs.BoundSecret, error) {
 	var out struct {
-		Value string `json:"value"`
+		Value  string        `json:"value"`
+		Egress *vault.Egress `json:"egress"`
 	}
 	if _, err := w.C.do(ctx, http.MethodGet, "/v1/worker/runs/"+url.PathEscape(runID)+"/build-secrets/"+url.PathEscape(name), nil, nil, &out); err != nil {
-		return nil, err
+		return runs.BoundSecret{}, err
 	}
-	return base64.StdEncoding.DecodeString(out.Value)
+	b, err := base64.StdEncoding.DecodeString(out.Value)
+	return runs.BoundSecret{Value: b, Egress: out.Egress}, err
 }
 
 func waitPath(runID, waitpointID string) string {

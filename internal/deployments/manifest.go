@@ -1,6 +1,10 @@
 package deployments
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/helmr/helmr/internal/vault"
+)
 
 // Manifest is what indexing a task project produces: the plain-JSON form of
 // the SDK's declarations. The SDK (sdk/typescript) writes exactly this shape.
@@ -32,6 +36,11 @@ type SecretTarget struct {
 	Files     []string `json:"files,omitempty"`
 	Mode      string   `json:"mode,omitempty"`
 	Owner     string   `json:"owner,omitempty"`
+	// Egress, if set, binds the secret for egress injection to these
+	// hosts: the sandbox holds a placeholder, never the value (see
+	// vault.Egress). A vault secret that has its own rule must allow
+	// every host named here.
+	Egress *vault.Egress `json:"egress,omitempty"`
 }
 
 // SandboxManifest is a sandbox declaration.

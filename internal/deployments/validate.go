@@ -149,6 +149,11 @@ func validateSecrets(t TaskManifest, add addFunc) {
 				add(t.ID, field+".files", "%q is not a file name", f)
 			}
 		}
+		if s.Egress != nil {
+			if _, err := s.Egress.Normalize(); err != nil {
+				add(t.ID, field+".egress", "%v", err)
+			}
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/worker"
 	"github.com/helmr/helmr/internal/workers"
@@ -134,11 +135,14 @@ func (s *Server) workerSecrets(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := map[string]string{}
+	out, egress := map[string]string{}, map[string]*vault.Egress{}
 	for k, v := range vals {
-		out[k] = base64.StdEncoding.EncodeToString(v)
+		out[k] = base64.StdEncoding.EncodeToString(v.Value)
+		if v.Egress != nil {
+			egress[k] = v.Egress
+		}
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"secrets": out})
+	return writeJSON(w, http.StatusOK, map[string]any{"secrets": out, "egress": egress})
 }
 
 // workerDeletedWorkspaces tells a worker which of the workspaces it holds
@@ -189,7 +193,7 @@ func (s *Server) workerBuildSecret(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"value": base64.StdEncoding.EncodeToString(v)})
+	return writeJSON(w, http.StatusOK, map[string]any{"value": base64.StdEncoding.EncodeToString(v.Value), "egress": v.Egress})
 }
 
 func (s *Server) workerHeartbeat(w http.ResponseWriter, r *http.Request) error {

@@ -34,10 +34,11 @@ func registryCredentials(ctx context.Context, name string, opts PrepareOptions) 
 	if opts.Secret == nil {
 		return nil, nil, fmt.Errorf("registry credentials %s: this build has no vault to read them from", name)
 	}
-	v, err := opts.Secret(ctx, name)
+	sv, err := opts.Secret(ctx, name)
 	if err != nil {
 		return nil, nil, fmt.Errorf("registry credentials %s: %w", name, err)
 	}
+	v := sv.Value // the worker pulls: the value stays outside sandboxes
 	cfg, ok := parseCredentials(v)
 	if !ok {
 		return nil, nil, fmt.Errorf("registry credentials: secret %s %s", name, errCredentialsFormat)

@@ -74,20 +74,20 @@ func bearerRegistry(t *testing.T) (string, string) {
 	}, authn.FromConfig(authn.AuthConfig{RegistryToken: regToken}))
 }
 
-// vault is a build's Secret func over fixed values, recording the names
+// fakeVault is a build's Secret func over fixed values, recording the names
 // asked for.
-type vault struct {
+type fakeVault struct {
 	values map[string]string
 	asked  []string
 }
 
-func (v *vault) secret(_ context.Context, name string) ([]byte, error) {
+func (v *fakeVault) secret(_ context.Context, name string) (SecretValue, error) {
 	v.asked = append(v.asked, name)
 	val, ok := v.values[name]
 	if !ok {
-		return nil, fmt.Errorf("secret %s: not found", name)
+		return SecretValue{}, fmt.Errorf("secret %s: not found", name)
 	}
-	return []byte(val), nil
+	return SecretValue{Value: []byte(val)}, nil
 }
 
 func fromCreds(ref, creds string) *deployments.ImageManifest {
@@ -153,7 +153,7 @@ func TestRegistryCredentialsRefused(t *testing.T) {
 			want: "registry credentials ABSENT: secret ABSENT: not found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := &vault{values: map[string]string{}}
+			v := &fakeVault{values: map[string]string{}}
 			if tc.creds != "" && tc.value != "" {
 				v.values[tc.creds] = tc.value
 			}
@@ -191,7 +191,7 @@ func TestRegistryCredentials(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := testResolver(t)
-			v := &vault{values: map[string]string{"REG_AUTH": tc.value}}
+			v := &fakeVault{values: map[string]string{"REG_AUTH": tc.value}}
 			got, err := r.Prepare(context.Background(), fromCreds(tc.ref, "REG_AUTH"), nil, PrepareOptions{Secret: v.secret})
 			if err != nil {
 				t.Fatal(err)
@@ -215,7 +215,7 @@ func TestRegistryCredentials(t *testing.T) {
 	}
 	t.Run("copyFrom source image", func(t *testing.T) {
 		r := testResolver(t)
-		v := &vault{values: map[string]string{"TOOLS_AUTH": regUser + ":" + regPass}}
+		v := &fakeVault{values: map[string]string{"TOOLS_AUTH": regUser + ":" + regPass}}
 		app := &deployments.ImageManifest{Name: "app", Steps: []deployments.Step{
 			{Kind: deployments.StepFrom, Ref: "helmr/tiny"},
 			{Kind: deployments.StepCopyFrom, Image: fromCreds(basicRef, "TOOLS_AUTH"), Src: "/usr/bin/tool", Dest: "/opt/tool"},

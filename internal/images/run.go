@@ -17,6 +17,8 @@ import (
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/redact"
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/network"
+	"github.com/helmr/helmr/internal/vault"
 )
 
 // StepRunner runs an image's run steps in a sandbox of the worker's
@@ -36,6 +38,18 @@ type StepRequest struct {
 	Caches      []sandbox.Mount
 	// Output receives the step's stdout and stderr as they come.
 	Output func(stream string, data []byte)
+	// Credentials are the step's egress-bound build secrets: its
+	// environment and files hold their placeholders, and the step's
+	// network stack puts the values into requests to their hosts.
+	Credentials []network.Credential
+}
+
+// SecretValue is a build secret's value and where it may go: with
+// Egress set the value never enters the step's sandbox (a placeholder
+// does, see StepRequest.Credentials); nil, it is placed there.
+type SecretValue struct {
+	Value  []byte
+	Egress *vault.Egress
 }
 
 // ErrStepFailed is a run step that exited non-zero; the error's message
@@ -56,7 +70,7 @@ type PrepareOptions struct {
 	// Secret returns a build secret's value (a vault secret of the
 	// build's project environment). Values never enter a layer, the
 	// output or a cache key; nil: images with build secrets fail.
-	Secret func(ctx context.Context, name string) ([]byte, error)
+	Secret func(ctx context.Context, name string) (SecretValue, error)
 	// BaseDigest, if set, is the digest the from step's base must resolve
 	// to (the one recorded when the image was built at deploy): a registry
 	// base is pulled by it rather than by its tag, so a moved tag changes
@@ -138,6 +152,7 @@ func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s
 	}
 	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home}, img.Env...)
 	var values [][]byte
+	var creds []network.Credential
 	if len(s.Secrets) > 0 {
 		if opts.Secret == nil {
 			return "", errors.New("the step uses build secrets and this build has no vault")
@@ -157,11 +172,24 @@ func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s
 		sort.Strings(names)
 		mountDir := false
 		for _, name := range names {
-			v, err := opts.Secret(ctx, name)
+			sv, err := opts.Secret(ctx, name)
 			if err != nil {
 				return "", fmt.Errorf("build secret %s: %w", name, err)
 			}
+			v := sv.Value
 			values = append(values, v)
+			if sv.Egress != nil {
+				line, ending, ok := vault.SplitLine(v)
+				if !ok {
+					return "", fmt.Errorf("build secret %s is bound for egress, so it goes into request headers, and its value is not one line of text", name)
+				}
+				ph, err := network.NewPlaceholder(line)
+				if err != nil {
+					return "", fmt.Errorf("build secret %s: %w", name, err)
+				}
+				creds = append(creds, network.Credential{Name: name, Placeholder: ph, Value: line, Hosts: sv.Egress.Hosts, Body: sv.Egress.Body})
+				v = []byte(ph + ending)
+			}
 			if bs := s.Secrets[name]; bs.Env != "" {
 				env = append(env, bs.Env+"="+string(v))
 			} else {
@@ -231,7 +259,7 @@ func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s
 	err = r.Runner.RunStep(ctx, StepRequest{
 		Layers: img.Layers, Upper: upper, Work: work, Argv: s.Argv, Env: env,
 		Workdir: workdir, UID: uid, GID: gid, Caches: caches,
-		Output: forward,
+		Output: forward, Credentials: creds,
 	})
 	flush()
 	if err != nil {

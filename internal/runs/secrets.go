@@ -17,7 +17,49 @@ import (
 // against and to hand the worker that holds a run.
 type SecretVault interface {
 	Reveal(ctx context.Context, project, env, name string) ([]byte, error)
+	Open(ctx context.Context, project, env, name string) (vault.Value, error)
 	List(ctx context.Context, project, env string) ([]vault.Meta, error)
+}
+
+// BoundSecret is one of a run's bound secrets as the worker holding the
+// run gets it.
+type BoundSecret struct {
+	Value []byte
+	// Egress, if set, binds the value for egress: it must not enter the
+	// sandbox; a placeholder does, and the worker's network stack puts
+	// the value into requests to these hosts. Nil: the value is placed in
+	// the sandbox (vault.ModeSandbox).
+	Egress *vault.Egress
+}
+
+// EffectiveEgress is where a bound secret may go: the task's declaration
+// (target) narrowed by the vault secret's own rule. A task may name only
+// hosts the rule allows, and ask for body substitution only where the
+// rule allows it; with no rule the task's declaration stands, and with
+// neither the secret is placed in the sandbox (nil).
+func EffectiveEgress(secret string, target, rule *vault.Egress) (*vault.Egress, error) {
+	switch {
+	case target == nil && rule == nil:
+		return nil, nil
+	case target == nil:
+		return rule, nil
+	}
+	t, err := target.Normalize()
+	if err != nil {
+		return nil, fmt.Errorf("secret %s: %w", secret, err)
+	}
+	if rule == nil {
+		return &t, nil
+	}
+	for _, h := range t.Hosts {
+		if !rule.Covers(h) {
+			return nil, fmt.Errorf("secret %s: the task sends it to %s, which its vault secret does not allow (its hosts: %s)", secret, h, strings.Join(rule.Hosts, ", "))
+		}
+	}
+	if t.Body && !rule.Body {
+		return nil, fmt.Errorf("secret %s: the task substitutes it in request bodies, which its vault secret does not allow (set it with --body)", secret)
+	}
+	return &t, nil
 }
 
 // checkBindings makes sure a run binds exactly the secrets its task
@@ -55,8 +97,18 @@ func (s *Service) checkBindings(ctx context.Context, req TriggerRequest, task de
 		if s.Vault == nil {
 			return fmt.Errorf("secret %s: this control plane has no vault (HELMR_MASTER_KEY): %w", name, errdefs.ErrInvalid)
 		}
-		if _, err := s.Vault.Reveal(ctx, req.Project, req.Env, ref); err != nil {
+		val, err := s.Vault.Open(ctx, req.Project, req.Env, ref)
+		if err != nil {
 			return fmt.Errorf("secret %s: vault secret %s in %s/%s: %v: %w", name, ref, req.Project, req.Env, err, errdefs.ErrInvalid)
+		}
+		e, err := EffectiveEgress(name, declared[name].Egress, val.Egress)
+		if err != nil {
+			return fmt.Errorf("%v: %w", err, errdefs.ErrInvalid)
+		}
+		if e != nil && declared[name].Directory == "" {
+			if _, _, ok := vault.SplitLine(val.Bytes); !ok {
+				return fmt.Errorf("secret %s is bound for egress (it goes into request headers) and vault secret %s is not one line of text: keep multi-line values in the sandbox: %w", name, ref, errdefs.ErrInvalid)
+			}
 		}
 	}
 	return nil
@@ -86,23 +138,45 @@ func (s *Service) checkPayload(ctx context.Context, req TriggerRequest) error {
 }
 
 // RunSecrets returns the values of a run's bound secrets, by declared name,
-// for the worker that holds it: only while the run is STARTING or RUNNING.
-func (s *Service) RunSecrets(ctx context.Context, runID string) (map[string][]byte, error) {
+// with where each may go (EffectiveEgress), for the worker that holds it:
+// only while the run is STARTING or RUNNING.
+func (s *Service) RunSecrets(ctx context.Context, runID string) (map[string]BoundSecret, error) {
 	r, err := s.underway(ctx, runID)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string][]byte{}
+	out := map[string]BoundSecret{}
+	if len(r.Secrets) == 0 {
+		return out, nil
+	}
+	if s.Vault == nil {
+		return nil, fmt.Errorf("run %s binds secrets and this control plane has no vault", runID)
+	}
+	var declared map[string]deployments.SecretTarget
+	if s.Deployments != nil {
+		d, err := s.Deployments.GetDeployment(ctx, r.DeploymentID)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range d.Manifest.Tasks {
+			if t.ID == r.TaskID {
+				declared = t.Secrets
+			}
+		}
+	}
 	for name, src := range r.Secrets {
 		_, ref, _ := strings.Cut(src, ":")
-		if s.Vault == nil {
-			return nil, fmt.Errorf("run %s binds secrets and this control plane has no vault", runID)
-		}
-		v, err := s.Vault.Reveal(ctx, r.Project, r.Env, ref)
+		v, err := s.Vault.Open(ctx, r.Project, r.Env, ref)
 		if err != nil {
 			return nil, fmt.Errorf("secret %s of run %s: %w", name, runID, err)
 		}
-		out[name] = v
+		e, err := EffectiveEgress(name, declared[name].Egress, v.Egress)
+		if err != nil {
+			// The rule changed since the run was triggered: refuse rather
+			// than place a value its rule now keeps out of sandboxes.
+			return nil, fmt.Errorf("run %s: %v: %w", runID, err, errdefs.ErrConflict)
+		}
+		out[name] = BoundSecret{Value: v.Bytes, Egress: e}
 	}
 	return out, nil
 }
@@ -116,17 +190,17 @@ type DeploymentLookup interface {
 // building a run's image: only while the run is STARTING or RUNNING, and
 // only a secret a run step of the run's task image (at its deployment)
 // names.
-func (s *Service) RunBuildSecret(ctx context.Context, runID, name string) ([]byte, error) {
+func (s *Service) RunBuildSecret(ctx context.Context, runID, name string) (BoundSecret, error) {
 	r, err := s.underway(ctx, runID)
 	if err != nil {
-		return nil, err
+		return BoundSecret{}, err
 	}
 	if s.Deployments == nil || s.Vault == nil {
-		return nil, fmt.Errorf("this control plane cannot hand out build secrets (no vault): %w", errdefs.ErrConflict)
+		return BoundSecret{}, fmt.Errorf("this control plane cannot hand out build secrets (no vault): %w", errdefs.ErrConflict)
 	}
 	d, err := s.Deployments.GetDeployment(ctx, r.DeploymentID)
 	if err != nil {
-		return nil, err
+		return BoundSecret{}, err
 	}
 	for _, t := range d.Manifest.Tasks {
 		if (t.ID != r.TaskID && r.Kind != KindBuild) || t.Sandbox == nil {
@@ -134,15 +208,15 @@ func (s *Service) RunBuildSecret(ctx context.Context, runID, name string) ([]byt
 		}
 		for _, n := range deployments.BuildSecretNames(t.Sandbox.Image) {
 			if n == name {
-				v, err := s.Vault.Reveal(ctx, r.Project, r.Env, name)
+				v, err := s.Vault.Open(ctx, r.Project, r.Env, name)
 				if err != nil {
-					return nil, fmt.Errorf("build secret %s in %s/%s: %w", name, r.Project, r.Env, err)
+					return BoundSecret{}, fmt.Errorf("build secret %s in %s/%s: %w", name, r.Project, r.Env, err)
 				}
-				return v, nil
+				return BoundSecret{Value: v.Bytes, Egress: v.Egress}, nil
 			}
 		}
 	}
-	return nil, fmt.Errorf("the image of run %s names no build secret %q: %w", runID, name, errdefs.ErrNotFound)
+	return BoundSecret{}, fmt.Errorf("the image of run %s names no build secret %q: %w", runID, name, errdefs.ErrNotFound)
 }
 
 // underway returns a run that is STARTING or RUNNING, the only states in

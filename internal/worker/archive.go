@@ -39,6 +39,12 @@ type parkManifest struct {
 	// MaxDurationLeftMs is what was left of the run's maxDuration (its
 	// clock stops while the run waits).
 	MaxDurationLeftMs int64 `json:"maxDurationLeftMs"`
+	// CA is the sandbox's certificate authority (certificate and key,
+	// PEM), which its trust stores hold; Placeholders are the
+	// placeholders of its egress-bound credentials, by name. The archive
+	// is sealed: neither leaves the worker in the clear.
+	CA           []byte            `json:"ca,omitempty"`
+	Placeholders map[string]string `json:"placeholders,omitempty"`
 }
 
 type extent struct{ off, len int64 }

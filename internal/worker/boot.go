@@ -53,6 +53,11 @@ type booted struct {
 	early   []earlyOutput // output before a run claimed the sandbox
 	earlyMs [][]byte
 	denials []network.Denial // egress the policy refused
+	notices []network.Notice // credential events of its network stack
+
+	trust *sandboxTrust        // its CA and credentials (nil: no network)
+	creds []network.Credential // the run's egress-bound credentials
+	saved map[string]string    // restored: the placeholders the sandbox holds
 }
 
 type earlyOutput struct {
@@ -125,11 +130,17 @@ func (w *Worker) boot(ctx context.Context, key string, p prepared, existing stri
 		b.removeDir()
 		return nil, err
 	}
+	trust, err := w.trustFor(b.id, p.img, p.env, b.helmrDir, nil)
+	if err != nil {
+		b.removeDir()
+		return nil, err
+	}
+	b.trust = trust
 	spec := p.spec
 	spec.ID, spec.WorkspaceHost, spec.HelmrHost = b.id, b.wsDir, b.helmrDir
 	b.layers = spec.RootLayers
 	w.boxes.Store(b.id, b)
-	b.forget = func() { w.boxes.Delete(b.id) }
+	b.forget = func() { w.boxes.Delete(b.id); trust.release() }
 	box, err := w.cfg.Runtime.Start(ctx, spec)
 	if err != nil {
 		b.forget()
@@ -141,9 +152,16 @@ func (w *Worker) boot(ctx context.Context, key string, p prepared, existing stri
 		b.destroy(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	if err := trust.install(ctx, box); err != nil {
+		b.destroy(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	execCtx, cancel := context.WithCancelCause(context.Background())
 	b.cancel = cancel
 	env := append(append([]string(nil), p.env...), "HELMR_SANDBOX_ID="+b.id)
+	if trust != nil {
+		env = dedupeEnv(append(env, trust.env...))
+	}
 	go func() {
 		defer close(b.done)
 		b.exit, b.xerr = box.Exec(execCtx, sandbox.ExecRequest{

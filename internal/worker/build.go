@@ -27,8 +27,9 @@ const (
 type stepRunner struct {
 	rt    sandbox.Runtime
 	net   *network.Config
-	log   *slog.Logger
-	caDir string // holds caFile: extra CA certificates for build steps
+	log     *slog.Logger
+	caDir   string // holds caFile: extra CA certificates for build steps
+	dataDir string
 }
 
 // NewStepRunner returns what runs image build steps in sandboxes of rt
@@ -36,7 +37,7 @@ type stepRunner struct {
 // build). extraCA is a PEM file build steps trust (or ""); it is copied
 // into dataDir.
 func NewStepRunner(rt sandbox.Runtime, nc *network.Config, extraCA, dataDir string, log *slog.Logger) (images.StepRunner, error) {
-	sr := stepRunner{rt: rt, net: nc, log: log}
+	sr := stepRunner{rt: rt, net: nc, log: log, dataDir: dataDir}
 	if extraCA != "" {
 		dir, err := installCACerts(extraCA, filepath.Join(dataDir, "ca"))
 		if err != nil {
@@ -95,6 +96,45 @@ func (r stepRunner) RunStep(ctx context.Context, req images.StepRequest) error {
 	if r.caDir != "" {
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: r.caDir, Dest: caMount, ReadOnly: true})
 		env = append(append([]string(nil), env...), "NODE_EXTRA_CA_CERTS="+caMount+"/"+caFile)
+	}
+	if len(req.Credentials) > 0 && r.net.Attaches() {
+		// Egress-bound build secrets: the step trusts a CA of its own,
+		// through the environment only (its root is the image being
+		// built, so its system bundle stays as it is), and its network
+		// stack puts the values into requests to their hosts.
+		ca, err := network.NewCA(spec.ID)
+		if err != nil {
+			return err
+		}
+		inj := r.net.Injector(spec.ID, ca)
+		defer r.net.DropInjector(spec.ID)
+		defer inj.Add(req.Credentials...)()
+		ts, err := trustFiles(images.Image{Layers: req.Layers}, env, ca.CertPEM())
+		if err != nil {
+			return err
+		}
+		dir, err := os.MkdirTemp(r.dataDir, "build-ca-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if err := os.Chmod(dir, 0o755); err != nil { // the step's user reads it
+			return err
+		}
+		if r.caDir != "" { // the operator's extra certificates stay trusted
+			extra, err := os.ReadFile(filepath.Join(r.caDir, caFile))
+			if err != nil {
+				return err
+			}
+			ts.host["ca.crt"] = append(withNewline(extra), ts.host["ca.crt"]...)
+		}
+		for name, data := range ts.host {
+			if err := writeFile(filepath.Join(dir, "ca", name), data); err != nil {
+				return err
+			}
+		}
+		spec.HelmrHost = dir
+		env = dedupeEnv(append(append([]string(nil), env...), ts.env...))
 	}
 	box, err := r.rt.Start(ctx, spec)
 	if err != nil {

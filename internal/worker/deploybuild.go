@@ -89,8 +89,9 @@ func (w *Worker) executeBuild(ctx context.Context, l Lease) *runs.Outcome {
 		img, err := w.cfg.Images.Prepare(ctx, g.img, files, images.PrepareOptions{
 			Scope: l.Run.Project, NoCache: opts.NoCache,
 			Output: func(_ int, _ string, data []byte) { logs.Write("build", data) },
-			Secret: func(ctx context.Context, name string) ([]byte, error) {
-				return w.cfg.Control.BuildSecret(ctx, l.Run.ID, name)
+			Secret: func(ctx context.Context, name string) (images.SecretValue, error) {
+				v, err := w.cfg.Control.BuildSecret(ctx, l.Run.ID, name)
+				return images.SecretValue{Value: v.Value, Egress: v.Egress}, err
 			},
 		})
 		if err == nil {

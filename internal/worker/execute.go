@@ -87,8 +87,9 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 	img, err := w.cfg.Images.Prepare(ctx, l.Task.Sandbox.Image, files, images.PrepareOptions{
 		Scope:  l.Run.Project,
 		Output: func(_ int, _ string, data []byte) { build.Write("build", data) },
-		Secret: func(ctx context.Context, name string) ([]byte, error) {
-			return w.cfg.Control.BuildSecret(ctx, l.Run.ID, name)
+		Secret: func(ctx context.Context, name string) (images.SecretValue, error) {
+			v, err := w.cfg.Control.BuildSecret(ctx, l.Run.ID, name)
+			return images.SecretValue{Value: v.Value, Egress: v.Egress}, err
 		},
 		BaseDigest: l.Run.Needs.BaseDigest,
 	})
@@ -186,6 +187,7 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 		note.Message += "; " + restored
 		note.Attrs["workspaceSnapshot"] = fmt.Sprint(l.Workspace.Snapshot.Seq)
 	}
+	secretsNote(&note, sec)
 	if err := w.cfg.Control.Started(ctx, l.Run.ID, w.cfg.ID, w.cfg.Runtime.Name(), note); err != nil {
 		if errors.Is(err, errdefs.ErrConflict) {
 			return nil

@@ -136,7 +136,7 @@ func (c *Local) Status(ctx context.Context, runID string) (runs.Status, error) {
 }
 
 // RunSecrets implements ControlPlane.
-func (c *Local) RunSecrets(ctx context.Context, runID string) (map[string][]byte, error) {
+func (c *Local) RunSecrets(ctx context.Context, runID string) (map[string]runs.BoundSecret, error) {
 	return c.Runs.RunSecrets(ctx, runID)
 }
 
@@ -219,7 +219,7 @@ func (c *Local) StaleWorkspaces(ctx context.Context, host string, ids []string) 
 }
 
 // BuildSecret implements ControlPlane.
-func (c *Local) BuildSecret(ctx context.Context, runID, name string) ([]byte, error) {
+func (c *Local) BuildSecret(ctx context.Context, runID, name string) (runs.BoundSecret, error) {
 	return c.Runs.RunBuildSecret(ctx, runID, name)
 }
 

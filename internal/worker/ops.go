@@ -15,6 +15,7 @@ import (
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox"
 	"github.com/helmr/helmr/internal/sandbox/disk"
+	"github.com/helmr/helmr/internal/sandbox/network"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
@@ -43,7 +44,8 @@ type opBox struct {
 	active  int
 	lastUse time.Time
 	closed  bool
-	idle    *time.Timer // stops the sandbox once idle; reset by each release
+	idle    *time.Timer   // stops the sandbox once idle; reset by each release
+	trust   *sandboxTrust // its CA and credentials (nil: no network)
 }
 
 // serveOps long-polls the control plane for direct operations on the
@@ -108,7 +110,12 @@ func (w *Worker) doOp(ctx context.Context, op workspaces.Op) workspaces.OpResult
 		}}
 		chunk = lines.write
 	}
-	res, err := ob.exec(ctx, op.Exec.WithSecrets(op.Secrets), op.Secrets, chunk)
+	held, creds, err := heldSecrets(op, nil)
+	if err != nil {
+		return workspaces.OpResult{Error: err.Error()}
+	}
+	defer ob.trust.add(creds)()
+	res, err := ob.exec(ctx, op.Exec.WithSecrets(held), op.Secrets, chunk)
 	lines.flush()
 	if err != nil {
 		return workspaces.OpResult{Error: workspaces.Redact(err.Error(), op.Secrets)}
@@ -203,11 +210,20 @@ func (w *Worker) opBoxFor(ctx context.Context, op workspaces.Op) (*opBox, error)
 	if err := os.MkdirAll(helmrDir, 0o755); err != nil {
 		return fail(err)
 	}
+	if ob.trust, err = w.trustFor(id, img, p.env, helmrDir, nil); err != nil {
+		return fail(err)
+	}
+	if ob.trust != nil {
+		ob.env = dedupeEnv(append(append([]string(nil), ob.env...), ob.trust.env...))
+	}
 	spec := p.spec
 	spec.ID, spec.WorkspaceHost, spec.HelmrHost = id, wsDir, helmrDir
 	ob.wsHost = wsDir
 	if ob.box, err = w.cfg.Runtime.Start(ctx, spec); err != nil {
 		return fail(fmt.Errorf("start a %s sandbox for workspace %s: %w", w.cfg.Runtime.Name(), op.Workspace.ID, err))
+	}
+	if err := ob.trust.install(ctx, ob.box); err != nil {
+		return fail(err)
 	}
 	w.opBoxes[op.Workspace.ID] = ob
 	w.log.Info("started a sandbox for workspace operations", "workspace_id", op.Workspace.ID, "sandbox", id)
@@ -312,7 +328,38 @@ func (ob *opBox) close(ctx context.Context) {
 	if ob.disk != nil {
 		_ = ob.disk.Close()
 	}
+	ob.trust.release()
 	_ = os.RemoveAll(ob.dir)
+}
+
+// heldSecrets is what the sandbox holds for op's secrets by name: the
+// value of each placed in the sandbox, a placeholder for each bound for
+// egress, whose credentials (new ones) it returns. have are credentials
+// to reuse by name (a shell session keeps its placeholders).
+func heldSecrets(op workspaces.Op, have map[string]network.Credential) (map[string]string, []network.Credential, error) {
+	if len(op.Egress) == 0 {
+		return op.Secrets, nil, nil
+	}
+	held := make(map[string]string, len(op.Secrets))
+	var fresh []network.Credential
+	for name, v := range op.Secrets {
+		rule := op.Egress[name]
+		if rule == nil {
+			held[name] = v
+			continue
+		}
+		if c, ok := have[name]; ok && c.Value == strings.TrimRight(v, "\r\n") {
+			held[name] = c.Placeholder + v[len(c.Value):]
+			continue
+		}
+		c, h, err := egressCredential(name, []byte(v), rule, "")
+		if err != nil {
+			return nil, nil, err
+		}
+		held[name] = h
+		fresh = append(fresh, c)
+	}
+	return held, fresh, nil
 }
 
 // exec runs one command under its timeout, keeping at most

@@ -151,7 +151,17 @@ func (w *Worker) park(ctx context.Context, l Lease, b *booted, p prepared, pr *p
 		CreatedAt: store.Time(time.Now()),
 	}
 	began = time.Now()
-	n, err := w.upload(ctx, l.Run.ID, id, parkManifest{SandboxID: b.id, MaxDurationLeftMs: left.Milliseconds()}, image, b.disk.Image)
+	pm := parkManifest{SandboxID: b.id, MaxDurationLeftMs: left.Milliseconds()}
+	if b.trust != nil {
+		pm.CA = b.trust.ca.MarshalPEM()
+	}
+	if len(b.creds) > 0 {
+		pm.Placeholders = map[string]string{}
+		for _, c := range b.creds {
+			pm.Placeholders[c.Name] = c.Placeholder
+		}
+	}
+	n, err := w.upload(ctx, l.Run.ID, id, pm, image, b.disk.Image)
 	if err != nil {
 		return fmt.Errorf("%w: store checkpoint %s: %w", errSandboxGone, id, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox"
 	"github.com/helmr/helmr/internal/sandbox/disk"
+	"github.com/helmr/helmr/internal/sandbox/network"
 	"github.com/helmr/helmr/internal/waitpoints"
 )
 
@@ -33,6 +34,10 @@ func (w *Worker) resume(ctx context.Context, l Lease, p prepared, files map[stri
 		return failed(runs.ClassParkedWait, "restore from checkpoint %s: %v", ck.ID, err)
 	}
 	took := time.Since(began)
+	if err := sec.keep(b.saved); err != nil {
+		b.destroy(context.WithoutCancel(ctx))
+		return failed(runs.ClassParkedWait, "restore from checkpoint %s: %v", ck.ID, err)
+	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -114,11 +119,26 @@ func (w *Worker) restore(ctx context.Context, l Lease, p prepared, files map[str
 		b.removeDir()
 		return nil, err
 	}
+	// The restored sandbox trusts the CA it was checkpointed with, and
+	// holds the placeholders it was given.
+	var ca *network.CA
+	if len(m.CA) > 0 {
+		if ca, err = network.ParseCA(m.CA); err != nil {
+			b.removeDir()
+			return nil, fmt.Errorf("the checkpoint's certificate authority: %w", err)
+		}
+	}
+	trust, err := w.trustFor(b.id, p.img, p.env, b.helmrDir, ca)
+	if err != nil {
+		b.removeDir()
+		return nil, err
+	}
+	b.trust, b.saved = trust, m.Placeholders
 	spec := p.spec
 	spec.ID, spec.WorkspaceHost, spec.HelmrHost = b.id, b.wsDir, b.helmrDir
 	b.layers = spec.RootLayers
 	w.boxes.Store(b.id, b)
-	b.forget = func() { w.boxes.Delete(b.id) }
+	b.forget = func() { w.boxes.Delete(b.id); trust.release() }
 	box, err := w.cfg.Runtime.(sandbox.Checkpointer).Restore(ctx, spec, image)
 	if err != nil {
 		b.forget()

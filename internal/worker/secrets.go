@@ -13,6 +13,7 @@ import (
 	"github.com/helmr/helmr/internal/redact"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/network"
 )
 
 // runSecrets are a run's bound secrets as the worker uses them: the
@@ -22,6 +23,36 @@ type runSecrets struct {
 	env    map[string]string
 	files  []placedSecret
 	redact *redactor
+	// creds are the egress-bound secrets (each file of a directory
+	// secret its own, named NAME/FILE), bound in the sandbox's network
+	// stack while the run holds it; egress names their hosts by secret,
+	// inSandbox the secrets placed as values.
+	creds     []network.Credential
+	egress    map[string][]string
+	inSandbox []string
+}
+
+// placeholders returns each credential's placeholder by name, as a
+// parked run's checkpoint keeps them.
+func (rs runSecrets) placeholders() map[string]string {
+	out := map[string]string{}
+	for _, c := range rs.creds {
+		out[c.Name] = c.Placeholder
+	}
+	return out
+}
+
+// keep makes the credentials use the placeholders a restored sandbox
+// holds (saved at park).
+func (rs runSecrets) keep(saved map[string]string) error {
+	for i, c := range rs.creds {
+		p, ok := saved[c.Name]
+		if !ok {
+			return fmt.Errorf("the checkpoint holds no placeholder of secret %s", c.Name)
+		}
+		rs.creds[i].Placeholder = p
+	}
+	return nil
 }
 
 // placedSecret is a file or directory a run's secret fills.
@@ -36,7 +67,7 @@ type placedSecret struct {
 // by the declared owner, default the run's user, and checked readable by
 // the run's user).
 func (w *Worker) secretsFor(ctx context.Context, l Lease, p prepared) (runSecrets, error) {
-	rs := runSecrets{env: map[string]string{}, redact: &redactor{}}
+	rs := runSecrets{env: map[string]string{}, redact: &redactor{}, egress: map[string][]string{}}
 	if len(l.Task.Secrets) == 0 {
 		return rs, nil
 	}
@@ -55,18 +86,44 @@ func (w *Worker) secretsFor(ctx context.Context, l Lease, p prepared) (runSecret
 		if !ok {
 			return rs, fmt.Errorf("secret %s is declared by the task but the run does not bind it", name)
 		}
-		rs.redact.add(name, v)
+		rs.redact.add(name, v.Value)
+		if v.Egress == nil {
+			rs.inSandbox = append(rs.inSandbox, name)
+		} else {
+			rs.egress[name] = v.Egress.Hosts
+		}
 		if target.Env != "" {
-			rs.env[target.Env] = string(v)
+			value := string(v.Value)
+			if v.Egress != nil {
+				c, held, err := egressCredential(name, v.Value, v.Egress, "")
+				if err != nil {
+					return rs, err
+				}
+				rs.creds, value = append(rs.creds, c), held
+			}
+			rs.env[target.Env] = value
 			continue
 		}
-		placed, err := placeSecret(name, target, v, p)
+		placed, err := placeSecret(name, target, v.Value, p)
 		if err != nil {
 			return rs, fmt.Errorf("secret %s: %w", name, err)
 		}
-		for _, f := range placed {
-			if !f.file.Dir {
-				rs.redact.add(name, f.file.Data)
+		for i, f := range placed {
+			if f.file.Dir {
+				continue
+			}
+			rs.redact.add(name, f.file.Data)
+			if v.Egress != nil {
+				cname := name
+				if target.Directory != "" {
+					cname = name + "/" + path.Base(f.file.Path)
+				}
+				c, held, err := egressCredential(cname, f.file.Data, v.Egress, "")
+				if err != nil {
+					return rs, err
+				}
+				rs.creds = append(rs.creds, c)
+				placed[i].file.Data = []byte(held)
 			}
 		}
 		rs.files = append(rs.files, placed...)

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/network"
 	"github.com/helmr/helmr/internal/workspaces"
 )
 
@@ -22,6 +23,11 @@ const DefaultShellIdle = 30 * time.Minute
 type shellUse struct {
 	last    time.Time
 	secrets map[string]string
+	// creds are the egress-bound credentials the session's commands got
+	// placeholders of, kept (bound in the network stack) while the
+	// session lives, since a command may export one for later ones.
+	creds   map[string]network.Credential
+	removes []func()
 }
 
 // doShell serves a request on one of a workspace's shell sessions. Only
@@ -57,9 +63,16 @@ func (w *Worker) doShell(ctx context.Context, op workspaces.Op) workspaces.OpRes
 		return w.shellResult(workspaces.ShellResult{})
 	}
 	secrets := ob.useShell(req.Session, op.Secrets, req.Op == workspaces.ShellOpen)
+	held, fresh, err := heldSecrets(op, ob.shellCreds(req.Session))
+	if err != nil {
+		return workspaces.OpResult{Error: err.Error()}
+	}
+	if remove := ob.trust.add(fresh); !ob.keepShellCreds(req.Session, fresh, remove) {
+		defer remove()
+	}
 	sreq := sandbox.ShellRequest{
 		Op: req.Op, Name: req.Session, StartupSource: req.StartupSource,
-		Command: req.WithSecrets(op.Secrets).Command, Retries: req.Retries,
+		Command: req.WithSecrets(held).Command, Retries: req.Retries,
 		Timeout: time.Duration(req.TimeoutSeconds * float64(time.Second)), MaxOutput: workspaces.MaxOutputBytes,
 	}
 	if req.Op == workspaces.ShellOpen {
@@ -133,8 +146,43 @@ func (ob *opBox) useShell(name string, secrets map[string]string, open bool) map
 
 func (ob *opBox) forgetShell(name string) {
 	ob.mu.Lock()
-	defer ob.mu.Unlock()
+	u := ob.shells[name]
 	delete(ob.shells, name)
+	ob.mu.Unlock()
+	if u != nil {
+		for _, remove := range u.removes {
+			remove()
+		}
+	}
+}
+
+// shellCreds returns the credentials session name holds placeholders of.
+func (ob *opBox) shellCreds(name string) map[string]network.Credential {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	if u := ob.shells[name]; u != nil {
+		return maps.Clone(u.creds)
+	}
+	return nil
+}
+
+// keepShellCreds makes session name keep creds (and call remove when it
+// ends); false if there is no such session.
+func (ob *opBox) keepShellCreds(name string, creds []network.Credential, remove func()) bool {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	u := ob.shells[name]
+	if u == nil {
+		return false
+	}
+	if u.creds == nil {
+		u.creds = map[string]network.Credential{}
+	}
+	for _, c := range creds {
+		u.creds[c.Name] = c
+	}
+	u.removes = append(u.removes, remove)
+	return true
 }
 
 func (ob *opBox) shellNames() []string {
@@ -153,11 +201,13 @@ func (ob *opBox) shellNames() []string {
 func (w *Worker) expireShells(ob *opBox) time.Duration {
 	ob.mu.Lock()
 	var stale []string
+	var removes []func()
 	next := time.Duration(0)
 	for name, u := range ob.shells {
 		left := w.cfg.ShellIdle - time.Since(u.last)
 		if left <= 0 {
 			stale = append(stale, name)
+			removes = append(removes, u.removes...)
 			delete(ob.shells, name)
 			continue
 		}
@@ -166,6 +216,9 @@ func (w *Worker) expireShells(ob *opBox) time.Duration {
 		}
 	}
 	ob.mu.Unlock()
+	for _, remove := range removes {
+		remove()
+	}
 	if shells, ok := ob.box.(sandbox.Shells); ok && len(stale) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -46,6 +46,10 @@ func (w *Worker) runTask(ctx context.Context, l Lease, b *booted, p prepared, se
 	}()
 	defer w.watchCancel(ctx, l.Run.ID, cancel)()
 
+	// The run's egress-bound credentials work in the sandbox's network
+	// stack while the run holds it.
+	b.creds = sec.creds
+	defer b.trust.add(sec.creds)()
 	logs := newLogSink(w.cfg.Control, l.Run.ID, w.log)
 	logs.redact = sec.redact
 	defer logs.Close()
@@ -264,6 +268,10 @@ func (b *booted) sandboxNotes() []runs.SystemData {
 	for _, d := range b.denials {
 		out = append(out, runs.SystemData{Message: "egress policy: " + d.String(),
 			Attrs: map[string]string{"egress": "denied", "proto": d.Proto, "dest": d.Dest}})
+	}
+	for _, n := range b.notices {
+		out = append(out, runs.SystemData{Message: "egress credentials: " + n.Message,
+			Attrs: map[string]string{"egress": "credential", "kind": n.Kind, "secret": n.Secret, "host": n.Host}})
 	}
 	return out
 }

@@ -72,7 +72,7 @@ type ControlPlane interface {
 	Status(ctx context.Context, runID string) (runs.Status, error)
 	// RunSecrets returns the values of a run's bound secrets (the run must
 	// be this worker's and under way).
-	RunSecrets(ctx context.Context, runID string) (map[string][]byte, error)
+	RunSecrets(ctx context.Context, runID string) (map[string]runs.BoundSecret, error)
 	// NextOp waits a while for a direct operation on a workspace of host
 	// (workspaces.ErrNoOp if none came); FinishOp reports its result.
 	NextOp(ctx context.Context, workerID, host string) (workspaces.Op, error)
@@ -85,7 +85,7 @@ type ControlPlane interface {
 	StaleWorkspaces(ctx context.Context, host string, ids []string) (deleted, moved []string, err error)
 	// BuildSecret returns a build secret the run's image names (the run
 	// must be this worker's and under way).
-	BuildSecret(ctx context.Context, runID, name string) ([]byte, error)
+	BuildSecret(ctx context.Context, runID, name string) (runs.BoundSecret, error)
 	// Heartbeat says the worker is alive, busy or not; a worker silent for
 	// the control plane's worker TTL loses its runs (FAILED).
 	Heartbeat(ctx context.Context, workerID string, caps workers.Capabilities) error
@@ -393,6 +393,19 @@ func (w *Worker) reportDenial(sandboxID string, d network.Denial) {
 		b.denials = append(b.denials, d)
 		b.mu.Unlock()
 	}
+}
+
+// reportNotice keeps a credential event of a run's sandbox for the run's
+// events, and logs those of other sandboxes (workspaces, builds).
+func (w *Worker) reportNotice(sandboxID string, n network.Notice) {
+	if v, ok := w.boxes.Load(sandboxID); ok {
+		b := v.(*booted)
+		b.mu.Lock()
+		b.notices = append(b.notices, n)
+		b.mu.Unlock()
+		return
+	}
+	w.log.Info("egress credential notice", "sandbox", sandboxID, "secret", n.Secret, "host", n.Host, "kind", n.Kind, "message", n.Message)
 }
 
 // hostID returns the identity of the host the worker keeps workspaces on:

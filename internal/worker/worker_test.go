@@ -62,15 +62,19 @@ func (f *fakeControl) Started(_ context.Context, _, _, tier string, note runs.Sy
 	return nil
 }
 func (f *fakeControl) Heartbeat(context.Context, string, workers.Capabilities) error { return nil }
-func (f *fakeControl) RunSecrets(context.Context, string) (map[string][]byte, error) {
-	return f.secrets, nil
+func (f *fakeControl) RunSecrets(context.Context, string) (map[string]runs.BoundSecret, error) {
+	out := map[string]runs.BoundSecret{}
+	for k, v := range f.secrets {
+		out[k] = runs.BoundSecret{Value: v}
+	}
+	return out, nil
 }
-func (f *fakeControl) BuildSecret(_ context.Context, _, name string) ([]byte, error) {
+func (f *fakeControl) BuildSecret(_ context.Context, _, name string) (runs.BoundSecret, error) {
 	v, ok := f.secrets[name]
 	if !ok {
-		return nil, errors.New("no such build secret")
+		return runs.BoundSecret{}, errors.New("no such build secret")
 	}
-	return v, nil
+	return runs.BoundSecret{Value: v}, nil
 }
 func (f *fakeControl) NextOp(ctx context.Context, _, _ string) (workspaces.Op, error) {
 	<-ctx.Done()

@@ -52,11 +52,11 @@ func (s *Service) run(ctx context.Context, ws Workspace, req ExecRequest, tr Tra
 	if err != nil {
 		return ExecResult{}, err
 	}
-	secrets, err := s.secrets(ctx, ws, req)
+	secrets, egress, err := s.secrets(ctx, ws, req)
 	if err != nil {
 		return ExecResult{}, err
 	}
-	op.Secrets = secrets
+	op.Secrets, op.Egress = secrets, egress
 	ctx, cancel := context.WithTimeout(ctx, req.Timeout()+opWait)
 	defer cancel()
 	var output func(string, []byte)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/errdefs"
+	"github.com/helmr/helmr/internal/vault"
 )
 
 // Direct operations run commands in a workspace without a task: the
@@ -40,6 +41,10 @@ type Op struct {
 	// Secrets are the values of the vault secrets Exec refers to
 	// (${vault:NAME}), for this operation only; never in its result.
 	Secrets map[string]string `json:"secrets,omitempty"`
+	// Egress are the egress rules of those of Secrets bound for egress:
+	// their values stay in the worker's network stack, and the command
+	// gets a placeholder (random per operation) in their place.
+	Egress map[string]*vault.Egress `json:"egress,omitempty"`
 	// Data, if set, makes a data operation (see Ops.DoData): DataIn, the
 	// command's stdin is a stream of bytes the worker reads from the
 	// control plane (Ops.Input); DataOut, its stdout is one the worker

@@ -3,6 +3,7 @@ package workspaces
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"path"
 	"regexp"
 	"sort"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/redact"
+	"github.com/helmr/helmr/internal/vault"
 )
 
 // Limits of one exec.
@@ -132,9 +134,10 @@ func (req ExecRequest) VaultNames() []string {
 	return out
 }
 
-// Revealer returns the value of a vault secret of a project environment.
+// Revealer returns the value of a vault secret of a project environment,
+// with its egress rule.
 type Revealer interface {
-	Reveal(ctx context.Context, project, env, name string) ([]byte, error)
+	Open(ctx context.Context, project, env, name string) (vault.Value, error)
 }
 
 // SecretError is a vault reference SecretsFor could not fill in.
@@ -147,21 +150,33 @@ func (e *SecretError) Error() string { return "${vault:" + e.Name + "}: " + e.Er
 func (e *SecretError) Unwrap() error { return e.Err }
 
 // SecretsFor returns the values of the vault secrets req refers to, from
-// the workspace's project environment; an error names the reference.
-func SecretsFor(ctx context.Context, v Revealer, ws Workspace, req ExecRequest) (map[string]string, error) {
+// the workspace's project environment, and the egress rules of those
+// bound for egress (whose values the worker keeps out of the sandbox);
+// an error names the reference.
+func SecretsFor(ctx context.Context, v Revealer, ws Workspace, req ExecRequest) (map[string]string, map[string]*vault.Egress, error) {
 	names := req.VaultNames()
 	if len(names) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	out := make(map[string]string, len(names))
+	var egress map[string]*vault.Egress
 	for _, n := range names {
-		val, err := v.Reveal(ctx, ws.Project, ws.Env, n)
+		val, err := v.Open(ctx, ws.Project, ws.Env, n)
 		if err != nil {
-			return nil, &SecretError{Name: n, Err: err}
+			return nil, nil, &SecretError{Name: n, Err: err}
 		}
-		out[n] = string(val)
+		out[n] = string(val.Bytes)
+		if val.Egress != nil {
+			if _, _, ok := vault.SplitLine(val.Bytes); !ok {
+				return nil, nil, &SecretError{Name: n, Err: fmt.Errorf("bound for egress, and its value is not one line of text: %w", errdefs.ErrInvalid)}
+			}
+			if egress == nil {
+				egress = map[string]*vault.Egress{}
+			}
+			egress[n] = val.Egress
+		}
 	}
-	return out, nil
+	return out, egress, nil
 }
 
 // WithSecrets returns req with every ${vault:NAME} replaced by its value.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/errdefs"
+	"github.com/helmr/helmr/internal/vault"
 )
 
 // Tasks is what the service reads of the deployments (deployments.Store):
@@ -216,18 +217,22 @@ func (s *Service) Task(ctx context.Context, ws Workspace) (deployments.Task, err
 }
 
 // secrets fetches the values of the vault secrets req refers to
-// (${vault:NAME}) from ws's project environment.
-func (s *Service) secrets(ctx context.Context, ws Workspace, req ExecRequest) (map[string]string, error) {
+// (${vault:NAME}) from ws's project environment, and the egress rules
+// of those bound for egress.
+func (s *Service) secrets(ctx context.Context, ws Workspace, req ExecRequest) (map[string]string, map[string]*vault.Egress, error) {
 	if len(req.VaultNames()) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if s.Vault == nil {
-		return nil, errdefs.Unavailablef("the command refers to vault secrets, and this control plane has no vault")
+		return nil, nil, errdefs.Unavailablef("the command refers to vault secrets, and this control plane has no vault")
 	}
-	out, err := SecretsFor(ctx, s.Vault, ws, req)
+	out, egress, err := SecretsFor(ctx, s.Vault, ws, req)
 	var se *SecretError
 	if errors.As(err, &se) && errors.Is(err, errdefs.ErrNotFound) {
-		return nil, errdefs.Invalidf("${vault:%s}: no secret %s in %s/%s", se.Name, se.Name, ws.Project, ws.Env)
+		return nil, nil, errdefs.Invalidf("${vault:%s}: no secret %s in %s/%s", se.Name, se.Name, ws.Project, ws.Env)
 	}
-	return out, err
+	if errors.As(err, &se) && errors.Is(err, errdefs.ErrInvalid) {
+		return nil, nil, errdefs.Invalidf("%v", err)
+	}
+	return out, egress, err
 }

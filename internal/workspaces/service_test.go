@@ -12,6 +12,7 @@ import (
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/errdefs"
+	"github.com/helmr/helmr/internal/vault"
 )
 
 // fakeStore holds one workspace; the other Store methods are not used.
@@ -62,11 +63,11 @@ func (f fakeRuns) OperationHost(_ context.Context, ws Workspace) (string, error)
 
 type fakeVault map[string]string
 
-func (v fakeVault) Reveal(_ context.Context, _, _, name string) ([]byte, error) {
+func (v fakeVault) Open(_ context.Context, _, _, name string) (vault.Value, error) {
 	if val, ok := v[name]; ok {
-		return []byte(val), nil
+		return vault.Value{Bytes: []byte(val)}, nil
 	}
-	return nil, fmt.Errorf("secret %s: %w", name, errdefs.ErrNotFound)
+	return vault.Value{}, fmt.Errorf("secret %s: %w", name, errdefs.ErrNotFound)
 }
 
 type fakeTrajectory struct {

@@ -147,7 +147,7 @@ func (s *Service) Shell(ctx context.Context, ws Workspace, req ShellRequest, tr 
 	if err != nil {
 		return ShellResult{}, err
 	}
-	secrets, err := s.secrets(ctx, ws, req.exec())
+	secrets, egress, err := s.secrets(ctx, ws, req.exec())
 	if err != nil {
 		return ShellResult{}, err
 	}
@@ -156,7 +156,7 @@ func (s *Service) Shell(ctx context.Context, ws Workspace, req ShellRequest, tr 
 	}
 	ctx, cancel := context.WithTimeout(ctx, req.Timeout()+opWait)
 	defer cancel()
-	opRes, err := s.ops.Do(ctx, Op{Workspace: ws, Task: task.Spec, DeploymentID: task.DeploymentID, Shell: &req, Secrets: secrets})
+	opRes, err := s.ops.Do(ctx, Op{Workspace: ws, Task: task.Spec, DeploymentID: task.DeploymentID, Shell: &req, Secrets: secrets, Egress: egress})
 	if err != nil {
 		return ShellResult{}, errdefs.Newf(errdefs.ErrTimeout, "%w", err)
 	}

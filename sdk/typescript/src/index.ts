@@ -23,7 +23,7 @@ export type {
 } from "./context.js";
 export { image, Image, type BuildSecret, type CacheMount, type CopyOptions, type FromOptions, type RunOptions } from "./image.js";
 export { sandbox, Sandbox, type MemorySize, type Resources } from "./sandbox.js";
-export type { DirectorySecret, EnvSecret, FileMode, FileSecret, SecretDeclaration } from "./secrets.js";
+export type { DirectorySecret, EnvSecret, FileMode, FileSecret, SecretDeclaration, SecretEgress } from "./secrets.js";
 export { source, type Source } from "./source.js";
 export { task, type Task, type TaskOptions, type TaskOutput, type TaskPayload, type TaskRunFunction } from "./task.js";
 export {

@@ -10,6 +10,8 @@ export interface SecretTargetManifest {
   /** Octal permission bits, for example "0400". */
   mode?: string;
   owner?: string;
+  /** Egress binding: the hosts the value may be sent to; the sandbox holds a placeholder. */
+  egress?: { hosts: string[]; body?: boolean };
 }
 
 /** A named persistent cache mounted into a run step. */

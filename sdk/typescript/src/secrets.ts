@@ -4,9 +4,20 @@ import { assertAbsolutePath, assertString, describe } from "./validate.js";
 /** Permission bits as a number (0o400) or an octal string ("0400"). */
 export type FileMode = number | string;
 
+/**
+ * Egress binding: the hosts (domain names, "*.example.com" for every name
+ * below example.com) the secret's value may be sent to. The sandbox then holds
+ * a placeholder, never the value; the worker's network stack puts the value
+ * into HTTPS requests to these hosts (headers, Basic credentials included; and
+ * bodies with `{ hosts, body: true }`). A vault secret with hosts of its own
+ * must allow every host named here.
+ */
+export type SecretEgress = readonly string[] | { hosts: readonly string[]; body?: boolean };
+
 /** The secret's value appears as an environment variable. */
 export interface EnvSecret {
   env: string;
+  egress?: SecretEgress;
   file?: never;
   directory?: never;
 }
@@ -16,6 +27,7 @@ export interface FileSecret {
   file: string;
   mode?: FileMode;
   owner?: string;
+  egress?: SecretEgress;
   env?: never;
   directory?: never;
 }
@@ -26,6 +38,7 @@ export interface DirectorySecret {
   files: string[];
   mode?: FileMode;
   owner?: string;
+  egress?: SecretEgress;
   env?: never;
   file?: never;
 }
@@ -67,7 +80,9 @@ function secretTarget(where: string, decl: SecretDeclaration): SecretTargetManif
     if ("mode" in decl || "owner" in decl || "files" in decl) {
       throw new TypeError(`${where}: mode, owner and files apply to file and directory secrets only`);
     }
-    return { env: decl.env };
+    const out: SecretTargetManifest = { env: decl.env };
+    if (decl.egress !== undefined) out.egress = egressManifest(where, decl.egress);
+    return out;
   }
   const target: SecretTargetManifest = {};
   if (decl.file !== undefined) {
@@ -92,7 +107,34 @@ function secretTarget(where: string, decl: SecretDeclaration): SecretTargetManif
     assertString(`${where} owner`, decl.owner);
     target.owner = decl.owner;
   }
+  if (decl.egress !== undefined) target.egress = egressManifest(where, decl.egress);
   return target;
+}
+
+const hostPattern = /^(\*\.)?[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*$/;
+
+function egressManifest(where: string, egress: SecretEgress): { hosts: string[]; body?: boolean } {
+  const obj = Array.isArray(egress) ? { hosts: egress } : egress;
+  if (obj === null || typeof obj !== "object" || !Array.isArray((obj as { hosts?: unknown }).hosts)) {
+    throw new TypeError(`${where}: egress must be a list of host names or { hosts, body }, got ${describe(egress)}`);
+  }
+  const { hosts, body } = obj as { hosts: unknown[]; body?: unknown };
+  if (hosts.length === 0) {
+    throw new TypeError(`${where}: egress names at least one host`);
+  }
+  const out: { hosts: string[]; body?: boolean } = {
+    hosts: hosts.map((h) => {
+      if (typeof h !== "string" || !hostPattern.test(h.toLowerCase())) {
+        throw new TypeError(`${where}: egress host ${describe(h)} is not a domain name ("api.example.com" or "*.example.com"; no IP addresses or ports)`);
+      }
+      return h.toLowerCase();
+    }),
+  };
+  if (body !== undefined) {
+    if (typeof body !== "boolean") throw new TypeError(`${where}: egress body must be a boolean, got ${describe(body)}`);
+    if (body) out.body = true;
+  }
+  return out;
 }
 
 /** formatMode renders permission bits as a zero-prefixed octal string ("0400"). */

@@ -153,6 +153,8 @@ describe("task", () => {
       OPENAI_API_KEY: { env: "OPENAI_API_KEY" },
       GH_KEY: { file: "/run/secrets/gh.pem", mode: 0o400, owner: "1000:1000" },
       KUBE: { directory: "/home/node/.kube", files: ["config"], mode: "600" },
+      GITHUB_TOKEN: { env: "GITHUB_TOKEN", egress: ["api.github.com", "*.GitHub.com"] },
+      NPM_TOKEN: { file: "/run/secrets/npm", egress: { hosts: ["registry.npmjs.org"], body: true } },
     },
     run: async (payload: { name?: string }) => ({ greeting: `hello ${payload.name ?? "world"}` }),
   });
@@ -176,6 +178,8 @@ describe("task", () => {
           OPENAI_API_KEY: { env: "OPENAI_API_KEY" },
           GH_KEY: { file: "/run/secrets/gh.pem", mode: "0400", owner: "1000:1000" },
           KUBE: { directory: "/home/node/.kube", files: ["config"], mode: "0600" },
+          GITHUB_TOKEN: { env: "GITHUB_TOKEN", egress: { hosts: ["api.github.com", "*.github.com"] } },
+          NPM_TOKEN: { file: "/run/secrets/npm", egress: { hosts: ["registry.npmjs.org"], body: true } },
         },
         sandbox: {
           name: "hello",
@@ -225,6 +229,8 @@ describe("task", () => {
     ["a bad mode", () => task({ id: "t", sandbox: sb1, secrets: { A: { file: "/a", mode: "rw" } } }), /mode must be/],
     ["a directory without files", () => task({ id: "t", sandbox: sb1, secrets: { A: { directory: "/a", files: [] } } }), /files must list/],
     ["a bad env name", () => task({ id: "t", sandbox: sb1, secrets: { A: { env: "1X" } } }), /variable name/],
+    ["an egress IP", () => task({ id: "t", sandbox: sb1, secrets: { A: { env: "A", egress: ["10.0.0.1:443"] } } }), /not a domain name/],
+    ["an empty egress", () => task({ id: "t", sandbox: sb1, secrets: { A: { env: "A", egress: [] } } }), /at least one host/],
   ];
   for (const [name, fn, want] of bad) {
     it(`rejects ${name}`, () => assert.throws(fn, want));

@@ -385,7 +385,7 @@ export interface paths {
             cookie?: never;
         };
         get?: never;
-        /** Seal a secret's value in the vault (replacing it). The response is metadata only. */
+        /** Seal a secret's value in the vault (replacing it). egress binds it for egress injection (its value never enters a sandbox: a placeholder does, and the worker's network stack substitutes the value in HTTPS requests to the hosts); null places the value itself in sandboxes (the weaker mode); absent keeps the secret's mode. The response is metadata only. */
         put: operations["setSecret"];
         post?: never;
         delete: operations["deleteSecret"];
@@ -1692,6 +1692,7 @@ export interface components {
             files?: string[];
             mode?: string;
             owner?: string;
+            egress?: components["schemas"]["EgressRule"];
         };
         Sandbox: {
             name: string;
@@ -1751,10 +1752,23 @@ export interface components {
             project: string;
             env: string;
             name: string;
+            /**
+             * @description egress: the value never enters a sandbox; sandbox: it is placed there (weaker).
+             * @enum {string}
+             */
+            mode: "egress" | "sandbox";
+            egress?: components["schemas"]["EgressRule"];
             /** Format: date-time */
             createdAt: string;
             /** Format: date-time */
             updatedAt: string;
+        };
+        /** @description Where a secret's value may be sent from a sandbox, by the worker's network stack. */
+        EgressRule: {
+            /** @description Domain names; *.example.com stands for every name below example.com. No IP addresses. */
+            hosts: string[];
+            /** @description Substitute in request bodies too (default: headers only). */
+            body?: boolean;
         };
         CreateDeploymentRequest: {
             env?: components["schemas"]["Name"];
@@ -2696,6 +2710,7 @@ export interface operations {
                 "application/json": {
                     /** @description The secret's value; stored encrypted, never returned. */
                     value: string;
+                    egress?: components["schemas"]["EgressRule"] | null;
                 };
             };
         };
