@@ -19,6 +19,7 @@ package network
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -87,6 +88,18 @@ type Config struct {
 	// worker's descriptors (default DefaultMaxFlows).
 	MaxFlows int
 	Logger   *slog.Logger
+	// UpstreamRoots verify the real upstream certificate of an
+	// intercepted connection (nil: the host's system roots).
+	UpstreamRoots *x509.CertPool
+	// Notice, if set, is told about credential events of a sandbox, each
+	// (secret, host, kind) once per sandbox: a placeholder sent to a host
+	// it is not bound to (not substituted), a placeholder sent over plain
+	// HTTP (never substituted: credentials go only over TLS), an upstream
+	// whose certificate did not verify.
+	Notice func(sandboxID string, n Notice)
+
+	injMu     sync.Mutex
+	injectors map[string]*Injector
 
 	once      sync.Once
 	g         *guard
@@ -341,15 +354,21 @@ func (l *Link) allowed(a netip.Addr) string {
 		return ""
 	}
 	if p.Mode == Allowlist {
-		l.mu.Lock()
-		until, ok := l.resolved[a]
-		l.mu.Unlock()
-		if ok && time.Now().Before(until) {
+		if l.resolvedAllows(a) {
 			return ""
 		}
 		return "not in the egress allowlist (" + p.String() + ")"
 	}
 	return "egress policy " + p.String()
+}
+
+// resolvedAllows reports whether a is an address an allowed name
+// resolved to (allowlist), not yet expired.
+func (l *Link) resolvedAllows(a netip.Addr) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	until, ok := l.resolved[a.Unmap()]
+	return ok && time.Now().Before(until)
 }
 
 // remember allows a, which an allowed name resolved to, for ttl (at
@@ -422,40 +441,86 @@ func (l *Link) forwardTCP(r *tcp.ForwarderRequest) {
 		l.serveDNSTCP(c)
 		return
 	}
-	if why := l.allowed(dst.Addr()); why != "" {
-		l.deny(Denial{Proto: "tcp", Dest: dst.String(), Reason: why})
+	a := dst.Addr()
+	if why := l.cfg.g.check(a); why != "" {
+		l.deny(Denial{Proto: "tcp", Dest: dst.String(), Reason: "never reachable from a sandbox (" + why + ")"})
 		r.Complete(true)
 		return
 	}
+	p := l.cfg.Policy
+	byPrefix := p.allowsPrefix(a) // open: every address
+	inj := l.cfg.injector(l.id)
+	if byPrefix && inj.snapshot() == nil {
+		l.relay(r, dst)
+		return
+	}
+	byName := !byPrefix && l.resolvedAllows(a)
+	if !byPrefix && !byName && len(p.Domains) == 0 {
+		l.deny(Denial{Proto: "tcp", Dest: dst.String(), Reason: "not in the egress allowlist (" + p.String() + ")"})
+		r.Complete(true)
+		return
+	}
+	l.sniffAndForward(r, dst, inj, byPrefix, byName)
+}
+
+// relay is a connection's plain path: dial, then accept the guest's
+// connection and copy both ways.
+func (l *Link) relay(r *tcp.ForwarderRequest, dst netip.AddrPort) {
 	if !l.reserve("tcp", dst) {
 		r.Complete(true)
 		return
 	}
 	defer l.release()
-	ctx, cancel := context.WithTimeout(l.ctx, dialTimeout)
-	host, err := l.dialer().DialContext(ctx, "tcp", dst.String())
-	cancel()
+	host, err := l.dial(dst)
 	if err != nil {
-		l.cfg.Logger.Debug("egress dial failed", "sandbox", l.id, "dest", dst, "err", err)
 		r.Complete(true)
 		return
 	}
-	var wq waiter.Queue
-	ep, terr := r.CreateEndpoint(&wq)
-	if terr != nil {
-		host.Close()
-		r.Complete(true)
-		return
-	}
-	r.Complete(false)
-	guest := gonet.NewTCPConn(&wq, ep)
-	if !l.track(guest, host) {
-		guest.Close()
-		host.Close()
+	guest, _, ok := l.accept(r, host)
+	if !ok {
 		return
 	}
 	defer l.untrack(guest, host)
-	relayTCP(guest, host.(*net.TCPConn))
+	relayTCP(guest, host)
+}
+
+// dial connects to dst from the host.
+func (l *Link) dial(dst netip.AddrPort) (*net.TCPConn, error) {
+	ctx, cancel := context.WithTimeout(l.ctx, dialTimeout)
+	defer cancel()
+	c, err := l.dialer().DialContext(ctx, "tcp", dst.String())
+	if err != nil {
+		l.cfg.Logger.Debug("egress dial failed", "sandbox", l.id, "dest", dst, "err", err)
+		return nil, err
+	}
+	return c.(*net.TCPConn), nil
+}
+
+// accept completes the guest's connection and tracks it (and host, if
+// not nil); on failure it closes host.
+func (l *Link) accept(r *tcp.ForwarderRequest, host *net.TCPConn) (*gonet.TCPConn, tcpip.Endpoint, bool) {
+	var wq waiter.Queue
+	ep, terr := r.CreateEndpoint(&wq)
+	if terr != nil {
+		if host != nil {
+			host.Close()
+		}
+		r.Complete(true)
+		return nil, nil, false
+	}
+	r.Complete(false)
+	guest := gonet.NewTCPConn(&wq, ep)
+	conns := []net.Conn{guest}
+	if host != nil {
+		conns = append(conns, host)
+	}
+	if !l.track(conns...) {
+		for _, c := range conns {
+			c.Close()
+		}
+		return nil, nil, false
+	}
+	return guest, ep, true
 }
 
 // dialer makes the host-side connections; its Control re-checks the
