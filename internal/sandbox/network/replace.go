@@ -101,8 +101,10 @@ func (r *replacer) replaceString(s string) string {
 // copying run over big chunks.
 const replaceBufSize = 256 << 10
 
-// replaceReader is src with r applied, streaming: it holds back the last
-// r.hold bytes of what it has read until it knows what follows them.
+// replaceReader is src with r applied, streaming: of what it has read it
+// holds back only a tail that could begin an occurrence, until it knows
+// what follows (so a stream that pauses between events is not delayed
+// unless it paused inside what may be a value).
 type replaceReader struct {
 	r        *replacer
 	src      io.Reader
@@ -140,13 +142,30 @@ func (rr *replaceReader) Read(p []byte) (int, error) {
 		}
 		limit := rr.n
 		if rr.srcErr == nil {
-			limit -= rr.r.hold
+			limit -= rr.r.partial(rr.buf[:rr.n])
 		}
 		if limit <= 0 {
 			continue
 		}
 		rr.pending, rr.consumed = rr.r.process(rr.buf[:rr.n], limit, &rr.scratch)
 	}
+}
+
+// partial is the length of the longest tail of in that is a proper
+// prefix of a rule's from: what may be the start of an occurrence. No
+// occurrence starting before it runs past in's end.
+func (r *replacer) partial(in []byte) int {
+	longest := 0
+	for k := range r.rules {
+		f := r.rules[k].from
+		for n := min(len(f)-1, len(in)); n > longest; n-- {
+			if bytes.HasPrefix(f, in[len(in)-n:]) {
+				longest = n
+				break
+			}
+		}
+	}
+	return longest
 }
 
 // formPair is one encoded form of a value and the same form of its

@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -430,7 +431,7 @@ func (h *Host) ServeHTTPS(t TB, addr netip.Addr, cert tls.Certificate, handler h
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ErrorLog: log.New(io.Discard, "", 0)}
 	t.Cleanup(func() { srv.Close() })
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	return ln.Addr().(*net.TCPAddr).Port
