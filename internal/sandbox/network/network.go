@@ -15,6 +15,46 @@
 // (so no port of the control plane or the worker), loopback, link-local
 // metadata addresses, multicast, or the networks the operator adds to
 // Config.Deny.
+//
+// # Names
+//
+// Under an allowlist the policy also reads the name a TCP connection asks
+// for: the server name (SNI) of a TLS ClientHello, or the Host of an
+// HTTP/1.x request head. A connection to an address allowed only because
+// an allowed name resolved to it is reset if it names a host outside the
+// allowlist. A connection to an address nobody resolved through the
+// sandbox is accepted, and dialled only if it names an allowed host whose
+// lookup by the worker (through Config.Upstream) includes that address,
+// so names resolved elsewhere (/etc/hosts, a cache) work and a made-up
+// server name sent to an arbitrary address does not. Addresses allowed by
+// network (CIDR) are not checked by name.
+//
+// # Credentials injected at egress
+//
+// A sandbox's secrets can stay outside it: the sandbox holds a random
+// placeholder (NewPlaceholder) and its Injector holds the value, bound to
+// host names. Only a connection whose TLS server name (or, for plain
+// HTTP, Host) is one of a credential's hosts is intercepted: the worker
+// completes the guest's TLS handshake with a certificate for that name
+// issued by the sandbox's own CA (which the sandbox trusts), opens TLS to
+// the address the guest dialled, verifying the real certificate for that
+// name against Config.UpstreamRoots (a failure fails the connection and
+// is noticed, never falls back), and proxies HTTP/1.1 or HTTP/2 request
+// by request. In each request the placeholders of the credentials bound
+// to both the connection's name and the request's Host are replaced by
+// their values in every header, inside Basic authorization, and, for
+// credentials that allow it, in the body. In every response, headers and
+// body, each credential's value and its encoded forms (package redact)
+// are turned back into the placeholder's, so an echoing server cannot
+// hand a value in.
+//
+// A placeholder is never substituted for a host it is not bound to, nor
+// over plain HTTP (such requests to a bound host are proxied but sent
+// as they are); both are noticed (Config.Notice). Every other connection
+// (names bound to nothing, no name, protocols other than TLS and HTTP,
+// servers that speak first) is relayed byte for byte: the sandbox sees
+// the server's own certificate. A sandbox with no credentials under an
+// open policy is not looked at at all.
 package network
 
 import (
