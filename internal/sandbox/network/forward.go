@@ -71,9 +71,14 @@ func (l *Link) sniffAndForward(r *tcp.ForwarderRequest, dst netip.AddrPort, inj 
 			host = h
 		}
 	}
-	if set := inj.snapshot(); set != nil && !s.hostFirst && s.kind != kindOther && s.name != "" && set.binds(s.name) {
-		l.intercept(inj, guest, host, dst, s)
-		return
+	if set := inj.snapshot(); set != nil && !s.hostFirst && s.kind != kindOther && s.name != "" {
+		if set.binds(s.name) {
+			l.intercept(inj, guest, host, dst, s)
+			return
+		}
+		if s.kind == kindHTTP {
+			set.noticeUnbound(inj, s.name, s.guest)
+		}
 	}
 	passThrough(guest, host, s)
 }

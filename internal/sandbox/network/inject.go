@@ -1,6 +1,7 @@
 package network
 
 import (
+	"bytes"
 	"encoding/base64"
 	"net/http"
 	"strings"
@@ -170,6 +171,18 @@ func (s *credSet) binds(name string) bool {
 		}
 	}
 	return false
+}
+
+// noticeUnbound notices the placeholders in head, the first request head
+// of a plain HTTP connection to host, a name no credential is bound to
+// (the connection is passed through; later requests on it are not read).
+func (s *credSet) noticeUnbound(inj *Injector, host string, head []byte) {
+	for _, c := range s.creds {
+		if bytes.Contains(head, []byte(c.Placeholder)) {
+			inj.notice(Notice{Secret: c.Name, Host: host, Kind: NoticeUnboundHost,
+				Message: "a request to " + host + " carried the placeholder of secret " + c.Name + ", which is not bound to that host; it was sent as the placeholder"})
+		}
+	}
 }
 
 // requestRules returns what a request to host, on a connection made to

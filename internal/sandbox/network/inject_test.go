@@ -350,9 +350,21 @@ func TestInjectUnboundHost(t *testing.T) {
 	if strings.Contains(got[0].Message, other.Value) || strings.Contains(got[0].Message, other.Placeholder) {
 		t.Errorf("notice message %q holds a value or a placeholder", got[0].Message)
 	}
+	// Plain HTTP to a host bound to nothing is passed through; its first
+	// request head is still read for placeholders.
+	plain := e.h.ServeHTTP(t, e.h.Addr2, e.rec.handler())
+	req, _ := http.NewRequest("GET", "http://other.test:"+strconv.Itoa(plain)+"/echo", nil)
+	req.Header.Set("X-Token", bound.Placeholder)
+	do(t, c, req)
+	if x := e.rec.last(t).Header.Get("X-Token"); x != bound.Placeholder {
+		t.Errorf("plain HTTP to an unbound host: the host got %q, want the placeholder", x)
+	}
+	if got := e.notices(); len(got) != 2 || got[1].Secret != "BOUND" || got[1].Host != "other.test" || got[1].Kind != network.NoticeUnboundHost {
+		t.Errorf("notices = %+v, want a second one for BOUND sent to other.test", got)
+	}
 	// Removed credentials are no longer substituted.
 	remove()
-	req, _ := http.NewRequest("GET", e.url("/echo"), nil)
+	req, _ = http.NewRequest("GET", e.url("/echo"), nil)
 	req.Header.Set("Authorization", "Bearer "+bound.Placeholder)
 	do(t, c, req)
 	if a := e.rec.last(t).Header.Get("Authorization"); a != "Bearer "+bound.Placeholder {
