@@ -1,6 +1,7 @@
 package network
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -11,8 +12,10 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/waiter"
 )
 
 // sniffAndForward is the path of a connection whose first bytes matter:
@@ -192,4 +195,64 @@ func (l *Link) lookupA(name string) ([]netip.Addr, time.Duration, error) {
 		}
 	}
 	return addrs, max(ttl, 0), nil
+}
+
+// relay is a connection's plain path: dial, then accept the guest's
+// connection and copy both ways.
+func (l *Link) relay(r *tcp.ForwarderRequest, dst netip.AddrPort) {
+	if !l.reserve("tcp", dst) {
+		r.Complete(true)
+		return
+	}
+	defer l.release()
+	host, err := l.dial(dst)
+	if err != nil {
+		r.Complete(true)
+		return
+	}
+	guest, _, ok := l.accept(r, host)
+	if !ok {
+		return
+	}
+	defer l.untrack(guest, host)
+	relayTCP(guest, host)
+}
+
+// dial connects to dst from the host.
+func (l *Link) dial(dst netip.AddrPort) (*net.TCPConn, error) {
+	ctx, cancel := context.WithTimeout(l.ctx, dialTimeout)
+	defer cancel()
+	c, err := l.dialer().DialContext(ctx, "tcp", dst.String())
+	if err != nil {
+		l.cfg.Logger.Debug("egress dial failed", "sandbox", l.id, "dest", dst, "err", err)
+		return nil, err
+	}
+	return c.(*net.TCPConn), nil
+}
+
+// accept completes the guest's connection and tracks it (and host, if
+// not nil); on failure it closes host.
+func (l *Link) accept(r *tcp.ForwarderRequest, host *net.TCPConn) (*gonet.TCPConn, tcpip.Endpoint, bool) {
+	var wq waiter.Queue
+	ep, terr := r.CreateEndpoint(&wq)
+	if terr != nil {
+		if host != nil {
+			host.Close()
+		}
+		r.Complete(true)
+		return nil, nil, false
+	}
+	r.Complete(false)
+	guest := gonet.NewTCPConn(&wq, ep)
+	conns := []net.Conn{guest}
+	if host != nil {
+		conns = append(conns, host)
+	}
+	if !l.track(conns...) {
+		for _, c := range conns {
+			c.Close()
+		}
+		return nil, nil, false
+	}
+	return guest, ep, true
 }

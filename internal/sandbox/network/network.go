@@ -503,66 +503,6 @@ func (l *Link) forwardTCP(r *tcp.ForwarderRequest) {
 	l.sniffAndForward(r, dst, inj, byPrefix, byName)
 }
 
-// relay is a connection's plain path: dial, then accept the guest's
-// connection and copy both ways.
-func (l *Link) relay(r *tcp.ForwarderRequest, dst netip.AddrPort) {
-	if !l.reserve("tcp", dst) {
-		r.Complete(true)
-		return
-	}
-	defer l.release()
-	host, err := l.dial(dst)
-	if err != nil {
-		r.Complete(true)
-		return
-	}
-	guest, _, ok := l.accept(r, host)
-	if !ok {
-		return
-	}
-	defer l.untrack(guest, host)
-	relayTCP(guest, host)
-}
-
-// dial connects to dst from the host.
-func (l *Link) dial(dst netip.AddrPort) (*net.TCPConn, error) {
-	ctx, cancel := context.WithTimeout(l.ctx, dialTimeout)
-	defer cancel()
-	c, err := l.dialer().DialContext(ctx, "tcp", dst.String())
-	if err != nil {
-		l.cfg.Logger.Debug("egress dial failed", "sandbox", l.id, "dest", dst, "err", err)
-		return nil, err
-	}
-	return c.(*net.TCPConn), nil
-}
-
-// accept completes the guest's connection and tracks it (and host, if
-// not nil); on failure it closes host.
-func (l *Link) accept(r *tcp.ForwarderRequest, host *net.TCPConn) (*gonet.TCPConn, tcpip.Endpoint, bool) {
-	var wq waiter.Queue
-	ep, terr := r.CreateEndpoint(&wq)
-	if terr != nil {
-		if host != nil {
-			host.Close()
-		}
-		r.Complete(true)
-		return nil, nil, false
-	}
-	r.Complete(false)
-	guest := gonet.NewTCPConn(&wq, ep)
-	conns := []net.Conn{guest}
-	if host != nil {
-		conns = append(conns, host)
-	}
-	if !l.track(conns...) {
-		for _, c := range conns {
-			c.Close()
-		}
-		return nil, nil, false
-	}
-	return guest, ep, true
-}
-
 // dialer makes the host-side connections; its Control re-checks the
 // address actually dialled.
 func (l *Link) dialer() *net.Dialer {
