@@ -2,7 +2,10 @@
 // throughput and connection setup (connect to first byte) from a test host
 // in a network namespace this program creates, through a sandbox's
 // interface and the worker's user-space stack, against the same transfers
-// made directly from the host's namespace in the same run. Run as root:
+// made directly from the host's namespace in the same run; then, over
+// HTTPS from the sandbox, the same sandbox's pass-through connections
+// against intercepted ones (a credential bound to the host's name, so
+// the worker terminates TLS and substitutes it). Run as root:
 // go run ./bench/egress [-mib 512] [-n 200]
 package main
 
@@ -57,8 +60,10 @@ func main() {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	link, err := network.Create(filepath.Join(dir, "netns"), "bench", &network.Config{Policy: network.Policy{Mode: network.Open},
-		Upstream: []netip.AddrPort{netip.AddrPortFrom(h.Addr, 53)}})
+	testCA := nettest.NewTLS(t)
+	cfg := &network.Config{Policy: network.Policy{Mode: network.Open},
+		Upstream: []netip.AddrPort{netip.AddrPortFrom(h.Addr, 53)}, UpstreamRoots: testCA.Pool}
+	link, err := network.Create(filepath.Join(dir, "netns"), "bench", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +97,9 @@ func main() {
 	}
 	fmt.Printf("  connect    host %8.3f ms      sandbox %8.3f ms      ratio sandbox/host %.2f (medians, connect to first byte)\n",
 		ms(bc), ms(hc), float64(hc)/float64(bc))
+	if err := benchHTTPS(t, h, testCA, cfg, filepath.Join(dir, "netns"), size, *n); err != nil {
+		t.Fatal(err)
+	}
 }
 
 type dialFunc func(ctx context.Context, addr string) (net.Conn, error)

@@ -15,10 +15,51 @@
 // (so no port of the control plane or the worker), loopback, link-local
 // metadata addresses, multicast, or the networks the operator adds to
 // Config.Deny.
+//
+// # Names
+//
+// Under an allowlist the policy also reads the name a TCP connection asks
+// for: the server name (SNI) of a TLS ClientHello, or the Host of an
+// HTTP/1.x request head. A connection to an address allowed only because
+// an allowed name resolved to it is reset if it names a host outside the
+// allowlist. A connection to an address nobody resolved through the
+// sandbox is accepted, and dialled only if it names an allowed host whose
+// lookup by the worker (through Config.Upstream) includes that address,
+// so names resolved elsewhere (/etc/hosts, a cache) work and a made-up
+// server name sent to an arbitrary address does not. Addresses allowed by
+// network (CIDR) are not checked by name.
+//
+// # Credentials injected at egress
+//
+// A sandbox's secrets can stay outside it: the sandbox holds a random
+// placeholder (NewPlaceholder) and its Injector holds the value, bound to
+// host names. Only a connection whose TLS server name (or, for plain
+// HTTP, Host) is one of a credential's hosts is intercepted: the worker
+// completes the guest's TLS handshake with a certificate for that name
+// issued by the sandbox's own CA (which the sandbox trusts), opens TLS to
+// the address the guest dialled, verifying the real certificate for that
+// name against Config.UpstreamRoots (a failure fails the connection and
+// is noticed, never falls back), and proxies HTTP/1.1 or HTTP/2 request
+// by request. In each request the placeholders of the credentials bound
+// to both the connection's name and the request's Host are replaced by
+// their values in every header, inside Basic authorization, and, for
+// credentials that allow it, in the body. In every response, headers and
+// body, each credential's value and its encoded forms (package redact)
+// are turned back into the placeholder's, so an echoing server cannot
+// hand a value in.
+//
+// A placeholder is never substituted for a host it is not bound to, nor
+// over plain HTTP (such requests to a bound host are proxied but sent
+// as they are); both are noticed (Config.Notice). Every other connection
+// (names bound to nothing, no name, protocols other than TLS and HTTP,
+// servers that speak first) is relayed byte for byte: the sandbox sees
+// the server's own certificate. A sandbox with no credentials under an
+// open policy is not looked at at all.
 package network
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -87,6 +128,18 @@ type Config struct {
 	// worker's descriptors (default DefaultMaxFlows).
 	MaxFlows int
 	Logger   *slog.Logger
+	// UpstreamRoots verify the real upstream certificate of an
+	// intercepted connection (nil: the host's system roots).
+	UpstreamRoots *x509.CertPool
+	// Notice, if set, is told about credential events of a sandbox, each
+	// (secret, host, kind) once per sandbox: a placeholder sent to a host
+	// it is not bound to (not substituted), a placeholder sent over plain
+	// HTTP (never substituted: credentials go only over TLS), an upstream
+	// whose certificate did not verify.
+	Notice func(sandboxID string, n Notice)
+
+	injMu     sync.Mutex
+	injectors map[string]*Injector
 
 	once      sync.Once
 	g         *guard
@@ -341,15 +394,21 @@ func (l *Link) allowed(a netip.Addr) string {
 		return ""
 	}
 	if p.Mode == Allowlist {
-		l.mu.Lock()
-		until, ok := l.resolved[a]
-		l.mu.Unlock()
-		if ok && time.Now().Before(until) {
+		if l.resolvedAllows(a) {
 			return ""
 		}
 		return "not in the egress allowlist (" + p.String() + ")"
 	}
 	return "egress policy " + p.String()
+}
+
+// resolvedAllows reports whether a is an address an allowed name
+// resolved to (allowlist), not yet expired.
+func (l *Link) resolvedAllows(a netip.Addr) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	until, ok := l.resolved[a.Unmap()]
+	return ok && time.Now().Before(until)
 }
 
 // remember allows a, which an allowed name resolved to, for ttl (at
@@ -422,40 +481,26 @@ func (l *Link) forwardTCP(r *tcp.ForwarderRequest) {
 		l.serveDNSTCP(c)
 		return
 	}
-	if why := l.allowed(dst.Addr()); why != "" {
-		l.deny(Denial{Proto: "tcp", Dest: dst.String(), Reason: why})
+	a := dst.Addr()
+	if why := l.cfg.g.check(a); why != "" {
+		l.deny(Denial{Proto: "tcp", Dest: dst.String(), Reason: "never reachable from a sandbox (" + why + ")"})
 		r.Complete(true)
 		return
 	}
-	if !l.reserve("tcp", dst) {
+	p := l.cfg.Policy
+	byPrefix := p.allowsPrefix(a) // open: every address
+	inj := l.cfg.injector(l.id)
+	if byPrefix && inj.snapshot() == nil {
+		l.relay(r, dst)
+		return
+	}
+	byName := !byPrefix && l.resolvedAllows(a)
+	if !byPrefix && !byName && len(p.Domains) == 0 {
+		l.deny(Denial{Proto: "tcp", Dest: dst.String(), Reason: "not in the egress allowlist (" + p.String() + ")"})
 		r.Complete(true)
 		return
 	}
-	defer l.release()
-	ctx, cancel := context.WithTimeout(l.ctx, dialTimeout)
-	host, err := l.dialer().DialContext(ctx, "tcp", dst.String())
-	cancel()
-	if err != nil {
-		l.cfg.Logger.Debug("egress dial failed", "sandbox", l.id, "dest", dst, "err", err)
-		r.Complete(true)
-		return
-	}
-	var wq waiter.Queue
-	ep, terr := r.CreateEndpoint(&wq)
-	if terr != nil {
-		host.Close()
-		r.Complete(true)
-		return
-	}
-	r.Complete(false)
-	guest := gonet.NewTCPConn(&wq, ep)
-	if !l.track(guest, host) {
-		guest.Close()
-		host.Close()
-		return
-	}
-	defer l.untrack(guest, host)
-	relayTCP(guest, host.(*net.TCPConn))
+	l.sniffAndForward(r, dst, inj, byPrefix, byName)
 }
 
 // dialer makes the host-side connections; its Control re-checks the

@@ -7,11 +7,18 @@ package nettest
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log"
+	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
@@ -355,5 +362,77 @@ func (h *Host) ServeHTTP(t TB, addr netip.Addr, handler http.Handler) int {
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	t.Cleanup(func() { srv.Close() })
 	go func() { _ = srv.Serve(ln) }()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TLS is a test certificate authority for HTTPS test hosts.
+type TLS struct {
+	Pool *x509.CertPool // trusts the CA
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+// NewTLS makes a test CA.
+func NewTLS(t TB) *TLS {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "nettest CA " + randHex(4)},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &TLS{Pool: pool, cert: cert, key: key}
+}
+
+// Cert issues a server certificate for names (DNS names or IP
+// addresses).
+func (c *TLS) Cert(t TB, names ...string) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: names[0]},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	for _, n := range names {
+		if a, err := netip.ParseAddr(n); err == nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, a.AsSlice())
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(der)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
+}
+
+// ServeHTTPS serves handler over HTTPS (HTTP/2 and HTTP/1.1) with cert on
+// addr (any port) inside the test host until t ends, and returns the
+// port.
+func (h *Host) ServeHTTPS(t TB, addr netip.Addr, cert tls.Certificate, handler http.Handler) int {
+	t.Helper()
+	var ln net.Listener
+	if err := In(h.Path, func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ErrorLog: log.New(io.Discard, "", 0)}
+	t.Cleanup(func() { srv.Close() })
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	return ln.Addr().(*net.TCPAddr).Port
 }
