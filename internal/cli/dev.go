@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -149,8 +150,31 @@ func newNetwork(cfg config.Config, controlURL string, log *slog.Logger) (*networ
 	if err := nc.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.EgressCACerts != "" {
+		if nc.UpstreamRoots, err = upstreamRoots(cfg.EgressCACerts); err != nil {
+			return nil, err
+		}
+	}
 	log.Info("sandbox egress", "policy", policy.String())
 	return nc, nil
+}
+
+// upstreamRoots is the host's system roots and the PEM certificates in
+// file (HELMR_EGRESS_CA_CERTS): what the worker verifies the real
+// upstream of an intercepted connection against.
+func upstreamRoots(file string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("HELMR_EGRESS_CA_CERTS: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("HELMR_EGRESS_CA_CERTS: %s holds no PEM certificate", file)
+	}
+	return pool, nil
 }
 
 func newWorker(cfg config.Config, dev bool, log *slog.Logger, control worker.ControlPlane, controlURL, id string) (*worker.Worker, error) {

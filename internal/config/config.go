@@ -40,6 +40,7 @@ type Config struct {
 	RootSize       string        // bound of a sandbox's writable root when its task declares none (1Gi)
 	DNSUpstream    string        // resolvers sandboxes' DNS goes to: IP[:port],...; empty: the host's resolv.conf
 	ExtraCACerts   string        // PEM file of CA certificates build steps trust (a TLS-inspecting proxy)
+	EgressCACerts  string        // PEM file of CA certificates the worker trusts for intercepted upstreams
 	LayerCache     string        // size bound of the image layer cache (20Gi); 0: none
 	MasterKey      string        // the vault's master key, base64 of 32 bytes ($HELMR_MASTER_KEY)
 	MasterKeyFile  string        // or a file holding it ($HELMR_MASTER_KEY_FILE)

@@ -136,6 +136,8 @@ var settings = []Setting{
 		Doc: "a file holding the vault's master key, instead of `HELMR_MASTER_KEY`", field: str(func(c *Config) *string { return &c.MasterKeyFile })},
 	{Name: "HELMR_EXTRA_CA_CERTS", ReadBy: []string{Worker, CLI},
 		Doc: "PEM file of CA certificates that build steps' Node.js tools trust (`NODE_EXTRA_CA_CERTS`)", field: str(func(c *Config) *string { return &c.ExtraCACerts })},
+	{Name: "HELMR_EGRESS_CA_CERTS", ReadBy: []string{Worker, CLI}, Shown: "the host's system roots",
+		Doc: "PEM file of more CA certificates the worker trusts, beside the host's system roots, when it verifies the real upstream of a connection it intercepts to put an egress-bound secret in (a private CA, a TLS-inspecting proxy)", field: str(func(c *Config) *string { return &c.EgressCACerts })},
 	{Name: "HELMR_DNS_UPSTREAM", ReadBy: []string{Worker, CLI}, Shown: "the host's `/etc/resolv.conf`",
 		Doc: "resolvers the sandboxes' DNS is forwarded to: `IP[:port],...`", field: str(func(c *Config) *string { return &c.DNSUpstream })},
 	{Name: "HELMR_WORKER_TTL", ReadBy: []string{ControlPlane}, Default: "60s",

@@ -188,7 +188,10 @@ func (r *Resolver) runLayer(ctx context.Context, key string, n int, img Image, s
 					return "", fmt.Errorf("build secret %s: %w", name, err)
 				}
 				creds = append(creds, network.Credential{Name: name, Placeholder: ph, Value: line, Hosts: sv.Egress.Hosts, Body: sv.Egress.Body})
-				v = []byte(ph + ending)
+				v = []byte(ph + ending) // a file keeps the line ending
+				if s.Secrets[name].Env != "" {
+					v = []byte(ph)
+				}
 			}
 			if bs := s.Secrets[name]; bs.Env != "" {
 				env = append(env, bs.Env+"="+string(v))

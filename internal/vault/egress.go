@@ -106,7 +106,7 @@ func (e Egress) Covers(p string) bool {
 
 // SplitLine splits a value for egress into the line that goes into
 // requests and its line ending ("\n", "\r\n" or ""): false if the value
-// is not one line of text (a control character other than tab), which
+// is not one line of text (a control character), which
 // no request header may carry.
 func SplitLine(v []byte) (line, ending string, ok bool) {
 	line = string(v)
@@ -120,7 +120,7 @@ func SplitLine(v []byte) (line, ending string, ok bool) {
 		return "", "", false
 	}
 	for i := 0; i < len(line); i++ {
-		if c := line[i]; c < 0x20 && c != '\t' || c == 0x7f {
+		if c := line[i]; c < 0x20 || c == 0x7f {
 			return "", "", false
 		}
 	}

@@ -175,9 +175,11 @@ func (t *sandboxTrust) release() {
 }
 
 // egressCredential makes the credential that stands for value (one line,
-// with an optional line ending) under rule, and what the sandbox holds in
-// its place: the placeholder, with the value's line ending. placeholder,
-// if set, is the one to reuse (a restored run keeps its own).
+// with an optional line ending) under rule, and returns it with the
+// value's line ending: a file holds the placeholder and the ending, an
+// environment variable or a ${vault:NAME} the placeholder alone (a
+// header cannot carry a newline, so the line is what the value means).
+// placeholder, if set, is the one to reuse.
 func egressCredential(name string, value []byte, rule *vault.Egress, placeholder string) (network.Credential, string, error) {
 	line, ending, ok := vault.SplitLine(value)
 	if !ok {
@@ -190,7 +192,7 @@ func egressCredential(name string, value []byte, rule *vault.Egress, placeholder
 		}
 	}
 	c := network.Credential{Name: name, Placeholder: placeholder, Value: line, Hosts: rule.Hosts, Body: rule.Body}
-	return c, placeholder + ending, nil
+	return c, ending, nil
 }
 
 // secretsNote says, for a run's events, how each of its secrets reaches

@@ -349,14 +349,14 @@ func heldSecrets(op workspaces.Op, have map[string]network.Credential) (map[stri
 			continue
 		}
 		if c, ok := have[name]; ok && c.Value == strings.TrimRight(v, "\r\n") {
-			held[name] = c.Placeholder + v[len(c.Value):]
+			held[name] = c.Placeholder
 			continue
 		}
-		c, h, err := egressCredential(name, []byte(v), rule, "")
+		c, _, err := egressCredential(name, []byte(v), rule, "")
 		if err != nil {
 			return nil, nil, err
 		}
-		held[name] = h
+		held[name] = c.Placeholder
 		fresh = append(fresh, c)
 	}
 	return held, fresh, nil

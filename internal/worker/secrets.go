@@ -95,11 +95,11 @@ func (w *Worker) secretsFor(ctx context.Context, l Lease, p prepared) (runSecret
 		if target.Env != "" {
 			value := string(v.Value)
 			if v.Egress != nil {
-				c, held, err := egressCredential(name, v.Value, v.Egress, "")
+				c, _, err := egressCredential(name, v.Value, v.Egress, "")
 				if err != nil {
 					return rs, err
 				}
-				rs.creds, value = append(rs.creds, c), held
+				rs.creds, value = append(rs.creds, c), c.Placeholder
 			}
 			rs.env[target.Env] = value
 			continue
@@ -118,12 +118,12 @@ func (w *Worker) secretsFor(ctx context.Context, l Lease, p prepared) (runSecret
 				if target.Directory != "" {
 					cname = name + "/" + path.Base(f.file.Path)
 				}
-				c, held, err := egressCredential(cname, f.file.Data, v.Egress, "")
+				c, ending, err := egressCredential(cname, f.file.Data, v.Egress, "")
 				if err != nil {
 					return rs, err
 				}
 				rs.creds = append(rs.creds, c)
-				placed[i].file.Data = []byte(held)
+				placed[i].file.Data = []byte(c.Placeholder + ending)
 			}
 		}
 		rs.files = append(rs.files, placed...)

@@ -284,6 +284,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	if cfg.Network != nil {
 		cfg.Network.Report = w.reportDenial
+		cfg.Network.Notice = w.reportNotice
 	}
 	return w, nil
 }

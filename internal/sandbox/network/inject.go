@@ -20,6 +20,9 @@ const (
 	// NoticeUpstreamUnverified: the certificate of a bound host did not
 	// verify; the sandbox's connection failed.
 	NoticeUpstreamUnverified = "upstream-unverified"
+	// NoticeBodyNotAllowed: a request body to a bound host carried the
+	// placeholder of a secret substituted in headers only.
+	NoticeBodyNotAllowed = "body-not-allowed"
 )
 
 // Notice is a credential event of a sandbox, for the run's events. It
@@ -212,7 +215,7 @@ func (s *credSet) requestRules(inj *Injector, host, connName string, substitute 
 			if c.Body {
 				br = append(br, ru)
 			} else {
-				n := Notice{Secret: c.Name, Host: host, Kind: NoticeUnboundHost,
+				n := Notice{Secret: c.Name, Host: host, Kind: NoticeBodyNotAllowed,
 					Message: "a request body to " + host + " carried the placeholder of secret " + c.Name + ", which is substituted in headers only; it was sent as the placeholder"}
 				br = append(br, rule{from: ph, to: ph, hit: func() { inj.notice(n) }})
 			}

@@ -50,8 +50,9 @@ const minRandom = 16
 // NewPlaceholder returns a random stand-in for value that tools accept
 // where they accept the value: the same character classes position by
 // position (a letter stays a letter of the same case, a digit a digit,
-// other bytes stay as they are, so prefixes such as "ghp_", "sk-" or
-// "xoxb-" and the dots of a JWT keep their shape), the same length when
+// other bytes stay as they are, so the dots of a JWT keep their shape,
+// and a token's type marker such as "ghp_", "sk-" or "xoxb-" is kept as
+// it is: see typePrefix), the same length when
 // the value has at least 16 letters and digits (so Content-Length and
 // Basic auth lengths do not change), and otherwise padded at the end with
 // random letters and digits up to 16 random positions. It is never equal
@@ -74,10 +75,11 @@ func NewPlaceholder(value string) (string, error) {
 	if alnum == 0 {
 		return "", errors.New("placeholder: the value has no letter or digit to stand in for")
 	}
+	keep := typePrefix(value)
 	for range 100 {
 		b := []byte(value)
 		for i, c := range b {
-			if class := classOf(c); class != "" {
+			if class := classOf(c); class != "" && i >= keep {
 				b[i] = randomOf(class)
 			}
 		}
@@ -90,6 +92,33 @@ func NewPlaceholder(value string) (string, error) {
 		}
 	}
 	return "", errors.New("placeholder: no random stand-in differs from the value")
+}
+
+// typePrefix is how many leading bytes of value are a token's type
+// marker, which tools may check and which say nothing secret ("ghp_",
+// "sk-", "xoxb-", "glpat-", "npm_"): 2 to 10 letters and the first '_'
+// or '-', kept only when at least minRandom letters and digits follow,
+// so the placeholder stays as random as any other. 0 if none.
+func typePrefix(value string) int {
+	i := strings.IndexAny(value, "_-")
+	if i < 2 || i > 10 {
+		return 0
+	}
+	for _, c := range []byte(value[:i]) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return 0
+		}
+	}
+	rest := 0
+	for _, c := range []byte(value[i+1:]) {
+		if classOf(c) != "" {
+			rest++
+		}
+	}
+	if rest < minRandom {
+		return 0
+	}
+	return i + 1
 }
 
 const (

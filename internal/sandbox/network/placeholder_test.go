@@ -60,6 +60,19 @@ func TestNewPlaceholder(t *testing.T) {
 			t.Errorf("NewPlaceholder(%q) returned %q twice", v, p)
 		}
 	}
+	// A token's type marker stays; the rest is random.
+	for v, keep := range map[string]string{
+		"ghp_16C7e42F292c6912E7710c838347Ae178B4a": "ghp_",
+		"sk-proj-abcDEF1234567890xyz":              "sk-",
+		"xoxb-1234-5678-abcdEFGH":                  "xoxb-",
+		"ab1_16C7e42F292c6912E7710c838347":         "",
+		"sk-short":                                 "",
+	} {
+		p, _ := network.NewPlaceholder(v)
+		if keep != "" && !strings.HasPrefix(p, keep) || keep == "" && p[:3] == v[:3] && p[3:6] == v[3:6] {
+			t.Errorf("NewPlaceholder(%q) = %q, want the prefix %q kept and nothing more", v, p, keep)
+		}
+	}
 	for _, bad := range []string{"", "line\nbreak", "cr\rx", "nul\x00", "tab\tx", "del\x7f", "----"} {
 		if p, err := network.NewPlaceholder(bad); err == nil {
 			t.Errorf("NewPlaceholder(%q) = %q, want an error", bad, p)

@@ -15,6 +15,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log"
@@ -390,6 +391,11 @@ func NewTLS(t TB) *TLS {
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
 	return &TLS{Pool: pool, cert: cert, key: key}
+}
+
+// PEM is the CA's certificate, PEM-encoded (for a trust file).
+func (c *TLS) PEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.cert.Raw})
 }
 
 // Cert issues a server certificate for names (DNS names or IP
