@@ -337,7 +337,8 @@ func TestEgressCredentialsParked(t *testing.T) {
 	}
 	d.mustHelmr("approve", r.ID, "--data-json", `{"ok":true}`)
 	final := d.waitDone(r.ID, 2*time.Minute)
-	if final.Status != runs.StatusCompleted || !strings.Contains(string(final.Output), `"after":"ok"`) || !strings.Contains(string(final.Output), `"before":"ok"`) {
+	if final.Status != runs.StatusCompleted || !strings.Contains(string(final.Output), `"after":"ok"`) || !strings.Contains(string(final.Output), `"before":"ok"`) ||
+		!strings.Contains(string(final.Output), `"python":"ok"`) {
 		t.Errorf("restored run = %s %s %+v; events %s", final.Status, final.Output, final.Error, systemMessages(d.events(r.ID)))
 	}
 }

@@ -97,16 +97,29 @@ export const use = task({
 
 // hold: reads its egress-bound credential and a canary into memory, waits
 // for a human (a parked run's checkpoint holds its memory), then uses the
-// credential again from the restored sandbox.
+// credential again from the restored sandbox, on new connections (those
+// open at the checkpoint do not survive it): from node, which keeps the
+// CA it loaded at start, and from python, which reads the trust files.
 export const hold = task({
   id: "hold",
   sandbox: sb,
   secrets: { API_TOKEN: { env: "API_TOKEN" } },
   run: async (p: { api: string; canary: string }, ctx) => {
     const kept = [`canary:${p.canary}`, `token:${process.env.API_TOKEN}`];
-    const before = await (await fetch(`${p.api}/whoami`, { headers: { authorization: `Bearer ${process.env.API_TOKEN}` } })).text();
+    const whoami = () =>
+      new Promise<string>((resolve) => {
+        const req = get(`${p.api}/whoami`, { agent: false, headers: { authorization: `Bearer ${process.env.API_TOKEN}` } }, (res) => {
+          let body = "";
+          res.on("data", (d) => (body += d)).on("end", () => resolve(body));
+        });
+        req.on("error", (e) => resolve(String(e)));
+      });
+    const before = await whoami();
     await ctx.wait.human<{ ok: boolean }>({ displayText: "go on?" });
-    const after = await (await fetch(`${p.api}/whoami`, { headers: { authorization: `Bearer ${process.env.API_TOKEN}` } })).text();
-    return { before, after, kept: kept.length };
+    const after = await whoami();
+    const python = sh(
+      `python3 -c 'import os,urllib.request; print(urllib.request.urlopen(urllib.request.Request("${p.api}/whoami", headers={"Authorization": "Bearer "+os.environ["API_TOKEN"]})).read().decode())'`,
+    ).trim();
+    return { before, after, python, kept: kept.length };
   },
 });
