@@ -278,6 +278,80 @@ func testEgressCredentials(t *testing.T, tier string) {
 		strings.Contains(out, reverse(c.value)) || strings.Contains(out, "[redacted:") {
 		t.Errorf("exec with ${vault:API_TOKEN} = %q, want ok from the API and no value", out)
 	}
+
+	// SWE-ReX: a session exports the placeholder in one command and uses
+	// it in later ones; it stays bound while the session lives.
+	swerex := func(path, body string) map[string]any {
+		t.Helper()
+		req, _ := http.NewRequest("POST", d.url+"/v1/swerex/"+ws+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+d.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		var out map[string]any
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(data, &out) != nil {
+			t.Fatalf("swerex %s = %d %s", path, resp.StatusCode, data)
+		}
+		return out
+	}
+	swerex("/create_session", `{"session": "agent"}`)
+	swerex("/run_in_session", `{"session": "agent", "command": "export T=${vault:API_TOKEN}"}`)
+	for i := range 2 {
+		res := swerex("/run_in_session", `{"session": "agent", "command": "`+strings.ReplaceAll(py, `"`, `\"`)+`; echo $T | rev"}`)
+		if out := fmt.Sprint(res["output"]); !strings.HasPrefix(out, "ok\n") || strings.Contains(out, reverse(c.value)) || strings.Contains(out, "[redacted:") {
+			t.Errorf("SWE-ReX command %d using the exported placeholder = %q, want ok and no value", i, out)
+		}
+	}
+	swerex("/close_session", `{"session": "agent"}`)
+}
+
+// TestEgressCredentialsBuild: an image build step's egress-bound build
+// secret is a placeholder in the step, the step's request to the bound
+// host succeeds, and the layer it writes holds only the placeholder.
+func TestEgressCredentialsBuild(t *testing.T) {
+	requireTier(t, "gvisor") // the tier that runs build steps
+	c := newCredHosts(t)
+	d := startDev(t, "gvisor", "HELMR_DNS_UPSTREAM="+c.dns, "HELMR_EGRESS_CA_CERTS="+c.caFile)
+	c.setSecret(t, d)
+	dir := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(dir, "tasks"), 0o755))
+	must(os.WriteFile(filepath.Join(dir, "helmr.config.ts"), []byte(`import { defineConfig } from "@helmr/sdk";
+export default defineConfig({ project: "creds", dirs: ["./tasks"] });
+`), 0o644))
+	step := `python3 -c 'import os,urllib.request; print(urllib.request.urlopen(urllib.request.Request("` + c.api + `/whoami", headers={"Authorization": "Bearer "+os.environ["API_TOKEN"]})).read().decode())' > /opt/whoami.txt; printf %s "$API_TOKEN" > /opt/seen.txt`
+	stepJSON, _ := json.Marshal(step)
+	must(os.WriteFile(filepath.Join(dir, "tasks", "built.ts"), []byte(`import { readFileSync } from "node:fs";
+import { image, sandbox, task } from "@helmr/sdk";
+
+const img = image("built").from("helmr/bookworm-node22").run(["sh", "-c", `+string(stepJSON)+`], { secrets: { API_TOKEN: { env: "API_TOKEN" } } });
+
+export const built = task({
+  id: "built",
+  sandbox: sandbox("built").image(img),
+  run: async () => ({ whoami: readFileSync("/opt/whoami.txt", "utf8").trim(), seen: readFileSync("/opt/seen.txt", "utf8") }),
+});
+`), 0o644))
+	d.deploy(dir)
+	r := d.waitDone(d.trigger("creds", "built", `{}`).ID, 3*time.Minute)
+	if r.Status != runs.StatusCompleted {
+		t.Fatalf("run = %s %+v; events %s", r.Status, r.Error, systemMessages(d.events(r.ID)))
+	}
+	var got struct{ Whoami, Seen string }
+	if err := json.Unmarshal(r.Output, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Whoami != "ok" || !strings.HasPrefix(got.Seen, "ghp_") || len(got.Seen) != len(c.value) || got.Seen == c.value || strings.Contains(string(r.Output), "[redacted:") {
+		t.Errorf("build step: whoami %q, saw %q: want ok from the API and a placeholder in the layer", got.Whoami, got.Seen)
+	}
 }
 
 // TestEgressCredentialsParked parks a run holding an egress-bound token
