@@ -319,7 +319,11 @@ func TestSecretBadInput(t *testing.T) {
 		{"dotted name", "/v1/secrets/a.b?project=p", `{"value": "v"}`, "letters, digits and '_'"},
 		{"oversize value", "/v1/secrets/BIG?project=p", map[string]string{"value": big}, "65536 bytes"},
 		{"empty value", "/v1/secrets/EMPTY?project=p", `{"value": ""}`, "1 to 65536 bytes"},
-		{"no value", "/v1/secrets/NONE?project=p", `{"val": "v"}`, `{"value": "..."}`},
+		{"no value", "/v1/secrets/NONE?project=p", `{"val": "v"}`, `{"value": "..."`},
+		{"egress IP", "/v1/secrets/IP?project=p", `{"value": "v", "egress": {"hosts": ["10.0.0.1"]}}`, "an IP address"},
+		{"egress no hosts", "/v1/secrets/NOH?project=p", `{"value": "v", "egress": {"hosts": []}}`, "at least one host"},
+		{"egress unknown field", "/v1/secrets/UF?project=p", `{"value": "v", "egress": {"hosts": ["a.example"], "port": 1}}`, "egress must be"},
+		{"egress multi-line", "/v1/secrets/ML?project=p", `{"value": "a\nb", "egress": {"hosts": ["a.example"]}}`, "one line"},
 	} {
 		st, body := e.call("PUT", c.path, c.body)
 		if msg := fmt.Sprint(body["error"]); (st != http.StatusBadRequest && st != http.StatusNotFound) || !strings.Contains(msg, c.want) {
