@@ -97,6 +97,13 @@ func placement(s deployments.SecretTarget) string {
 	if s.Owner != "" {
 		parts = append(parts, "owner "+s.Owner)
 	}
+	if s.Egress != nil {
+		e := "a placeholder; the value goes only to " + strings.Join(s.Egress.Hosts, ", ")
+		if s.Egress.Body {
+			e += " (headers and bodies)"
+		}
+		parts = append(parts, e)
+	}
 	if len(parts) == 0 {
 		return "unspecified"
 	}

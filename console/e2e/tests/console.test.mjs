@@ -453,6 +453,21 @@ test("a secret's value is set and never seen again", async (t) => {
   assert.deepEqual(seen.filter((b) => b.includes(value)).map((b) => b.slice(0, 200)), [], "a response carried the secret's value");
   const listed = await dev.api("GET", `/v1/secrets?${scope}`);
   assert.ok(!JSON.stringify(listed).includes(value));
+  assert.equal(listed.secrets.find((m) => m.name === "E2E_TOKEN")?.mode, "sandbox");
+
+  // Bound for egress through the form: the table says where the value goes.
+  await page.goto(`${dev.url}/secrets?${scope}`);
+  await form.locator('[name="name"]').fill("E2E_EGRESS");
+  await form.locator('[name="value"]').fill(`ghp_${randomBytes(18).toString("hex")}`);
+  await form.locator('[name="hosts"]').fill("api.example.test, *.example.test");
+  await Promise.all([page.waitForEvent("load"), form.getByRole("button", { name: "Set" }).click()]);
+  const row = page.locator("#secrets tr").filter({ hasText: "E2E_EGRESS" });
+  await row.filter({ hasText: "egress-bound" }).waitFor();
+  assert.match(await row.innerText(), /\*\.example\.test, api\.example\.test/);
+  assert.match(await page.locator("#secrets tr").filter({ hasText: "E2E_TOKEN" }).innerText(), /in the sandbox \(weaker/);
+  const egress = (await dev.api("GET", `/v1/secrets?${scope}`)).secrets.find((m) => m.name === "E2E_EGRESS");
+  assert.deepEqual([egress.mode, egress.egress], ["egress", { hosts: ["*.example.test", "api.example.test"] }]);
+  await check(page, "secrets-egress");
   assertNoPageErrors(page);
 });
 

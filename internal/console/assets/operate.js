@@ -66,8 +66,11 @@ if (secretForm) {
     const name = secretForm.elements.name.value.trim();
     const value = secretForm.elements.value.value;
     secretForm.elements.value.value = "";
+    const hosts = secretForm.elements.hosts.value.split(",").map((h) => h.trim()).filter(Boolean);
+    const body = { value };
+    if (hosts.length) body.egress = { hosts, body: secretForm.elements.body.checked };
     try {
-      await api("PUT", `/v1/secrets/${encodeURIComponent(name)}?${scope}`, { value });
+      await api("PUT", `/v1/secrets/${encodeURIComponent(name)}?${scope}`, body);
       status.textContent = `Set ${name}.`;
       location.reload();
     } catch (err) {
