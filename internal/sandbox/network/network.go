@@ -272,6 +272,14 @@ func (l *Link) startStack() error {
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arp.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol},
 	})
+	// Protocol options and handlers first: once the NIC exists its
+	// dispatcher delivers the guest's packets, and they must find these.
+	sack := tcpip.TCPSACKEnabled(true)
+	l.st.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
+	tf := tcp.NewForwarder(l.st, 0, maxInFlight, l.forwardTCP)
+	l.st.SetTransportProtocolHandler(tcp.ProtocolNumber, tf.HandlePacket)
+	uf := udp.NewForwarder(l.st, l.forwardUDP)
+	l.st.SetTransportProtocolHandler(udp.ProtocolNumber, uf.HandlePacket)
 	const nic = 1
 	if terr := l.st.CreateNIC(nic, ep); terr != nil {
 		return fmt.Errorf("create NIC: %s", terr)
@@ -291,12 +299,6 @@ func (l *Link) startStack() error {
 	if terr := l.st.AddStaticNeighbor(nic, ipv4.ProtocolNumber, tcpip.AddrFrom4(GuestAddr.As4()), tcpip.LinkAddress(guestMAC)); terr != nil {
 		return fmt.Errorf("static neighbour: %s", terr)
 	}
-	sack := tcpip.TCPSACKEnabled(true)
-	l.st.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
-	tf := tcp.NewForwarder(l.st, 0, maxInFlight, l.forwardTCP)
-	l.st.SetTransportProtocolHandler(tcp.ProtocolNumber, tf.HandlePacket)
-	uf := udp.NewForwarder(l.st, l.forwardUDP)
-	l.st.SetTransportProtocolHandler(udp.ProtocolNumber, uf.HandlePacket)
 	return nil
 }
 
