@@ -152,10 +152,10 @@ func (w *Worker) boot(ctx context.Context, key string, p prepared, existing stri
 		b.destroy(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	if err := trust.install(ctx, box); err != nil {
-		b.destroy(context.WithoutCancel(ctx))
-		return nil, err
-	}
+	// The CA goes into the root's system bundles while the adapter
+	// starts (nothing reads them before a run claims the sandbox).
+	installed := make(chan error, 1)
+	go func() { installed <- trust.install(ctx, box) }()
 	execCtx, cancel := context.WithCancelCause(context.Background())
 	b.cancel = cancel
 	env := append(append([]string(nil), p.env...), "HELMR_SANDBOX_ID="+b.id)
@@ -175,6 +175,10 @@ func (w *Worker) boot(ctx context.Context, key string, p prepared, existing stri
 	}()
 	select {
 	case <-b.ready:
+		if err := <-installed; err != nil {
+			b.destroy(context.WithoutCancel(ctx))
+			return nil, err
+		}
 		return b, nil
 	case <-b.done:
 		err := b.xerr
