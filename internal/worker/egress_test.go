@@ -7,7 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/images"
+	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/sandbox"
 	"github.com/helmr/helmr/internal/sandbox/network"
 	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/workspaces"
@@ -77,5 +80,62 @@ func TestHeldSecrets(t *testing.T) {
 	bad := workspaces.Op{Secrets: map[string]string{"K": "-----BEGIN KEY-----\nabc\n-----END KEY-----\n"}, Egress: map[string]*vault.Egress{"K": rule}}
 	if _, _, err := heldSecrets(bad, nil); err == nil || !strings.Contains(err.Error(), "not one line") {
 		t.Errorf("a multi-line egress value: %v, want refused", err)
+	}
+}
+
+// TestSecretsForEgress: an egress-bound env, file and directory secret
+// reach the sandbox as placeholders (the file with the value's newline,
+// each directory file its own credential), an in-sandbox one as its
+// value, and a restored run takes back the placeholders it was given.
+func TestSecretsForEgress(t *testing.T) {
+	rule := &vault.Egress{Hosts: []string{"api.example.test"}}
+	fc := &fakeControl{
+		secrets: map[string][]byte{"TOKEN": []byte("ghp_0123456789abcdefghijABCDEFGHIJ012345"), "FILE": []byte("tok-0123456789abcdefXYZ\n"),
+			"DIR": []byte(`{"a":"sk-aaaaaaaaaaaaaaaaaaaa","b":"sk-bbbbbbbbbbbbbbbbbbbb"}`), "KEY": []byte("in sandbox\nkey")},
+		egress: map[string]*vault.Egress{"TOKEN": rule, "FILE": rule, "DIR": rule},
+	}
+	w := &Worker{cfg: Config{Control: fc}}
+	l := Lease{Run: runs.Run{ID: "run_1"}, Task: deployments.TaskManifest{Secrets: map[string]deployments.SecretTarget{
+		"TOKEN": {Env: "TOKEN"}, "FILE": {File: "/run/secrets/file"}, "DIR": {Directory: "/run/dir", Files: []string{"a", "b"}},
+		"KEY": {File: "/run/secrets/key"},
+	}}}
+	rs, err := w.secretsFor(t.Context(), l, prepared{spec: sandbox.Spec{UID: 1000, GID: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := map[string]network.Credential{}
+	for _, c := range rs.creds {
+		creds[c.Name] = c
+	}
+	if len(creds) != 4 || rs.env["TOKEN"] != creds["TOKEN"].Placeholder || creds["TOKEN"].Value != string(fc.secrets["TOKEN"]) {
+		t.Fatalf("creds %+v env %v: want TOKEN, FILE, DIR/a, DIR/b bound and the env holding TOKEN's placeholder", rs.creds, rs.env)
+	}
+	files := map[string]string{}
+	for _, f := range rs.files {
+		files[f.file.Path] = string(f.file.Data)
+	}
+	if files["/run/secrets/file"] != creds["FILE"].Placeholder+"\n" || creds["FILE"].Value != "tok-0123456789abcdefXYZ" ||
+		files["/run/dir/a"] != creds["DIR/a"].Placeholder || files["/run/dir/b"] != creds["DIR/b"].Placeholder ||
+		files["/run/secrets/key"] != "in sandbox\nkey" {
+		t.Errorf("placed files %q, creds %+v", files, creds)
+	}
+	if !slices.Equal(rs.inSandbox, []string{"KEY"}) || len(rs.egress) != 3 {
+		t.Errorf("modes: in sandbox %v, egress %v", rs.inSandbox, rs.egress)
+	}
+	saved := rs.placeholders()
+	again, err := w.secretsFor(t.Context(), l, prepared{spec: sandbox.Spec{UID: 1000, GID: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.keep(saved); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range again.creds {
+		if c.Placeholder != saved[c.Name] {
+			t.Errorf("restored %s has placeholder %q, want the saved %q", c.Name, c.Placeholder, saved[c.Name])
+		}
+	}
+	if err := again.keep(map[string]string{}); err == nil {
+		t.Error("keep without the saved placeholders: want an error")
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/helmr/helmr/internal/images"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/workers"
 	"github.com/helmr/helmr/internal/workspaces"
@@ -39,6 +40,7 @@ type fakeControl struct {
 	snaps    *fakeSnapshots // nil: the control plane keeps no snapshots
 	moved    []string       // workspaces StaleWorkspaces says moved away
 	secrets  map[string][]byte
+	egress   map[string]*vault.Egress // rules of secrets bound for egress
 	notes    []runs.SystemData
 	mu       sync.Mutex
 	files    map[string][]byte
@@ -65,7 +67,7 @@ func (f *fakeControl) Heartbeat(context.Context, string, workers.Capabilities) e
 func (f *fakeControl) RunSecrets(context.Context, string) (map[string]runs.BoundSecret, error) {
 	out := map[string]runs.BoundSecret{}
 	for k, v := range f.secrets {
-		out[k] = runs.BoundSecret{Value: v}
+		out[k] = runs.BoundSecret{Value: v, Egress: f.egress[k]}
 	}
 	return out, nil
 }
