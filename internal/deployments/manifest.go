@@ -25,6 +25,10 @@ type TaskManifest struct {
 	Secrets     map[string]SecretTarget `json:"secrets,omitempty"`
 	Sandbox     *SandboxManifest        `json:"sandbox"`
 	HasRun      bool                    `json:"hasRun"`
+	// Retry is the task's retry policy (nil: one attempt).
+	Retry *RetryPolicy `json:"retry,omitempty"`
+	// Queue is the queue its runs wait in (nil: its own, unlimited).
+	Queue *QueueManifest `json:"queue,omitempty"`
 }
 
 // SecretTarget says where a declared secret appears inside the sandbox.
