@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"regexp"
 	"time"
 )
 
@@ -80,3 +81,12 @@ type QueueManifest struct {
 	Name             string `json:"name"`
 	ConcurrencyLimit int    `json:"concurrencyLimit,omitempty"`
 }
+
+// MaxConcurrencyLimit bounds a queue's limit.
+const MaxConcurrencyLimit = 100000
+
+var queueNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$`)
+
+// ValidQueueName reports whether n may name a queue, a concurrency key
+// or a tag.
+func ValidQueueName(n string) bool { return queueNamePattern.MatchString(n) }

@@ -3,7 +3,6 @@ package runs
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/helmr/helmr/internal/deployments"
@@ -66,18 +65,16 @@ type Queue struct {
 	Queued           int    `json:"queued"`
 }
 
-// Limits bound queue names, tags and priorities.
+// Limits bound tags and priorities.
 const (
-	MaxConcurrencyLimit = 100000
-	MaxTags             = 10
-	MaxTagLength        = 128
-	MaxPriority         = 1000
+	MaxTags      = 10
+	MaxTagLength = 128
+	MaxPriority  = 1000
 )
 
-var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$`)
-
-// ValidQueueName reports whether n may name a queue or a concurrency key.
-func ValidQueueName(n string) bool { return namePattern.MatchString(n) }
+// ValidQueueName reports whether n may name a queue, a concurrency key
+// or a tag.
+func ValidQueueName(n string) bool { return deployments.ValidQueueName(n) }
 
 // TaskQueue is the queue a task's runs go to when it declares none.
 func TaskQueue(taskID string) string { return "task/" + taskID }
@@ -89,7 +86,7 @@ func ValidateTags(tags []string) error {
 	}
 	seen := map[string]bool{}
 	for _, t := range tags {
-		if t == "" || len(t) > MaxTagLength || !namePattern.MatchString(t) {
+		if t == "" || len(t) > MaxTagLength || !ValidQueueName(t) {
 			return fmt.Errorf("tag %q: 1 to %d letters, digits and _.:/- (starting with a letter or digit)", t, MaxTagLength)
 		}
 		if seen[t] {
@@ -262,4 +259,30 @@ func (s *Service) PauseQueue(ctx context.Context, project, env, name string, pau
 		s.broker.PublishQueue()
 	}
 	return q, err
+}
+
+// WatchTimes, every interval until ctx ends, ends the runs whose ttl ran
+// out and wakes waiting workers when a delayed run or a retry becomes
+// due.
+func (s *Service) WatchTimes(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	last := s.now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := s.now()
+		if n, err := s.ExpireRuns(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("expire runs", "err", err)
+		} else if n > 0 {
+			s.log.Info("runs expired before they started", "runs", n)
+		}
+		if due, err := s.store.BecameDue(ctx, last.Add(-interval), now); err == nil && due {
+			s.broker.PublishQueue()
+		}
+		last = now
+	}
 }

@@ -37,6 +37,9 @@ type Store interface {
 	// ReleaseSlot frees the queue slot of a WAITING run whose sandbox was
 	// parked; errdefs.ErrConflict if it is not waiting.
 	ReleaseSlot(ctx context.Context, id string) error
+	// BecameDue reports whether a QUEUED run's AvailableAt is in
+	// (since, until]: a delayed run or a retry became leasable.
+	BecameDue(ctx context.Context, since, until time.Time) (bool, error)
 	// ExpireRuns ends as EXPIRED the QUEUED runs whose ExpiresAt passed.
 	ExpireRuns(ctx context.Context, now time.Time) ([]Run, error)
 	// DeclareQueue sets a queue's concurrency limit, keeping its pause.

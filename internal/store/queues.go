@@ -270,3 +270,14 @@ func (db *DB) ExpireRuns(ctx context.Context, now time.Time) ([]runs.Run, error)
 	}
 	return out, nil
 }
+
+// BecameDue implements runs.Store.
+func (db *DB) BecameDue(ctx context.Context, since, until time.Time) (bool, error) {
+	var n int
+	err := db.read().queryRow(ctx, `SELECT COUNT(*) FROM runs WHERE status = 'QUEUED' AND available_at > ? AND available_at <= ?`,
+		Time(since), Time(until)).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("runs that became due: %w", err)
+	}
+	return n > 0, nil
+}

@@ -162,7 +162,9 @@ func (w *Worker) outcome(l Lease, box sandbox.Sandbox, exit sandbox.ExitStatus, 
 			msg = f.Name + ": " + msg
 		}
 		o := failed(runs.ClassTaskProcess, "%s", msg)
-		o.Error.Stack = f.Stack
+		o.Error.Stack, o.Error.Name = f.Stack, f.Name
+		// The task asked to fail without retrying.
+		o.Error.NoRetry = f.Name == "AbortTaskRunError"
 		return o
 	}
 	how := fmt.Sprintf("exited with code %d", exit.Code)

@@ -42,3 +42,5 @@ export {
   type HelmrClientOptions,
   type SessionRecord,
 } from "./client/index.js";
+export { AbortTaskRunError, queue } from "./flow.js";
+export type { Queue, RetryOptions } from "./flow.js";

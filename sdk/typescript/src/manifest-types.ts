@@ -73,6 +73,8 @@ export interface TaskManifest {
   secrets?: Record<string, SecretTargetManifest>;
   sandbox: SandboxManifest;
   hasRun: boolean;
+  retry?: import("./flow.js").RetryManifest;
+  queue?: { name: string; concurrencyLimit?: number };
 }
 
 /** What a task knows about itself: its manifest without module and export. */

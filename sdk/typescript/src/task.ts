@@ -1,5 +1,6 @@
 import { TASK_BRAND, TASK_BRAND_VERSION, type TaskBrand } from "./brand.js";
 import type { TaskContext } from "./context.js";
+import { type Queue, type RetryOptions, queueManifest, retryManifest } from "./flow.js";
 import type { TaskDeclaration } from "./manifest-types.js";
 import { Sandbox } from "./sandbox.js";
 import { type SecretDeclaration, secretsManifest } from "./secrets.js";
@@ -20,6 +21,10 @@ export interface TaskOptions<P, R> {
   secrets?: Record<string, SecretDeclaration>;
   /** The run logic. A task without run can be deployed but not run. */
   run?: TaskRunFunction<P, R>;
+  /** Retry failed runs (task errors, a lost worker); absent: one attempt. */
+  retry?: RetryOptions;
+  /** The queue the task's runs wait in: queue(...) or { name, concurrencyLimit }. */
+  queue?: Queue | { name: string; concurrencyLimit?: number };
 }
 
 /** A declared task. P is the payload type, R what run resolves to. */
@@ -43,7 +48,7 @@ export type TaskOutput<T> = T extends Task<never, infer R> ? Awaited<R> : never;
  * dirs; the export's name and module path locate it in the deployment.
  */
 export function task<P = void, R = unknown>(options: TaskOptions<P, R>): Task<P, R> {
-  const { id, sandbox, maxDuration, secrets = {}, run } = options;
+  const { id, sandbox, maxDuration, secrets = {}, run, retry, queue } = options;
   assertName("task id", id);
   if (!(sandbox instanceof Sandbox)) {
     throw new TypeError(`task "${id}" sandbox must be a sandbox(...), got ${describe(sandbox)}`);
@@ -67,6 +72,8 @@ export function task<P = void, R = unknown>(options: TaskOptions<P, R>): Task<P,
     ...(Object.keys(secretTargets).length > 0 ? { secrets: secretTargets } : {}),
     sandbox: sandbox.toManifest(),
     hasRun: typeof run === "function",
+    ...(retry !== undefined ? { retry: retryManifest(`task "${id}"`, retry) } : {}),
+    ...(queue !== undefined ? { queue: queueManifest(`task "${id}"`, queue) } : {}),
   };
   const json = JSON.stringify(declaration);
   const brand: TaskBrand = Object.freeze({
