@@ -2,6 +2,7 @@ package runs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -243,9 +244,18 @@ func (s *Service) Queues(ctx context.Context, project, env string) ([]Queue, err
 	return qs, err
 }
 
-// GetQueue returns one queue with its counts.
+// GetQueue returns one queue with its counts. A queue is a name: one
+// that no deployment declares and no run waits in is empty, with no
+// limit.
 func (s *Service) GetQueue(ctx context.Context, project, env, name string) (Queue, error) {
-	return s.store.GetQueue(ctx, project, env, name)
+	if !ValidQueueName(name) {
+		return Queue{}, fmt.Errorf("queue %q: 1 to 128 letters, digits and _.:/-: %w", name, errdefs.ErrInvalid)
+	}
+	q, err := s.store.GetQueue(ctx, project, env, name)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return Queue{Project: project, Env: env, Name: name}, nil
+	}
+	return q, err
 }
 
 // PauseQueue pauses (or resumes) a queue: a paused queue starts no run;
