@@ -286,5 +286,6 @@ func startEnv(l Lease, sec runSecrets) map[string]string {
 		env[k] = v
 	}
 	env["HELMR_RUN_ID"], env["HELMR_TASK_ID"] = l.Run.ID, l.Run.TaskID
+	env["HELMR_ATTEMPT"] = fmt.Sprint(max(l.Run.Attempt, 1))
 	return env
 }

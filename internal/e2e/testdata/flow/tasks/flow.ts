@@ -50,3 +50,16 @@ export const tenant = task({
     return "done";
   },
 });
+
+// lost waits for a minute on its first attempt (its worker is killed
+// meanwhile) and answers at once on the next.
+export const lost = task({
+  id: "lost",
+  sandbox: sb,
+  retry: { maxAttempts: 2, minTimeoutInMs: 100 },
+  run: async () => {
+    const attempt = Number(process.env.HELMR_ATTEMPT);
+    if (attempt === 1) await new Promise((r) => setTimeout(r, 60_000));
+    return { attempt };
+  },
+});
