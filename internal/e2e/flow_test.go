@@ -176,4 +176,3 @@ func sampleFn(t *testing.T, d *dev, ids []string, each func(running []string)) i
 		time.Sleep(50 * time.Millisecond)
 	}
 }
-
