@@ -7,6 +7,7 @@ export type {
   AppendOptions,
   CreateTokenOptions,
   ForTokenOptions,
+  HumanWait,
   HumanWaitOptions,
   JsonSchema,
   LogAttributes,
@@ -21,6 +22,7 @@ export type {
   WaitResult,
   WaitToken,
 } from "./context.js";
+export { WaitError, WaitRejectedError, WaitTimeoutError, type WaitErrorKind } from "./wait-errors.js";
 export { image, Image, type BuildSecret, type CacheMount, type CopyOptions, type FromOptions, type RunOptions } from "./image.js";
 export { sandbox, Sandbox, type MemorySize, type Resources } from "./sandbox.js";
 export type { DirectorySecret, EnvSecret, FileMode, FileSecret, SecretDeclaration, SecretEgress } from "./secrets.js";
