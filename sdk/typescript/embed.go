@@ -22,3 +22,6 @@ var PackageJSON []byte
 
 // ManifestEntry is the module "@helmr/sdk/manifest" resolves to inside FS.
 const ManifestEntry = "src/manifest.ts"
+
+// ClientEntry is the module "@helmr/sdk/client" resolves to inside FS.
+const ClientEntry = "src/client/index.ts"
