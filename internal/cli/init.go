@@ -62,7 +62,16 @@ package.json depends on @helmr/sdk from a file npm installs without a registry: 
 	}
 	c.Flags().StringVar(&project, "project", "", "the project's name (default: DIR's name, made valid)")
 	c.Flags().StringVar(&sdk, "sdk", "", "the @helmr/sdk package: its .tgz (copied into DIR/vendor) or its directory (default: the tarball next to helmr)")
-	return c
+	return a.withJSON(c)
+}
+
+// initResult is what helmr init --json prints.
+type initResult struct {
+	Project string   `json:"project"`
+	Dir     string   `json:"dir"`
+	SDK     string   `json:"sdk"`   // package.json's @helmr/sdk dependency
+	Files   []string `json:"files"` // written
+	Kept    []string `json:"kept"`  // there already, left as they were
 }
 
 // initProject scaffolds a task project in dir.
@@ -99,7 +108,7 @@ func (a *App) initProject(dir, project, sdk string) error {
 	if err := os.MkdirAll(abs, 0o755); err != nil {
 		return err
 	}
-	var wrote, kept []string
+	wrote, kept := []string{}, []string{}
 	for _, f := range files {
 		ok, err := f.write(abs)
 		if err != nil {
@@ -110,6 +119,9 @@ func (a *App) initProject(dir, project, sdk string) error {
 		} else {
 			kept = append(kept, f.name)
 		}
+	}
+	if a.json {
+		return a.printJSON(initResult{Project: project, Dir: abs, SDK: sdkDependency(files), Files: wrote, Kept: kept})
 	}
 	a.printInitNext(dir, project, wrote, kept)
 	return nil
@@ -322,6 +334,20 @@ func renderInit(vars initVars, src sdkSource, dir string) ([]initFile, error) {
 	}
 	slices.SortFunc(files, func(x, y initFile) int { return strings.Compare(x.name, y.name) })
 	return files, nil
+}
+
+// sdkDependency is the @helmr/sdk dependency package.json got.
+func sdkDependency(files []initFile) string {
+	for _, f := range files {
+		if f.name == "package.json" {
+			var pkg struct {
+				Dependencies map[string]string `json:"dependencies"`
+			}
+			_ = json.Unmarshal(f.data, &pkg)
+			return pkg.Dependencies["@helmr/sdk"]
+		}
+	}
+	return ""
 }
 
 // printInitNext says what init wrote and the commands that come next.

@@ -218,8 +218,14 @@ func TestInitSDKDirectory(t *testing.T) {
 		}
 	}
 	dir := filepath.Join(root, "projects", "one")
-	if _, errOut, code := helmr(t, env, "init", dir, "--sdk", sdk); code != 0 {
+	out, errOut, code := helmr(t, env, "init", dir, "--sdk", sdk, "--json")
+	if code != 0 {
 		t.Fatalf("init --sdk DIR = exit %d, %q", code, errOut)
+	}
+	var res initResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Project != "one" || res.Dir != dir || res.SDK != "file:../../sdk" ||
+		!slices.Contains(res.Files, "tasks/hello.ts") || len(res.Kept) != 0 {
+		t.Errorf("init --json = %s (%v), want project one in %s on file:../../sdk with its files", out, err, dir)
 	}
 	if got := readFile(t, filepath.Join(dir, "package.json")); !strings.Contains(got, `"@helmr/sdk": "file:../../sdk"`) {
 		t.Errorf("package.json = %s, want @helmr/sdk linked as file:../../sdk", got)
