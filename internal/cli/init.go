@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -100,6 +102,11 @@ func (a *App) initProject(dir, project, sdk string) error {
 		TypeScript: pkg.DevDependencies["typescript"], TypesNode: pkg.DevDependencies["@types/node"]}
 	if vars.TypeScript == "" || vars.TypesNode == "" {
 		return errors.New("the embedded @helmr/sdk package.json pins no typescript or @types/node (a broken build)")
+	}
+	if src.tarball != "" {
+		if err := sameSDK(src.tarball); err != nil {
+			fmt.Fprintf(a.Stderr, "helmr: warning: %s: %v: the editor would check against another SDK than helmr deploy bundles (rebuild it with scripts/sdk-pack.sh)\n", src.tarball, err)
+		}
 	}
 	files, err := renderInit(vars, src, abs)
 	if err != nil {
@@ -246,6 +253,55 @@ func findSDK(flag string, pkg sdkManifest) (sdkSource, error) {
 		return sdkSource{}, fmt.Errorf("--sdk %s: the SDK is not built (no dist/index.d.ts): run npm run build there first", flag)
 	}
 	return sdkSource{dir: p}, nil
+}
+
+// sameSDK checks that tarball packs the SDK sources this binary embeds
+// (and deploys with): each of its package/src files, and no other.
+func sameSDK(tarball string) error {
+	f, err := os.Open(tarball)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return fmt.Errorf("not an npm package tarball: %w", err)
+	}
+	packed := map[string][]byte{}
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("not an npm package tarball: %w", err)
+		}
+		if name, ok := strings.CutPrefix(h.Name, "package/"); ok && strings.HasPrefix(name, "src/") && h.Typeflag == tar.TypeReg {
+			if packed[name], err = io.ReadAll(io.LimitReader(tr, 16<<20)); err != nil {
+				return err
+			}
+		}
+	}
+	n := 0
+	err = fs.WalkDir(sdkts.FS, "src", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		n++
+		want, err := fs.ReadFile(sdkts.FS, p)
+		if err != nil {
+			return err
+		}
+		if got, ok := packed[p]; !ok || !bytes.Equal(got, want) {
+			return fmt.Errorf("its %s differs from this helmr's", p)
+		}
+		return nil
+	})
+	if err == nil && n != len(packed) {
+		err = fmt.Errorf("it holds %d source files, this helmr's SDK %d", len(packed), n)
+	}
+	return err
 }
 
 // initFile is one file init writes.

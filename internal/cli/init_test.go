@@ -1,8 +1,13 @@
 package cli
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"io"
+	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +17,7 @@ import (
 
 	"github.com/helmr/helmr/internal/deployments/build"
 	"github.com/helmr/helmr/internal/testenv"
+	sdkts "github.com/helmr/helmr/sdk/typescript"
 )
 
 // fakeTarball is a file named as the SDK's package, for the flag.
@@ -251,5 +257,65 @@ func TestProjectName(t *testing.T) {
 		if got := projectName(tc.dir); got != tc.want {
 			t.Errorf("projectName(%q) = %q, want %q", tc.dir, got, tc.want)
 		}
+	}
+}
+
+// packTarball writes an npm-style tarball (package/...) of files.
+func packTarball(t *testing.T, files map[string][]byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "helmr-sdk-0.1.0.tgz")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw := gzip.NewWriter(f)
+	tw := tar.NewWriter(zw)
+	for name, data := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: "package/" + name, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []io.Closer{tw, zw, f} {
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+// TestSameSDK: init warns when the tarball it vendors packs other SDK
+// sources than the binary embeds (and deploys with).
+func TestSameSDK(t *testing.T) {
+	embedded := map[string][]byte{"package.json": sdkts.PackageJSON}
+	err := fs.WalkDir(sdkts.FS, "src", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			embedded[p], err = fs.ReadFile(sdkts.FS, p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sameSDK(packTarball(t, embedded)); err != nil {
+		t.Errorf("sameSDK(the embedded sources) = %v, want nil", err)
+	}
+	edited := maps.Clone(embedded)
+	edited["src/task.ts"] = append(slices.Clone(edited["src/task.ts"]), "\n// edited\n"...)
+	if err := sameSDK(packTarball(t, edited)); err == nil || !strings.Contains(err.Error(), "src/task.ts differs") {
+		t.Errorf("sameSDK(an edited task.ts) = %v, want it named", err)
+	}
+	extra := maps.Clone(embedded)
+	extra["src/new.ts"] = []byte("export {};\n")
+	if err := sameSDK(packTarball(t, extra)); err == nil || !strings.Contains(err.Error(), "source files") {
+		t.Errorf("sameSDK(an extra source) = %v, want an error", err)
+	}
+
+	tgz, _ := fakeTarball(t)
+	_, errOut, code := helmr(t, testEnv(t), "init", filepath.Join(t.TempDir(), "p"), "--sdk", tgz)
+	if code != 0 || !strings.Contains(errOut, "warning: "+tgz+": not an npm package tarball") {
+		t.Errorf("init with a tarball that is none = exit %d, %q; want 0 and a warning", code, errOut)
 	}
 }

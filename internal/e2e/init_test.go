@@ -81,9 +81,12 @@ func TestInitProject(t *testing.T) {
 	if strings.HasPrefix(dir, testenv.RepoRoot()+string(filepath.Separator)) {
 		t.Fatalf("the project %s must be outside the repository", dir)
 	}
-	out := d.mustHelmr("init", dir)
-	if !strings.Contains(out, `Created task project "greeter"`) || !strings.Contains(out, "vendor/"+filepath.Base(tarball)) {
-		t.Fatalf("helmr init printed %q, want the project greeter with the vendored SDK", out)
+	out, errOut, code := d.helmr("init", dir)
+	if code != 0 || !strings.Contains(out, `Created task project "greeter"`) || !strings.Contains(out, "vendor/"+filepath.Base(tarball)) {
+		t.Fatalf("helmr init = exit %d, %q, %q; want the project greeter with the vendored SDK", code, out, errOut)
+	}
+	if errOut != "" {
+		t.Errorf("helmr init printed %q on stderr, want no warning: the packed SDK is the one helmr embeds", errOut)
 	}
 
 	// npm resolves @helmr/sdk from the vendored tarball; typescript and
