@@ -16,7 +16,7 @@ import (
 // verb's constructor sits next to its code.
 func (a *App) commands() []*cobra.Command {
 	return []*cobra.Command{
-		a.devCmd(), a.serverCmd(), a.workerCmd(),
+		a.devCmd(), a.serverCmd(), a.workerCmd(), a.initCmd(),
 		a.deployCmd(), a.runCmd(), a.runsCmd(), a.logsCmd(), a.cancelCmd(), a.queuesCmd(),
 		a.approveCmd(), a.rejectCmd(), a.tokenCmd(),
 		a.workspaceCmd(), a.execCmd(), a.imageCmd(),
