@@ -35,7 +35,7 @@ type testData struct {
 	Tasks   []taskInfo
 	Task    *taskInfo
 	Secrets []declaredSecret
-	Vault   []string // the vault's secret names, if the principal may list them
+	Vault   []string   // the vault's secret names, if the principal may list them
 	Recent  []string   // recent payloads of the task, pretty, newest first
 	Payload string     // the editor's first content
 	Input   *inputForm // the payload form from the task's input; nil without one
