@@ -38,5 +38,5 @@ func checkInput(task deployments.Task, payload json.RawMessage) error {
 	for i, p := range problems {
 		parts[i] = p.String()
 	}
-	return errdefs.Invalidf("%s (the payload does not fit task %q's input)", strings.Join(parts, "; "), task.ID)
+	return errdefs.Invalidf("%s (the payload does not fit the input of task %q)", strings.Join(parts, "; "), task.ID)
 }
