@@ -16,8 +16,9 @@ import (
 // payload missing a required field is a 400 naming its path through the
 // API, the CLI and a replay, and stores no run; a payload that fits runs
 // to COMPLETED. A Standard Schema validator's parse runs in the sandbox
-// before run (its default is in the output). A schema that does not
-// compile fails the deploy, naming the task and field.
+// before run (its default is in the output), and a payload it refuses
+// there fails the run without a retry. A schema that does not compile
+// fails the deploy, naming the task and field.
 func TestDeclaredInput(t *testing.T) {
 	d := startDev(t, "process")
 	d.deploy("internal/e2e/testdata/inputs")
@@ -75,8 +76,15 @@ func TestDeclaredInput(t *testing.T) {
 	if code != http.StatusBadRequest || !strings.Contains(body, "payload.repo: missing property") {
 		t.Errorf("POST parsed {depth: 1} = %d %s, want 400 (the validator's JSON Schema applies at trigger)", code, body)
 	}
-	if n := count(); n != 2 {
-		t.Errorf("%d runs stored, want the 2 that fit", n)
+	// A validator stricter than its JSON Schema refuses in the sandbox:
+	// the run fails with TaskInputError on its first attempt, no retry.
+	rf := d.trigger("inputs", "refined", `{"repo": "noslash"}`)
+	r = d.waitDone(rf.ID, 2*time.Minute)
+	if r.Status != runs.StatusFailed || r.Error == nil || r.Error.Name != "TaskInputError" || !strings.Contains(r.Error.Message, "payload.repo: want owner/name") || r.Attempt != 1 {
+		t.Errorf("refined run = %s attempt %d error %+v, want FAILED with TaskInputError naming payload.repo on attempt 1", r.Status, r.Attempt, r.Error)
+	}
+	if n := count(); n != 3 {
+		t.Errorf("%d runs stored, want the 3 that fit the JSON Schemas", n)
 	}
 
 	out, errOut, exit = d.helmr("deploy", "internal/e2e/testdata/inputs-bad")

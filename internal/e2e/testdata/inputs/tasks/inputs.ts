@@ -38,3 +38,27 @@ export const parsed = task({
   input: repo,
   run: async (payload) => payload,
 });
+
+// A validator stricter than its JSON Schema (a refinement JSON Schema
+// does not carry): the control plane lets "noslash" through, the guest
+// refuses it, and the run fails at once although it may retry.
+const slashed: StandardSchemaV1<{ repo: string }> = {
+  "~standard": {
+    version: 1,
+    vendor: "e2e",
+    validate(value) {
+      const v = value as { repo?: unknown } | null;
+      if (typeof v?.repo !== "string" || !v.repo.includes("/")) return { issues: [{ message: "want owner/name", path: ["repo"] }] };
+      return { value: { repo: v.repo } };
+    },
+    jsonSchema: { input: () => ({ type: "object", properties: { repo: { type: "string" } }, required: ["repo"] }) },
+  },
+};
+
+export const refined = task({
+  id: "refined",
+  sandbox: sb,
+  input: slashed,
+  retry: { maxAttempts: 3, minTimeoutInMs: 100 },
+  run: async (payload) => payload.repo,
+});
