@@ -1,6 +1,7 @@
 package deployments
 
 import (
+	"encoding/json"
 	"sort"
 
 	"github.com/helmr/helmr/internal/vault"
@@ -29,6 +30,9 @@ type TaskManifest struct {
 	Retry *RetryPolicy `json:"retry,omitempty"`
 	// Queue is the queue its runs wait in (nil: its own, unlimited).
 	Queue *QueueManifest `json:"queue,omitempty"`
+	// Input is the payload's JSON Schema (see CompileInput); a trigger
+	// whose payload does not fit is refused. Empty: any payload.
+	Input json.RawMessage `json:"input,omitempty"`
 }
 
 // SecretTarget says where a declared secret appears inside the sandbox.

@@ -88,6 +88,11 @@ func (m Manifest) Validate(files map[string][]byte) error {
 			add(t.ID, "maxDuration", "must be between 1 and 604800 seconds, got %d", t.MaxDuration)
 		}
 		validateSecrets(t, add)
+		if len(t.Input) > 0 {
+			if _, err := CompileInput(t.Input); err != nil {
+				add(t.ID, "input", "%v", err)
+			}
+		}
 		validateSandbox(t, files, add)
 		if t.Retry != nil {
 			if err := t.Retry.Validate(); err != nil {

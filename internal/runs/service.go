@@ -136,6 +136,9 @@ func (s *Service) Trigger(ctx context.Context, req TriggerRequest) (Run, bool, e
 			return Run{}, false, fmt.Errorf("replayOf %q is not a run of task %q in %s/%s: %w", req.ReplayOf, req.TaskID, req.Project, req.Env, errdefs.ErrInvalid)
 		}
 	}
+	if err := checkInput(task, req.Payload); err != nil {
+		return Run{}, false, err
+	}
 	if err := s.checkBindings(ctx, req, task); err != nil {
 		return Run{}, false, err
 	}

@@ -163,8 +163,9 @@ func (w *Worker) outcome(l Lease, box sandbox.Sandbox, exit sandbox.ExitStatus, 
 		}
 		o := failed(runs.ClassTaskProcess, "%s", msg)
 		o.Error.Stack, o.Error.Name = f.Stack, f.Name
-		// The task asked to fail without retrying.
-		o.Error.NoRetry = f.Name == "AbortTaskRunError"
+		// The task asked to fail without retrying, or its input validator
+		// refused the payload (it would refuse it again).
+		o.Error.NoRetry = f.Name == "AbortTaskRunError" || f.Name == "TaskInputError"
 		return o
 	}
 	how := fmt.Sprintf("exited with code %d", exit.Code)

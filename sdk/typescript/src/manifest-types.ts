@@ -75,6 +75,8 @@ export interface TaskManifest {
   hasRun: boolean;
   retry?: import("./flow.js").RetryManifest;
   queue?: { name: string; concurrencyLimit?: number };
+  /** The payload's JSON Schema; the control plane refuses a payload that does not fit. */
+  input?: Record<string, unknown>;
 }
 
 /** What a task knows about itself: its manifest without module and export. */

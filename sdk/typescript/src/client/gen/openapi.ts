@@ -1804,6 +1804,8 @@ export interface components {
                 };
                 sandbox: components["schemas"]["Sandbox"];
                 hasRun: boolean;
+                /** @description The payload's JSON Schema (draft 2020-12 unless its $schema names another draft; self-contained: a $ref points only inside it). Deploy refuses one that does not compile (422 naming the task and field input); a trigger whose payload does not fit is a 400 naming each bad field's path (payload.repo: missing property) and stores no run. */
+                input?: Record<string, unknown>;
             }[];
         };
         /** @description Exactly one of env, file or directory. */
@@ -2327,7 +2329,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description Any JSON value; stored in plaintext as audit data (a payload holding a secret's value is refused). */
+                    /** @description Any JSON value that fits the task's declared input (its spec.input JSON Schema; a payload that does not fit is a 400 naming each bad field's path, such as "payload.repo: missing property", and no run is stored); stored in plaintext as audit data (a payload holding a secret's value is refused). */
                     payload?: unknown;
                     idempotencyKey?: string;
                     /** @description Binds each secret the task declares to its source, "vault:NAME". */
