@@ -176,3 +176,42 @@ func sampleFn(t *testing.T, d *dev, ids []string, each func(running []string)) i
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestParkedRunFreesQueueSlot (gVisor): a run of a queue limited to one
+// that waits for a human is parked, and then holds no slot: another run
+// of the queue completes meanwhile; on the process tier, which cannot
+// park, the waiting run keeps the slot.
+func TestParkedRunFreesQueueSlot(t *testing.T) {
+	requireTier(t, "gvisor")
+	d := startDev(t, "gvisor", "HELMR_PARK_AFTER=1s", "HELMR_SLOTS=2", "HELMR_WARM=0", "HELMR_CHECKPOINT_ENCRYPTION_KEY="+newCheckpointKey(t))
+	d.deploy("internal/e2e/testdata/flow")
+	g := d.trigger("flow", "gate", `{}`)
+	waitFor(t, 2*time.Minute, func() bool { return strings.Contains(systemMessages(d.events(g.ID)), "parked: checkpoint ") })
+	q := d.waitDone(d.trigger("flow", "quick", `{}`).ID, 2*time.Minute)
+	if q.Status != runs.StatusCompleted {
+		t.Fatalf("a run of the queue while its other run is parked = %s %+v, want COMPLETED (the parked run holds no slot)", q.Status, q.Error)
+	}
+	d.mustHelmr("approve", g.ID, "--data-json", `{"ok":true}`)
+	if final := d.waitDone(g.ID, 2*time.Minute); final.Status != runs.StatusCompleted || string(final.Output) != `{"gate":true}` {
+		t.Errorf("gate after approval = %s %s %+v", final.Status, final.Output, final.Error)
+	}
+}
+
+func TestWaitingRunKeepsQueueSlot(t *testing.T) {
+	d := startDev(t, "process", "HELMR_SLOTS=2")
+	d.deploy("internal/e2e/testdata/flow")
+	g := d.trigger("flow", "gate", `{}`)
+	waitFor(t, time.Minute, func() bool {
+		r, err := d.api.GetRun(t.Context(), g.ID)
+		return err == nil && r.Status == runs.StatusWaiting
+	})
+	q := d.trigger("flow", "quick", `{}`)
+	time.Sleep(2 * time.Second)
+	if cur, err := d.api.GetRun(t.Context(), q.ID); err != nil || cur.Status != runs.StatusQueued {
+		t.Errorf("while the queue's run waits with its sandbox up, the other is %s (%v), want QUEUED", cur.Status, err)
+	}
+	d.mustHelmr("approve", g.ID, "--data-json", `{"ok":true}`)
+	if final := d.waitDone(q.ID, time.Minute); final.Status != runs.StatusCompleted {
+		t.Errorf("after the first ended: %s %+v", final.Status, final.Error)
+	}
+}

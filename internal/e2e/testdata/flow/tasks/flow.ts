@@ -63,3 +63,25 @@ export const lost = task({
     return { attempt };
   },
 });
+
+const single = queue({ name: "single", concurrencyLimit: 1 });
+
+// gate holds the single queue's only slot until a human answers; parked,
+// it lets go of the slot.
+export const gate = task({
+  id: "gate",
+  sandbox: sb,
+  queue: single,
+  run: async (_: unknown, ctx) => {
+    const answer = await ctx.wait.human<{ ok: boolean }>({ displayText: "open the gate?" });
+    return { gate: answer.ok };
+  },
+});
+
+// quick runs in the single queue.
+export const quick = task({
+  id: "quick",
+  sandbox: sb,
+  queue: single,
+  run: async () => "quick",
+});
