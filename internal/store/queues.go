@@ -26,6 +26,11 @@ type slotCheck struct {
 
 func newSlotCheck(ctx context.Context, tx txConn, envLimit int) (*slotCheck, error) {
 	sc := &slotCheck{envLimit: envLimit, queues: map[[3]string]runs.Queue{}, used: map[[4]string]int{}, envUsed: map[[2]string]int{}}
+	if tx.d.Lock == nil {
+		// One writer at a time (SQLite): the transaction's own reads are
+		// true until it commits, and one statement reads both.
+		return sc, sc.readAll(ctx, tx)
+	}
 	rows, err := tx.query(ctx, `SELECT project, env, name, concurrency_limit, paused FROM queues WHERE paused <> 0 OR concurrency_limit > 0`)
 	qs, err := scanAll(rows, err, scanQueue)
 	if err != nil {
@@ -34,9 +39,20 @@ func newSlotCheck(ctx context.Context, tx txConn, envLimit int) (*slotCheck, err
 	for _, q := range qs {
 		sc.queues[[3]string{q.Project, q.Env, q.Name}] = q
 	}
-	if len(sc.queues) == 0 && envLimit <= 0 {
-		return sc, nil
+	limited := envLimit > 0
+	for _, q := range qs {
+		limited = limited || q.ConcurrencyLimit > 0
 	}
+	if !limited {
+		return sc, nil // paused queues at most: no counting
+	}
+	// Slots are counted under one lock that every leaser takes while
+	// limits are in play, so the counts stay true until this lease
+	// commits, on replicas too.
+	if err := tx.lock(ctx, "run_slots", ""); err != nil {
+		return nil, err
+	}
+	sc.locked = true
 	rows, err = tx.query(ctx, `SELECT project, env, queue, concurrency_key, COUNT(*) FROM runs
 		WHERE holds_slot = 1 AND queue <> '' GROUP BY project, env, queue, concurrency_key`)
 	if err != nil {
@@ -55,6 +71,32 @@ func newSlotCheck(ctx context.Context, tx txConn, envLimit int) (*slotCheck, err
 	return sc, rows.Err()
 }
 
+// readAll reads the limited or paused queues and the held slots in one
+// statement.
+func (sc *slotCheck) readAll(ctx context.Context, tx txConn) error {
+	rows, err := tx.query(ctx, `SELECT 0, project, env, name, '', concurrency_limit, paused FROM queues WHERE paused <> 0 OR concurrency_limit > 0
+		UNION ALL SELECT 1, project, env, queue, concurrency_key, COUNT(*), 0 FROM runs WHERE holds_slot = 1 AND queue <> ''
+		GROUP BY project, env, queue, concurrency_key`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind, n, paused int
+		var k [4]string
+		if err := rows.Scan(&kind, &k[0], &k[1], &k[2], &k[3], &n, &paused); err != nil {
+			return err
+		}
+		if kind == 0 {
+			sc.queues[[3]string{k[0], k[1], k[2]}] = runs.Queue{Project: k[0], Env: k[1], Name: k[2], ConcurrencyLimit: n, Paused: paused != 0}
+			continue
+		}
+		sc.used[k] += n
+		sc.envUsed[[2]string{k[0], k[1]}] += n
+	}
+	return rows.Err()
+}
+
 // exclusions is the SQL (and its arguments) that leaves out runs whose
 // queue is paused or full, or whose environment is at its limit.
 func (sc *slotCheck) exclusions() (string, []any) {
@@ -66,10 +108,24 @@ func (sc *slotCheck) exclusions() (string, []any) {
 			args = append(args, k[0], k[1], k[2])
 		}
 	}
+	// Full keys, grouped: one IN list per project, env and key (most
+	// queues have no keys), so the statement stays short.
+	full := map[[3]string][]string{}
+	var order [][3]string
 	for k, n := range sc.used {
 		if q, ok := sc.queues[[3]string{k[0], k[1], k[2]}]; ok && !q.Paused && q.ConcurrencyLimit > 0 && n >= q.ConcurrencyLimit {
-			b.WriteString(" AND NOT (project = ? AND env = ? AND queue = ? AND concurrency_key = ?)")
-			args = append(args, k[0], k[1], k[2], k[3])
+			g := [3]string{k[0], k[1], k[3]}
+			if _, seen := full[g]; !seen {
+				order = append(order, g)
+			}
+			full[g] = append(full[g], k[2])
+		}
+	}
+	for _, g := range order {
+		b.WriteString(" AND NOT (project = ? AND env = ? AND concurrency_key = ? AND queue IN (?" + strings.Repeat(", ?", len(full[g])-1) + "))")
+		args = append(args, g[0], g[1], g[2])
+		for _, q := range full[g] {
+			args = append(args, q)
 		}
 	}
 	if sc.envLimit > 0 {
@@ -85,46 +141,22 @@ func (sc *slotCheck) exclusions() (string, []any) {
 
 // take reports whether run c may start now: its queue is not paused and
 // has a slot free for its concurrency key, and its environment is under
-// its limit. Counts are read again under one lock that every leaser
-// takes when limits are in play, so concurrent leases never overfill.
-func (sc *slotCheck) take(ctx context.Context, tx txConn, c runs.Run) (bool, error) {
+// its limit (counts read under the slots lock, see newSlotCheck).
+func (sc *slotCheck) take(c runs.Run) bool {
 	if c.Queue == "" {
-		return true, nil // a build run: no queue
+		return true // a build run: no queue
 	}
-	q, limited := sc.queues[[3]string{c.Project, c.Env, c.Queue}]
-	if limited && q.Paused {
-		return false, nil
+	q, known := sc.queues[[3]string{c.Project, c.Env, c.Queue}]
+	if known && q.Paused {
+		return false
 	}
-	if (!limited || q.ConcurrencyLimit <= 0) && sc.envLimit <= 0 {
-		return true, nil
+	if known && q.ConcurrencyLimit > 0 && sc.used[[4]string{c.Project, c.Env, c.Queue, c.ConcurrencyKey}] >= q.ConcurrencyLimit {
+		return false
 	}
-	if !sc.locked {
-		if err := tx.lock(ctx, "run_slots", ""); err != nil {
-			return false, err
-		}
-		sc.locked = true
+	if sc.envLimit > 0 && sc.envUsed[[2]string{c.Project, c.Env}] >= sc.envLimit {
+		return false
 	}
-	if limited && q.ConcurrencyLimit > 0 {
-		var n int
-		if err := tx.queryRow(ctx, `SELECT COUNT(*) FROM runs WHERE holds_slot = 1 AND project = ? AND env = ? AND queue = ? AND concurrency_key = ?`,
-			c.Project, c.Env, c.Queue, c.ConcurrencyKey).Scan(&n); err != nil {
-			return false, err
-		}
-		if n >= q.ConcurrencyLimit {
-			return false, nil
-		}
-	}
-	if sc.envLimit > 0 {
-		var n int
-		if err := tx.queryRow(ctx, `SELECT COUNT(*) FROM runs WHERE holds_slot = 1 AND project = ? AND env = ? AND queue <> ''`,
-			c.Project, c.Env).Scan(&n); err != nil {
-			return false, err
-		}
-		if n >= sc.envLimit {
-			return false, nil
-		}
-	}
-	return true, nil
+	return true
 }
 
 func scanQueue(row scanner) (runs.Queue, error) {

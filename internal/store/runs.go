@@ -285,31 +285,20 @@ func (db *DB) LeaseRun(ctx context.Context, workerID string, offer workers.Capab
 		if err != nil {
 			return fmt.Errorf("lease run: %w", err)
 		}
-		var candidates []runs.Run
-		for rows.Next() {
+		found := false
+		for rows.Next() && !found {
 			c, err := scanRun(rows)
 			if err != nil {
 				rows.Close()
 				return fmt.Errorf("lease run: %w", err)
 			}
-			if ok, _ := (workers.Worker{ID: workerID, Capabilities: offer}).Takes(c.Needs); ok {
-				candidates = append(candidates, c)
+			if ok, _ := (workers.Worker{ID: workerID, Capabilities: offer}).Takes(c.Needs); ok && sc.take(c) {
+				r, found = c, true
 			}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("lease run: %w", err)
-		}
-		found := false
-		for _, c := range candidates {
-			ok, err := sc.take(ctx, tx, c)
-			if err != nil {
-				return fmt.Errorf("lease run: %w", err)
-			}
-			if ok {
-				r, found = c, true
-				break
-			}
 		}
 		if !found {
 			return fmt.Errorf("lease run for worker %s: no queued run fits %g vCPUs, %d bytes: %w",

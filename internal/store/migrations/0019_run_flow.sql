@@ -20,7 +20,9 @@ UPDATE runs SET holds_slot = 1 WHERE status IN ('STARTING', 'RUNNING', 'WAITING'
 UPDATE runs SET queue = 'task/' || task_id WHERE kind = 'task';
 
 DROP INDEX runs_queued;
-CREATE INDEX runs_queued ON runs (priority DESC, created_at, id, need_cpu, need_memory) WHERE status = 'QUEUED';
+-- The lease's order, and what its filters read (fits, due, the queue's
+-- key), so that passing over full queues reads no table rows.
+CREATE INDEX runs_queued ON runs (priority DESC, created_at, id, need_cpu, need_memory, available_at, project, env, queue, concurrency_key) WHERE status = 'QUEUED';
 CREATE INDEX runs_slots ON runs (project, env, queue, concurrency_key) WHERE holds_slot = 1;
 CREATE INDEX runs_expiring ON runs (expires_at) WHERE status = 'QUEUED' AND expires_at IS NOT NULL;
 
