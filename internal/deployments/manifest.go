@@ -25,6 +25,17 @@ type TaskManifest struct {
 	Secrets     map[string]SecretTarget `json:"secrets,omitempty"`
 	Sandbox     *SandboxManifest        `json:"sandbox"`
 	HasRun      bool                    `json:"hasRun"`
+	// Schedule, if set, runs the task on a cron schedule: deploying
+	// creates, updates or removes its declarative schedule (package
+	// schedules).
+	Schedule *ScheduleManifest `json:"schedule,omitempty"`
+}
+
+// ScheduleManifest is a task's declared schedule: a cron expression (five
+// fields, or six with leading seconds) in an IANA time zone (default UTC).
+type ScheduleManifest struct {
+	Cron     string `json:"cron"`
+	Timezone string `json:"timezone,omitempty"`
 }
 
 // SecretTarget says where a declared secret appears inside the sandbox.
