@@ -165,7 +165,9 @@ func (s *Service) setActive(sc *Schedule, spec Spec, active bool) {
 }
 
 // Get returns a schedule.
-func (s *Service) Get(ctx context.Context, id string) (Schedule, error) { return s.store.GetSchedule(ctx, id) }
+func (s *Service) Get(ctx context.Context, id string) (Schedule, error) {
+	return s.store.GetSchedule(ctx, id)
+}
 
 // List returns a page of a project env's schedules.
 func (s *Service) List(ctx context.Context, f Filter) (Page, error) {
