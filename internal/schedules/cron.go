@@ -4,6 +4,8 @@ import (
 	"strings"
 	"time"
 
+	_ "time/tzdata" // zones for schedules on hosts without a zoneinfo database
+
 	"github.com/robfig/cron/v3"
 
 	"github.com/helmr/helmr/internal/errdefs"
