@@ -73,6 +73,14 @@ export interface TaskManifest {
   secrets?: Record<string, SecretTargetManifest>;
   sandbox: SandboxManifest;
   hasRun: boolean;
+  /** A declarative cron schedule (schedules.task): deploying keeps it in step. */
+  schedule?: ScheduleManifest;
+}
+
+/** A task's declared schedule: a cron expression in an IANA zone (default UTC). */
+export interface ScheduleManifest {
+  cron: string;
+  timezone?: string;
 }
 
 /** What a task knows about itself: its manifest without module and export. */
