@@ -63,3 +63,39 @@ describe("schedules.task", () => {
     it(`rejects ${name}`, () => assert.throws(fn, want));
   }
 });
+
+describe("client.schedules", () => {
+  it("sends each call to its route", async () => {
+    const { FakeAPI, json } = await import("./fake-api.js");
+    const { HelmrClient } = await import("../src/client/index.js");
+    const api = new FakeAPI();
+    await api.start();
+    try {
+      const sc = { id: "sched_1", project: "p", env: "dev", task: "t", type: "IMPERATIVE", cron: "0 * * * *", timezone: "UTC", active: true, createdAt: "", updatedAt: "" };
+      api.handlers.set("POST /v1/schedules", (_s, res) => json(res, 201, sc));
+      api.handlers.set("GET /v1/schedules", (_s, res) => json(res, 200, { schedules: [sc] }));
+      api.handlers.set("PATCH /v1/schedules/sched_1", (_s, res) => json(res, 200, { ...sc, cron: "5 * * * *" }));
+      api.handlers.set("POST /v1/schedules/sched_1/deactivate", (_s, res) => json(res, 200, { ...sc, active: false }));
+      api.handlers.set("DELETE /v1/schedules/sched_1", (_s, res) => {
+        res.statusCode = 204;
+        res.end();
+      });
+      const client = new HelmrClient({ baseURL: api.url + "/", apiKey: "hk_k_s", project: "p" });
+      const made = await client.schedules.create({ task: "t", cron: "0 * * * *", deduplicationKey: "k" });
+      assert.equal(made.id, "sched_1");
+      assert.deepEqual(JSON.parse(api.seen[0]?.body ?? ""), { task: "t", cron: "0 * * * *", deduplicationKey: "k" });
+      assert.match(api.seen[0]?.url ?? "", /project=p&env=dev/);
+      assert.equal((await client.schedules.list({ type: "IMPERATIVE" })).schedules.length, 1);
+      assert.match(api.seen[1]?.url ?? "", /type=IMPERATIVE/);
+      assert.equal((await client.schedules.update("sched_1", { cron: "5 * * * *" })).cron, "5 * * * *");
+      assert.equal((await client.schedules.deactivate("sched_1")).active, false);
+      await client.schedules.del("sched_1");
+      assert.deepEqual(
+        api.seen.map((s) => s.method),
+        ["POST", "GET", "PATCH", "POST", "DELETE"],
+      );
+    } finally {
+      api.server.close();
+    }
+  });
+});
