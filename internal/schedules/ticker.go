@@ -105,7 +105,7 @@ func (s *Service) fire(ctx context.Context, sc Schedule, tick time.Time) (bool, 
 		return false, err
 	}
 	r, created, err := s.runs.Trigger(ctx, runs.TriggerRequest{Project: sc.Project, Env: sc.Env, TaskID: sc.TaskID,
-		Payload: body, IdempotencyKey: IdempotencyKey(sc.ID, tick)})
+		Payload: body, IdempotencyKey: IdempotencyKey(sc.ID, tick), Secrets: s.bindings(ctx, sc)})
 	o := Outcome{Tick: tick, RunID: r.ID, Time: s.now()}
 	if err != nil {
 		if !permanent(err) {
@@ -122,6 +122,22 @@ func (s *Service) fire(ctx context.Context, sc Schedule, tick time.Time) (bool, 
 		s.log.Info("schedule fired", "schedule_id", sc.ID, "task", sc.TaskID, "tick", tick, "run_id", r.ID, "created", created)
 	}
 	return err == nil && created, nil
+}
+
+// bindings binds each secret the task declares to the vault secret of the
+// same name in the schedule's project env: nobody is there to bind them
+// when a tick fires. (A task that is gone binds nothing: the trigger
+// says it is gone.)
+func (s *Service) bindings(ctx context.Context, sc Schedule) map[string]string {
+	t, err := s.tasks.GetTask(ctx, sc.Project, sc.Env, sc.TaskID)
+	if err != nil || len(t.Spec.Secrets) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(t.Spec.Secrets))
+	for name := range t.Spec.Secrets {
+		out[name] = "vault:" + name
+	}
+	return out
 }
 
 // permanent reports whether triggering failed for a reason a retry does

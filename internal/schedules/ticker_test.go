@@ -366,3 +366,17 @@ func TestValidateManifest(t *testing.T) {
 		t.Errorf("ValidateManifest() = %v, want 3 problems (norun, badcron, badzone)", err)
 	}
 }
+
+// TestTickBindsDeclaredSecrets: a scheduled run binds each secret its task
+// declares to the vault secret of the same name.
+func TestTickBindsDeclaredSecrets(t *testing.T) {
+	h := newHarness(t)
+	h.tasks.tasks[0].Spec.Secrets = map[string]deployments.SecretTarget{"GITHUB_TOKEN": {Env: "GITHUB_TOKEN"}}
+	h.create(t, schedules.CreateRequest{Cron: "*/2 * * * * *"})
+	h.tick(t, h.svc, t0.Add(2*time.Second))
+	h.runs.mu.Lock()
+	defer h.runs.mu.Unlock()
+	if len(h.runs.order) != 1 || h.runs.order[0].Secrets["GITHUB_TOKEN"] != "vault:GITHUB_TOKEN" || len(h.runs.order[0].Secrets) != 1 {
+		t.Errorf("scheduled trigger = %+v, want GITHUB_TOKEN bound to vault:GITHUB_TOKEN", h.runs.order)
+	}
+}
