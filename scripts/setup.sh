@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes this machine ready to build and run Helmr: Debian packages, the Go
-# binaries in bin/, the TypeScript dev dependencies, the console's browser
-# tests (Debian's chromium and console/e2e's npm packages), the built-in base
+# binaries in bin/ and @helmr/sdk's npm package beside them (helmr init
+# vendors it), the TypeScript dev dependencies, the console's browser tests
+# (Debian's chromium and console/e2e's npm packages), the built-in base
 # image (Debian bookworm + Node.js) and gVisor's runsc (built from the Go
 # module proxy). Idempotent; run as root.
 set -euo pipefail
@@ -35,6 +36,8 @@ if [ -f sdk/typescript/package-lock.json ] && [ ! -d sdk/typescript/node_modules
   echo "setup: installing TypeScript dev dependencies"
   (cd sdk/typescript && npm ci --silent --no-audit --no-fund)
 fi
+echo "setup: packing @helmr/sdk into bin/ (helmr init vendors it into new projects)"
+scripts/sdk-pack.sh bin >/dev/null
 if [ ! -f console/e2e/node_modules/.package-lock.json ] || [ console/e2e/package-lock.json -nt console/e2e/node_modules/.package-lock.json ]; then
   echo "setup: installing the browser tests' dependencies (console/e2e)"
   (cd console/e2e && npm ci --silent --no-audit --no-fund)

@@ -33,17 +33,28 @@ import (
 )
 
 func (a *App) devCmd() *cobra.Command {
-	return &cobra.Command{
+	var watch string
+	c := &cobra.Command{
 		Use:     "dev",
 		Short:   "run the control plane, a worker and the embedded store in one process",
 		GroupID: "serve",
 		Args:    exactly(0, "usage: helmr dev [flags] (no arguments)"),
-		RunE:    func(c *cobra.Command, _ []string) error { return runDev(c.Context(), a) },
+		RunE:    func(c *cobra.Command, _ []string) error { return runDev(c.Context(), a, watch) },
 	}
+	c.Flags().StringVar(&watch, "watch", "", "deploy the task project at this path once started, then again whenever its files change")
+	return c
 }
 
-func runDev(ctx context.Context, a *App) error {
+// runDev runs helmr dev; with watch (a task project's path), it deploys
+// the project once started and on every change (see watcher).
+func runDev(ctx context.Context, a *App, watch string) error {
 	a.dev = true
+	if watch != "" {
+		var err error
+		if watch, err = checkWatchPath(watch); err != nil {
+			return err
+		}
+	}
 	cp, log, err := a.bootControlPlane(ctx)
 	if err != nil {
 		return err
@@ -79,6 +90,13 @@ func runDev(ctx context.Context, a *App) error {
 		where = "HELMR_OWNER_TOKEN(_FILE)"
 	}
 	fmt.Fprintf(a.Stdout, "Sign in to the console at %s/login with the owner credential (%s); the CLI has it in its profile\n", cp.url, where)
+	if watch != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.watchProject(ctx, watch)
+		}()
+	}
 	<-ctx.Done()
 	stopWorker()
 	wg.Wait()

@@ -19,6 +19,7 @@ type runOptions struct {
 	payload, key, workspace string
 	bindings                secretFlags
 	wait                    bool
+	flow                    client.TriggerOptions // queue, key, priority, tags, delay, ttl
 }
 
 func (a *App) runCmd() *cobra.Command {
@@ -36,6 +37,13 @@ func (a *App) runCmd() *cobra.Command {
 	f.StringVar(&o.key, "idempotency-key", "", "a repeat with the same key returns the same run")
 	f.BoolVar(&o.wait, "wait", false, "follow the run's logs and wait for it to finish; exit non-zero unless it completed")
 	f.StringVar(&o.workspace, "workspace", "", "attach the run to this workspace (ws_…): it finds what the workspace's last run left; default: a new workspace")
+	f.StringSliceVar(&o.flow.Tags, "tag", nil, "label the run (repeatable, at most 10; filter with helmr runs --tag)")
+	f.IntVar(&o.flow.Priority, "priority", 0, "higher starts first within its queue (-1000 to 1000)")
+	f.StringVar(&o.flow.Queue, "queue", "", "the queue the run waits in (default: its task's)")
+	f.StringVar(&o.flow.ConcurrencyKey, "concurrency-key", "", "split the queue's concurrency limit per key (a tenant, a user)")
+	f.StringVar(&o.flow.Delay, "delay", "", "start no sooner than this duration (\"10m\") or RFC 3339 time")
+	f.StringVar(&o.flow.TTL, "ttl", "", "end the run EXPIRED if it has not started within this duration")
+	f.StringVar(&o.flow.IdempotencyKeyTTL, "idempotency-key-ttl", "", "how long --idempotency-key returns the same run (default: for ever)")
 	return a.api(c)
 }
 
@@ -50,8 +58,9 @@ func (a *App) run(ctx context.Context, task string, o runOptions) error {
 	if err := a.requireProject(); err != nil {
 		return err
 	}
-	r, created, err := c.Trigger(ctx, a.cfg.Project, a.cfg.Env, task, client.TriggerOptions{
-		Payload: json.RawMessage(o.payload), IdempotencyKey: o.key, Secrets: o.bindings, WorkspaceID: o.workspace})
+	opts := o.flow
+	opts.Payload, opts.IdempotencyKey, opts.Secrets, opts.WorkspaceID = json.RawMessage(o.payload), o.key, o.bindings, o.workspace
+	r, created, err := c.Trigger(ctx, a.cfg.Project, a.cfg.Env, task, opts)
 	if err != nil {
 		return err
 	}
@@ -162,6 +171,8 @@ func (a *App) runsCmd() *cobra.Command {
 	fl.StringVar(&f.TaskID, "task", "", "only runs of this task")
 	fl.StringVar(&status, "status", "", "only runs in this status")
 	fl.StringVar(&f.Kind, "kind", "", "task (the default) or build: the runs that build deployments' images")
+	fl.StringVar(&f.Tag, "tag", "", "only runs carrying this tag")
+	fl.StringVar(&f.Queue, "queue", "", "only runs of this queue")
 	fl.IntVar(&f.Limit, "limit", 20, "page size")
 	fl.StringVar(&f.Cursor, "cursor", "", "continue from a previous page")
 	c.AddCommand(a.api(&cobra.Command{
@@ -250,6 +261,35 @@ func (a *App) showRun(r runs.Run) error {
 		fmt.Fprintf(tw, "tier\t%s\n", tierLabel(r.Tier))
 	}
 	fmt.Fprintf(tw, "created\t%s\n", r.CreatedAt.Local().Format(time.RFC3339))
+	if r.Queue != "" {
+		q := r.Queue
+		if r.ConcurrencyKey != "" {
+			q += " (key " + r.ConcurrencyKey + ")"
+		}
+		if r.Priority != 0 {
+			q += fmt.Sprintf(" priority %d", r.Priority)
+		}
+		fmt.Fprintf(tw, "queue\t%s\n", q)
+	}
+	if len(r.Tags) > 0 {
+		fmt.Fprintf(tw, "tags\t%s\n", strings.Join(r.Tags, ", "))
+	}
+	if r.Retry != nil {
+		fmt.Fprintf(tw, "attempt\t%d of %d\n", max(r.Attempt, 1), r.Retry.MaxAttempts)
+	}
+	for _, at := range r.Attempts {
+		msg := string(at.Status)
+		if at.Error != nil {
+			msg += ": " + string(at.Error.Class) + ": " + at.Error.Message
+		}
+		fmt.Fprintf(tw, "attempt %d\t%s\n", at.Attempt, msg)
+	}
+	if r.AvailableAt != nil && r.Status == runs.StatusQueued {
+		fmt.Fprintf(tw, "starts\tnot before %s\n", r.AvailableAt.Local().Format(time.RFC3339))
+	}
+	if r.ExpiresAt != nil && r.Status == runs.StatusQueued {
+		fmt.Fprintf(tw, "expires\t%s if not started\n", r.ExpiresAt.Local().Format(time.RFC3339))
+	}
 	fmt.Fprintf(tw, "payload\t%s\n", r.Payload)
 	tw.Flush()
 	if r.Error != nil || len(r.Output) > 0 {

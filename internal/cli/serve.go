@@ -83,6 +83,7 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 	}
 	svc := runs.NewService(st, st, st, runs.NewBroker(), log)
 	svc.WorkerTTL = cfg.WorkerTTL
+	svc.EnvConcurrency = cfg.EnvConcurrency
 	if v != nil {
 		svc.Vault = v
 	}
@@ -173,6 +174,7 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 	expireDone := make(chan struct{})
 	go func() {
 		defer close(expireDone)
+		go svc.WatchTimes(wctx, 250*time.Millisecond) // ends with wctx
 		waits.Watch(wctx, time.Second)
 	}()
 	schedDone := make(chan struct{})

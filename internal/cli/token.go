@@ -168,12 +168,12 @@ func (a *App) approveCmd() *cobra.Command {
 	var data string
 	c := &cobra.Command{
 		Use:     "approve RUN_ID",
-		Short:   "answer the human wait (ctx.wait.human) a run waits on: the task gets { ok: true, data }",
+		Short:   "answer the human wait (ctx.wait.human) a run waits on: the wait resolves to the answer",
 		GroupID: "runs",
 		Args:    exactly(1, "usage: helmr approve RUN_ID [--data-json JSON]"),
 		RunE:    func(c *cobra.Command, args []string) error { return a.approve(c.Context(), args[0], data) },
 	}
-	c.Flags().StringVar(&data, "data-json", "", "the answer (JSON) the task gets as { ok: true, data }")
+	c.Flags().StringVar(&data, "data-json", "", "the answer (JSON) ctx.wait.human resolves to (human.result: { ok: true, data })")
 	return a.api(c)
 }
 
@@ -200,18 +200,18 @@ func (a *App) approve(ctx context.Context, run, data string) error {
 	return nil
 }
 
-// rejectCmd cancels the human wait a run waits on: the task gets
-// { ok: false, canceled: true, reason }.
+// rejectCmd cancels the human wait a run waits on: ctx.wait.human throws
+// a WaitRejectedError (human.result: { ok: false, canceled: true, reason }).
 func (a *App) rejectCmd() *cobra.Command {
 	var reason string
 	c := &cobra.Command{
 		Use:     "reject RUN_ID",
-		Short:   "reject the human wait a run waits on: the task gets { ok: false, canceled: true, reason }",
+		Short:   "reject the human wait a run waits on: ctx.wait.human throws a WaitRejectedError with the reason",
 		GroupID: "runs",
 		Args:    exactly(1, "usage: helmr reject RUN_ID [--reason R]"),
 		RunE:    func(c *cobra.Command, args []string) error { return a.reject(c.Context(), args[0], reason) },
 	}
-	c.Flags().StringVar(&reason, "reason", "", "why (the task gets it; default \"rejected\")")
+	c.Flags().StringVar(&reason, "reason", "", "why (the task's WaitRejectedError carries it; default \"rejected\")")
 	return a.api(c)
 }
 

@@ -198,6 +198,11 @@ type TriggerOptions struct {
 	IdempotencyKey string
 	Secrets        map[string]string
 	WorkspaceID    string
+	// Run options (POST /v1/tasks/{id}/runs): durations as Go writes them,
+	// Delay also an RFC 3339 time.
+	Queue, ConcurrencyKey, Delay, TTL, IdempotencyKeyTTL string
+	Priority                                             int
+	Tags                                                 []string
 }
 
 // Trigger starts a run; created is false when the idempotency key matched
@@ -213,6 +218,17 @@ func (c *Client) Trigger(ctx context.Context, project, env, task string, o Trigg
 	}
 	if o.WorkspaceID != "" {
 		body["workspaceId"] = o.WorkspaceID
+	}
+	for k, v := range map[string]string{"queue": o.Queue, "concurrencyKey": o.ConcurrencyKey, "delay": o.Delay, "ttl": o.TTL, "idempotencyKeyTTL": o.IdempotencyKeyTTL} {
+		if v != "" {
+			body[k] = v
+		}
+	}
+	if o.Priority != 0 {
+		body["priority"] = o.Priority
+	}
+	if len(o.Tags) > 0 {
+		body["tags"] = o.Tags
 	}
 	st, err := c.do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(task)+"/runs", scope(project, env), body, &r)
 	return r, st == http.StatusCreated, err
@@ -251,7 +267,7 @@ func (c *Client) GetRun(ctx context.Context, id string) (runs.Run, error) {
 func (c *Client) ListRuns(ctx context.Context, project, env string, f runs.Filter) (runs.Page, error) {
 	q := scope(project, env)
 	limit := f.Limit
-	for k, v := range map[string]string{"task": f.TaskID, "status": string(f.Status), "kind": f.Kind, "cursor": f.Cursor} {
+	for k, v := range map[string]string{"task": f.TaskID, "status": string(f.Status), "kind": f.Kind, "cursor": f.Cursor, "tag": f.Tag, "queue": f.Queue} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -561,4 +577,24 @@ func (c *Client) ExecStream(ctx context.Context, workspaceID string, req workspa
 		return workspaces.ExecResult{}, err
 	}
 	return workspaces.ExecResult{}, errors.New("the exec stream ended without a result")
+}
+
+// Queues lists a project environment's run queues.
+func (c *Client) Queues(ctx context.Context, project, env string) ([]runs.Queue, error) {
+	var out struct {
+		Queues []runs.Queue `json:"queues"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/queues", scope(project, env), nil, &out)
+	return out.Queues, err
+}
+
+// PauseQueue pauses (paused) or resumes a queue.
+func (c *Client) PauseQueue(ctx context.Context, project, env, name string, paused bool) (runs.Queue, error) {
+	verb := "resume"
+	if paused {
+		verb = "pause"
+	}
+	var q runs.Queue
+	_, err := c.do(ctx, http.MethodPost, "/v1/queues/"+url.PathEscape(name)+"/"+verb, scope(project, env), nil, &q)
+	return q, err
 }

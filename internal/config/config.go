@@ -50,6 +50,7 @@ type Config struct {
 	Slots          int           // runs a worker executes at once
 	Warm           int           // sandboxes kept booted ahead of runs (per image and resources)
 	WorkerTTL      time.Duration // a worker silent this long loses its started runs
+	EnvConcurrency int           // task runs of one project environment holding a slot at once (0: no bound)
 	Heartbeat      time.Duration // how often a worker reports it is alive
 	Node           string        // host node used by deploy
 	OTLPEndpoint   string        // OTLP/HTTP collector for workspace operation spans (http://host:4318); empty: none

@@ -67,7 +67,7 @@ type waitpoint struct {
 // Terminal reports whether the run has finished.
 func (r runView) Terminal() bool {
 	switch r.Status {
-	case "COMPLETED", "FAILED", "TIMED_OUT", "CANCELED":
+	case "COMPLETED", "FAILED", "TIMED_OUT", "CANCELED", "EXPIRED":
 		return true
 	}
 	return false

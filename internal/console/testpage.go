@@ -17,6 +17,7 @@ type taskInfo struct {
 	ID                string `json:"id"`
 	DeploymentVersion int    `json:"deploymentVersion"`
 	Spec              struct {
+		Input   json.RawMessage `json:"input"`
 		Secrets map[string]struct {
 			Env       string `json:"env"`
 			File      string `json:"file"`
@@ -34,9 +35,10 @@ type testData struct {
 	Tasks   []taskInfo
 	Task    *taskInfo
 	Secrets []declaredSecret
-	Vault   []string // the vault's secret names, if the principal may list them
-	Recent  []string // recent payloads of the task, pretty, newest first
-	Payload string   // the editor's first content
+	Vault   []string   // the vault's secret names, if the principal may list them
+	Recent  []string   // recent payloads of the task, pretty, newest first
+	Payload string     // the editor's first content
+	Input   *inputForm // the payload form from the task's input; nil without one
 }
 
 // testPage triggers a task of the current deployment with an edited
@@ -105,7 +107,11 @@ func (c *Console) testPage(r *http.Request, v *View) (any, error) {
 			}
 		}
 	}
+	d.Input = buildInputForm(d.Task.Spec.Input)
 	d.Payload = "{}"
+	if d.Input != nil {
+		d.Payload = initialPayload(d.Task.Spec.Input)
+	}
 	if len(d.Recent) > 0 {
 		d.Payload = d.Recent[0]
 	}

@@ -1,6 +1,7 @@
 package deployments
 
 import (
+	"encoding/json"
 	"sort"
 
 	"github.com/helmr/helmr/internal/vault"
@@ -25,6 +26,13 @@ type TaskManifest struct {
 	Secrets     map[string]SecretTarget `json:"secrets,omitempty"`
 	Sandbox     *SandboxManifest        `json:"sandbox"`
 	HasRun      bool                    `json:"hasRun"`
+	// Retry is the task's retry policy (nil: one attempt).
+	Retry *RetryPolicy `json:"retry,omitempty"`
+	// Queue is the queue its runs wait in (nil: its own, unlimited).
+	Queue *QueueManifest `json:"queue,omitempty"`
+	// Input is the payload's JSON Schema (see CompileInput); a trigger
+	// whose payload does not fit is refused. Empty: any payload.
+	Input json.RawMessage `json:"input,omitempty"`
 	// Schedule, if set, runs the task on a cron schedule: deploying
 	// creates, updates or removes its declarative schedule (package
 	// schedules).

@@ -66,6 +66,7 @@ func (m Manifest) Validate(files map[string][]byte) error {
 	}
 	seen := map[string]string{}
 	sandboxes := map[string]TaskManifest{} // by name: the first task declaring it
+	queues := map[string]TaskManifest{}
 	for _, t := range m.Tasks {
 		if !idPattern.MatchString(t.ID) {
 			add(t.ID, "id", "must be 1-128 letters, digits, '.', '_' or '-'")
@@ -87,7 +88,30 @@ func (m Manifest) Validate(files map[string][]byte) error {
 			add(t.ID, "maxDuration", "must be between 1 and 604800 seconds, got %d", t.MaxDuration)
 		}
 		validateSecrets(t, add)
+		if len(t.Input) > 0 {
+			if _, err := CompileInput(t.Input); err != nil {
+				add(t.ID, "input", "%v", err)
+			}
+		}
 		validateSandbox(t, files, add)
+		if t.Retry != nil {
+			if err := t.Retry.Validate(); err != nil {
+				add(t.ID, "retry", "%v", err)
+			}
+		}
+		if q := t.Queue; q != nil {
+			switch {
+			case !ValidQueueName(q.Name):
+				add(t.ID, "queue.name", "%q: 1 to 128 letters, digits and _.:/- (starting with a letter or digit)", q.Name)
+			case q.ConcurrencyLimit < 0 || q.ConcurrencyLimit > MaxConcurrencyLimit:
+				add(t.ID, "queue.concurrencyLimit", "is 0 (no limit) to %d, got %d", MaxConcurrencyLimit, q.ConcurrencyLimit)
+			}
+			if first, ok := queues[q.Name]; !ok {
+				queues[q.Name] = t
+			} else if first.Queue.ConcurrencyLimit != q.ConcurrencyLimit {
+				add(t.ID, "queue", "queue %q is declared with concurrencyLimit %d here and %d by task %s (declare it once with queue() and share it)", q.Name, q.ConcurrencyLimit, first.Queue.ConcurrencyLimit, first.ID)
+			}
+		}
 		if sb := t.Sandbox; sb != nil {
 			if first, ok := sandboxes[sb.Name]; !ok {
 				sandboxes[sb.Name] = t

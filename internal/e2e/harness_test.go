@@ -19,13 +19,14 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/helmr/helmr/internal/client"
 	"github.com/helmr/helmr/internal/config"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox/disk"
 	"github.com/helmr/helmr/internal/sandbox/tiers"
 	"github.com/helmr/helmr/internal/testenv"
-	"golang.org/x/sys/unix"
 )
 
 // dev is a running `helmr dev` and the environment its CLI calls share.
@@ -39,8 +40,10 @@ type dev struct {
 	url     string
 	token   string // the owner credential helmr dev wrote to the profile
 	api     *client.Client
-	stop    func() // stops the running helmr dev (once)
-	kill    func() // kills it (SIGKILL): no chance to clean up
+	args    []string    // helmr dev's flags
+	stdout  *syncWriter // what the running helmr dev printed on stdout
+	stop    func()      // stops the running helmr dev (once)
+	kill    func()      // kills it (SIGKILL): no chance to clean up
 }
 
 // forEachTier runs fn as a subtest per isolation tier of this build (the
@@ -67,6 +70,12 @@ func requireTier(t *testing.T, tier string) {
 // data dir and state root; env adds or overrides HELMR_* settings.
 func startDev(t *testing.T, tier string, env ...string) *dev {
 	t.Helper()
+	return startDevWith(t, tier, nil, env...)
+}
+
+// startDevWith is startDev with helmr dev's flags.
+func startDevWith(t *testing.T, tier string, args []string, env ...string) *dev {
+	t.Helper()
 	testenv.RequireRoot(t)
 	requireTier(t, tier)
 	testenv.BaseRootfs(t)
@@ -74,7 +83,7 @@ func startDev(t *testing.T, tier string, env ...string) *dev {
 	testenv.Require(t, err == nil, "deploy needs node on PATH")
 	bin := testenv.Binaries(t)
 	tmp := t.TempDir()
-	d := &dev{t: t, bin: bin, dataDir: filepath.Join(tmp, "data")}
+	d := &dev{t: t, bin: bin, dataDir: filepath.Join(tmp, "data"), args: args}
 	d.base = append(os.Environ(),
 		"HELMR_DATA_DIR="+d.dataDir, "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
 		"HELMR_ADDR=127.0.0.1:0", "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROJECT=", "HELMR_URL=",
@@ -91,8 +100,9 @@ func (d *dev) launch() {
 	t := d.t
 	t.Helper()
 	d.env = slices.Clip(d.base)
-	cmd := exec.Command(filepath.Join(d.bin, "helmr"), "dev")
+	cmd := exec.Command(filepath.Join(d.bin, "helmr"), append([]string{"dev"}, d.args...)...)
 	cmd.Env = d.env
+	d.stdout = &syncWriter{w: new(bytes.Buffer)}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -127,6 +137,7 @@ func (d *dev) launch() {
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			_, _ = d.stdout.Write([]byte(sc.Text() + "\n"))
 			if rest, ok := strings.CutPrefix(sc.Text(), "Helmr dev at "); ok {
 				urlCh <- strings.Fields(rest)[0]
 			}

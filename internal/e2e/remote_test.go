@@ -217,3 +217,50 @@ func startStoppable(t *testing.T, bin string, env []string, prefix string, args 
 		return "", stop
 	}
 }
+
+// TestLostWorkerRetries kills the worker in the middle of a run whose
+// task retries: once the control plane gives the worker up, the run goes
+// back to the queue, another worker takes it, and it completes on attempt
+// 2 with the lost attempt recorded.
+func TestLostWorkerRetries(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.BaseRootfs(t)
+	bin := testenv.Binaries(t)
+	tmp := t.TempDir()
+	unmountUnder(t, tmp)
+	base := append(os.Environ(), "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
+		"HELMR_WORKER_TOKEN=test-worker-token", "HELMR_PROJECT=", "HELMR_OWNER_TOKEN="+ownerToken, "HELMR_API_KEY="+ownerToken, "HELMR_WORKER_TTL=2s", "HELMR_HEARTBEAT=300ms",
+		"HELMR_STATE_DIR="+testenv.StateRoot(t))
+	server := start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, "cp"), "HELMR_ADDR=127.0.0.1:0"),
+		"Helmr control plane at ", "server")
+	worker := func(name string) *exec.Cmd {
+		w := exec.Command(filepath.Join(bin, "helmr"), "worker", "--control-url", server)
+		w.Env = append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, name), "HELMR_RUNTIME=process", "HELMR_WARM=0")
+		if err := w.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.Process.Kill(); _ = w.Wait() })
+		return w
+	}
+	first := worker("worker-a")
+	d := &dev{t: t, bin: bin, env: append(slices.Clip(base), "HELMR_URL="+server), url: server, api: client.New(server, ownerToken)}
+	d.deploy("internal/e2e/testdata/flow", "--no-build")
+	r := d.trigger("flow", "lost", "null")
+	var lost string
+	waitFor(t, time.Minute, func() bool {
+		got, err := d.api.GetRun(context.Background(), r.ID)
+		lost = got.WorkerID
+		return err == nil && got.Status == runs.StatusRunning
+	})
+	worker("worker-b")
+	_ = first.Process.Kill()
+	_ = first.Wait()
+	final := d.waitDone(r.ID, 90*time.Second)
+	if final.Status != runs.StatusCompleted || string(final.Output) != `{"attempt":2}` || final.WorkerID == lost {
+		t.Fatalf("run after its worker died = %s %s on %s %+v; events %s", final.Status, final.Output, final.WorkerID, final.Error, systemMessages(d.events(r.ID)))
+	}
+	if len(final.Attempts) != 1 || final.Attempts[0].WorkerID != lost || final.Attempts[0].Error == nil ||
+		final.Attempts[0].Error.Class != runs.ClassGuestRuntime || !strings.Contains(final.Attempts[0].Error.Message, "stopped reporting") {
+		t.Errorf("attempts = %+v, want attempt 1 lost with worker %s", final.Attempts, lost)
+	}
+}

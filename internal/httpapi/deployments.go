@@ -59,6 +59,9 @@ func (s *Server) createDeployment(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
+	if err := s.cfg.Runs.DeclareQueues(r.Context(), d.Project, d.Env, d.Manifest.Tasks); err != nil {
+		return err
+	}
 	if req.Build {
 		// The deployment names its build run, so a run that cannot be
 		// queued leaves it FAILED ("build run missing"), never READY.

@@ -20,6 +20,43 @@ type TriggerRequest struct {
 	WorkspaceID string `json:"workspaceId,omitempty"`
 	// ReplayOf names the run (of the same task) this one replays.
 	ReplayOf string `json:"replayOf,omitempty"`
+	// Run options (runs/flow.go). Durations are Go-style ("90s", "1h");
+	// delay may also be an RFC 3339 time to start at.
+	Queue             string   `json:"queue,omitempty"`
+	ConcurrencyKey    string   `json:"concurrencyKey,omitempty"`
+	Priority          int      `json:"priority,omitempty"`
+	Tags              []string `json:"tags,omitempty"`
+	Delay             string   `json:"delay,omitempty"`
+	TTL               string   `json:"ttl,omitempty"`
+	IdempotencyKeyTTL string   `json:"idempotencyKeyTTL,omitempty"`
+}
+
+// parseRunOptions reads a trigger's delay (a duration or a time), ttl and
+// idempotency key ttl.
+func parseRunOptions(req TriggerRequest, into *runs.TriggerRequest) error {
+	if req.Delay != "" {
+		if d, err := time.ParseDuration(req.Delay); err == nil {
+			into.Delay = d
+		} else if t, terr := time.Parse(time.RFC3339, req.Delay); terr == nil {
+			into.StartAt = t
+		} else {
+			return errdefs.Invalidf("delay %q: want a duration (\"90s\", \"1h\") or an RFC 3339 time", req.Delay)
+		}
+	}
+	for _, f := range []struct {
+		name, v string
+		to      *time.Duration
+	}{{"ttl", req.TTL, &into.TTL}, {"idempotencyKeyTTL", req.IdempotencyKeyTTL, &into.IdempotencyKeyTTL}} {
+		if f.v == "" {
+			continue
+		}
+		d, err := time.ParseDuration(f.v)
+		if err != nil {
+			return errdefs.Invalidf("%s %q: want a duration (\"10m\", \"24h\")", f.name, f.v)
+		}
+		*f.to = d
+	}
+	return nil
 }
 
 func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request) error {
@@ -38,10 +75,15 @@ func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request) error {
 		}
 		key = h
 	}
-	run, created, err := s.cfg.Runs.Trigger(r.Context(), runs.TriggerRequest{
+	treq := runs.TriggerRequest{
 		Project: project, Env: env, TaskID: r.PathValue("id"), Payload: req.Payload, IdempotencyKey: key,
 		Secrets: req.Secrets, WorkspaceID: req.WorkspaceID, ReplayOf: req.ReplayOf,
-	})
+		Queue: req.Queue, ConcurrencyKey: req.ConcurrencyKey, Priority: req.Priority, Tags: req.Tags,
+	}
+	if err := parseRunOptions(req, &treq); err != nil {
+		return err
+	}
+	run, created, err := s.cfg.Runs.Trigger(r.Context(), treq)
 	if err != nil {
 		return err
 	}
@@ -63,7 +105,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if q.Has("status") && !runs.Status(q.Get("status")).Valid() {
-		return errdefs.Invalidf("unknown status %q (one of QUEUED, STARTING, RUNNING, WAITING, COMPLETED, FAILED, TIMED_OUT, CANCELED)", q.Get("status"))
+		return errdefs.Invalidf("unknown status %q (one of QUEUED, STARTING, RUNNING, WAITING, COMPLETED, FAILED, TIMED_OUT, CANCELED, EXPIRED)", q.Get("status"))
 	}
 	kind := q.Get("kind")
 	if kind != "" && kind != runs.KindTask && kind != runs.KindBuild {
@@ -80,6 +122,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
 	page, err := s.cfg.Runs.List(r.Context(), runs.Filter{
 		Project: project, Env: env, TaskID: q.Get("task"), Status: runs.Status(q.Get("status")), Kind: kind,
 		Since: since, Until: until, IDPrefix: q.Get("id"), Limit: limit, Cursor: q.Get("cursor"),
+		Tag: q.Get("tag"), Queue: q.Get("queue"),
 	})
 	if err != nil {
 		return err

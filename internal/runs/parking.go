@@ -29,6 +29,16 @@ func (s *Service) parked(ctx context.Context, id string) bool {
 	return len(cks) > 0
 }
 
+// ReleaseSlot frees the queue slot of a WAITING run that was parked, and
+// tells waiting leasers.
+func (s *Service) ReleaseSlot(ctx context.Context, id string) error {
+	if err := s.store.ReleaseSlot(ctx, id); err != nil {
+		return err
+	}
+	s.broker.PublishQueue()
+	return nil
+}
+
 // Note appends a system event to run id.
 func (s *Service) Note(ctx context.Context, id string, note SystemData) error {
 	data, _ := json.Marshal(note)

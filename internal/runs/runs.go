@@ -22,12 +22,14 @@ const (
 	StatusFailed    Status = "FAILED"
 	StatusTimedOut  Status = "TIMED_OUT"
 	StatusCanceled  Status = "CANCELED"
+	// StatusExpired: the run was not started before its ttl ran out.
+	StatusExpired Status = "EXPIRED"
 )
 
 // Terminal reports whether no transition leaves s.
 func (s Status) Terminal() bool {
 	switch s {
-	case StatusCompleted, StatusFailed, StatusTimedOut, StatusCanceled:
+	case StatusCompleted, StatusFailed, StatusTimedOut, StatusCanceled, StatusExpired:
 		return true
 	}
 	return false
@@ -37,7 +39,7 @@ func (s Status) Terminal() bool {
 func (s Status) Valid() bool {
 	switch s {
 	case StatusQueued, StatusStarting, StatusRunning, StatusWaiting,
-		StatusCompleted, StatusFailed, StatusTimedOut, StatusCanceled:
+		StatusCompleted, StatusFailed, StatusTimedOut, StatusCanceled, StatusExpired:
 		return true
 	}
 	return false
@@ -62,6 +64,11 @@ type Error struct {
 	Class   FailureClass `json:"class"`
 	Message string       `json:"message"`
 	Stack   string       `json:"stack,omitempty"`
+	// Name is the thrown error's class name, where the task threw one.
+	Name string `json:"name,omitempty"`
+	// NoRetry: the task asked to fail without retrying
+	// (AbortTaskRunError).
+	NoRetry bool `json:"noRetry,omitempty"`
 }
 
 // Run kinds: a run executes a task; a build run builds the images of a
@@ -93,6 +100,9 @@ type Run struct {
 	Output            json.RawMessage `json:"output,omitempty"`
 	Error             *Error          `json:"error,omitempty"`
 	IdempotencyKey    string          `json:"idempotencyKey,omitempty"`
+	// IdempotencyKeyExpiresAt: after it, the key no longer returns this
+	// run (a trigger with it makes a new one).
+	IdempotencyKeyExpiresAt *time.Time `json:"idempotencyKeyExpiresAt,omitempty"`
 	// Secrets binds the task's declared secrets to their sources
 	// ("vault:NAME"); never values.
 	Secrets map[string]string `json:"secrets,omitempty"`
@@ -104,7 +114,24 @@ type Run struct {
 	Tier           string `json:"tier,omitempty"`
 	MaxDurationSec int    `json:"maxDuration"`
 	// Needs is what the run's sandbox asks of a worker (from the task).
-	Needs      workers.Need `json:"needs"`
+	Needs workers.Need `json:"needs"`
+	// Queue is the queue the run waits in (its task's declared queue, or
+	// TaskQueue); ConcurrencyKey splits it per tenant; higher Priority
+	// goes first, FIFO within a priority.
+	Queue          string `json:"queue"`
+	ConcurrencyKey string `json:"concurrencyKey,omitempty"`
+	Priority       int    `json:"priority,omitempty"`
+	// Tags label the run (filterable).
+	Tags []string `json:"tags,omitempty"`
+	// AvailableAt: the run is not started before (a delay, or a retry's
+	// backoff). ExpiresAt: a run not started by then ends EXPIRED.
+	AvailableAt *time.Time `json:"availableAt,omitempty"`
+	ExpiresAt   *time.Time `json:"expiresAt,omitempty"`
+	// Attempt counts from 1; Retry is the run's policy (nil: one attempt);
+	// Attempts are the earlier attempts that failed and were retried.
+	Attempt    int          `json:"attempt"`
+	Retry      *RetryPolicy `json:"retry,omitempty"`
+	Attempts   []Attempt    `json:"attempts,omitempty"`
 	CreatedAt  time.Time    `json:"createdAt"`
 	StartedAt  *time.Time   `json:"startedAt,omitempty"`
 	FinishedAt *time.Time   `json:"finishedAt,omitempty"`
@@ -168,6 +195,9 @@ type Transition struct {
 	StartedAt  *time.Time
 	FinishedAt *time.Time
 	Time       time.Time
+	// Retry, with To QUEUED, records the failed attempt and queues the
+	// next one (Attempt+1) for At.
+	Retry *Retry
 }
 
 // Filter selects runs for List. Empty fields match everything.
@@ -185,6 +215,9 @@ type Filter struct {
 	Since, Until time.Time
 	// IDPrefix selects the runs whose id starts with it (a search by id).
 	IDPrefix string
+	// Tag selects runs carrying this tag; Queue runs of this queue.
+	Tag   string
+	Queue string
 	// Limit caps the page size (the store applies 1..1000, default 50).
 	Limit int
 	// Cursor is the opaque NextCursor of a previous page.

@@ -33,6 +33,9 @@ const WorkerTTL = time.Minute
 
 // Service implements the run lifecycle on top of a Store.
 type Service struct {
+	// EnvConcurrency, if positive, bounds how many task runs of one
+	// project environment hold a slot at once (HELMR_ENV_CONCURRENCY).
+	EnvConcurrency int
 	// WorkerTTL: a worker silent for longer counts as gone (default
 	// WorkerTTL). Set before use.
 	WorkerTTL time.Duration
@@ -89,6 +92,18 @@ type TriggerRequest struct {
 	// ReplayOf names the run of the same task and project environment
 	// this one replays; empty: none.
 	ReplayOf string
+	// Run options (see flow.go): the queue (default the task's),
+	// concurrency key, priority (higher first), tags, a delay or a time
+	// to start at, a ttl after which an unstarted run expires, and how
+	// long the idempotency key holds.
+	Queue             string
+	ConcurrencyKey    string
+	Priority          int
+	Tags              []string
+	Delay             time.Duration
+	StartAt           time.Time
+	TTL               time.Duration
+	IdempotencyKeyTTL time.Duration
 }
 
 // Trigger creates a QUEUED run of the latest deployment of the task. With an
@@ -121,8 +136,15 @@ func (s *Service) Trigger(ctx context.Context, req TriggerRequest) (Run, bool, e
 			return Run{}, false, fmt.Errorf("replayOf %q is not a run of task %q in %s/%s: %w", req.ReplayOf, req.TaskID, req.Project, req.Env, errdefs.ErrInvalid)
 		}
 	}
+	if err := checkInput(task, req.Payload); err != nil {
+		return Run{}, false, err
+	}
 	if err := s.checkBindings(ctx, req, task); err != nil {
 		return Run{}, false, err
+	}
+	opts, err := runOptions(req, task, s.now())
+	if err != nil {
+		return Run{}, false, fmt.Errorf("%v: %w", err, errdefs.ErrInvalid)
 	}
 	if err := s.checkPayload(ctx, req); err != nil {
 		return Run{}, false, err
@@ -146,6 +168,8 @@ func (s *Service) Trigger(ctx context.Context, req TriggerRequest) (Run, bool, e
 		DeploymentID: task.DeploymentID, DeploymentVersion: task.DeploymentVersion,
 		Status: StatusQueued, Payload: req.Payload, IdempotencyKey: req.IdempotencyKey, Secrets: req.Secrets,
 		MaxDurationSec: maxDur, Needs: needs, CreatedAt: s.now(), WorkspaceID: ws.ID, ReplayOf: req.ReplayOf,
+		Queue: opts.Queue, ConcurrencyKey: opts.ConcurrencyKey, Priority: opts.Priority, Tags: opts.Tags,
+		AvailableAt: opts.AvailableAt, ExpiresAt: opts.ExpiresAt, Retry: opts.Retry, IdempotencyKeyExpiresAt: opts.IdempotencyKeyExpiresAt,
 	})
 	if fresh && (err != nil || !created) {
 		// The run was not made (or is a repeat of one that has its own):
@@ -341,7 +365,7 @@ func (s *Service) Lease(ctx context.Context, workerID string, caps workers.Capab
 	if err := s.workers.UpsertWorker(ctx, workers.Worker{ID: workerID, Capabilities: caps, LastSeen: now}); err != nil {
 		return Run{}, fmt.Errorf("record worker %s: %w", workerID, err)
 	}
-	r, err := s.store.LeaseRun(ctx, workerID, caps, now)
+	r, err := s.store.LeaseRun(ctx, workerID, caps, now, s.EnvConcurrency)
 	if err != nil {
 		return Run{}, err
 	}
@@ -464,6 +488,9 @@ func (s *Service) Finish(ctx context.Context, id string, o Outcome) (Run, error)
 		if _, err := s.store.AppendEvents(ctx, id, evs); err != nil {
 			return Run{}, fmt.Errorf("record notes: %w", err)
 		}
+	}
+	if r, ok, err := s.retry(ctx, id, o, now); ok || err != nil {
+		return r, err
 	}
 	r, _, err := s.store.Transition(ctx, id, Transition{
 		From: []Status{StatusStarting, StatusRunning, StatusWaiting}, To: o.Status,

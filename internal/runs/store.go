@@ -30,7 +30,26 @@ type Store interface {
 	// (offer.Fits: CPU, memory, digests) to STARTING for workerID and
 	// returns it; errdefs.ErrNotFound when no such run is queued. Concurrent callers
 	// never lease the same run.
-	LeaseRun(ctx context.Context, workerID string, offer workers.Capabilities, now time.Time) (Run, error)
+	// Runs not yet due (AvailableAt), of a paused queue, or of a queue
+	// (and concurrency key) or environment (envLimit > 0) whose slots are
+	// all held are passed over; higher Priority goes first.
+	LeaseRun(ctx context.Context, workerID string, offer workers.Capabilities, now time.Time, envLimit int) (Run, error)
+	// ReleaseSlot frees the queue slot of a WAITING run whose sandbox was
+	// parked; errdefs.ErrConflict if it is not waiting.
+	ReleaseSlot(ctx context.Context, id string) error
+	// BecameDue reports whether a QUEUED run's AvailableAt is in
+	// (since, until]: a delayed run or a retry became leasable.
+	BecameDue(ctx context.Context, since, until time.Time) (bool, error)
+	// ExpireRuns ends as EXPIRED the QUEUED runs whose ExpiresAt passed.
+	ExpireRuns(ctx context.Context, now time.Time) ([]Run, error)
+	// DeclareQueue sets a queue's concurrency limit, keeping its pause.
+	DeclareQueue(ctx context.Context, q Queue) error
+	// PauseQueue pauses or resumes a queue (made if unknown).
+	PauseQueue(ctx context.Context, project, env, name string, paused bool) (Queue, error)
+	// GetQueue returns a queue with its counts (errdefs.ErrNotFound if
+	// no declaration or run names it); ListQueues those of an env.
+	GetQueue(ctx context.Context, project, env, name string) (Queue, error)
+	ListQueues(ctx context.Context, project, env string) ([]Queue, error)
 	// DropRunHost clears the host requirement (Needs.Host) of run id if it
 	// is QUEUED and still needs host: any worker may take it. errdefs.ErrNotFound
 	// for an unknown run, errdefs.ErrConflict (wrapped) otherwise.

@@ -15,20 +15,35 @@ import (
 const runColumns = `id, project, env, task_id, deployment_id, deployment_version, status,
 	payload, output, error, idempotency_key, worker_id, tier, max_duration_sec,
 	need_cpu, need_memory, created_at, started_at, finished_at, last_seq, secrets,
-	kind, need_digests, need_image, need_base_digest, workspace_id, need_host, replay_of`
+	kind, need_digests, need_image, need_base_digest, workspace_id, need_host, replay_of,
+	queue, concurrency_key, priority, tags, available_at, expires_at, attempt, retry, attempts, idempotency_expires_at`
 
 func scanRun(row scanner) (runs.Run, error) {
 	var (
 		r                runs.Run
 		errJSON          json.RawMessage
 		secrets, digests string
+		tags, retry, att string
 	)
 	err := row.Scan(&r.ID, &r.Project, &r.Env, &r.TaskID, &r.DeploymentID, &r.DeploymentVersion, &r.Status,
 		jsonCol{&r.Payload}, jsonCol{&r.Output}, jsonCol{&errJSON}, textCol{&r.IdempotencyKey}, &r.WorkerID, &r.Tier, &r.MaxDurationSec,
 		&r.Needs.CPU, &r.Needs.MemoryBytes, timeCol{&r.CreatedAt}, nullTimeCol{&r.StartedAt}, nullTimeCol{&r.FinishedAt}, &r.LastSeq, &secrets,
-		&r.Kind, &digests, &r.Needs.Image, &r.Needs.BaseDigest, &r.WorkspaceID, &r.Needs.Host, &r.ReplayOf)
+		&r.Kind, &digests, &r.Needs.Image, &r.Needs.BaseDigest, &r.WorkspaceID, &r.Needs.Host, &r.ReplayOf,
+		&r.Queue, &r.ConcurrencyKey, &r.Priority, &tags, nullTimeCol{&r.AvailableAt}, nullTimeCol{&r.ExpiresAt}, &r.Attempt, &retry, &att, nullTimeCol{&r.IdempotencyKeyExpiresAt})
 	if err != nil {
 		return runs.Run{}, err
+	}
+	r.Tags = decodeTags(tags)
+	if retry != "" {
+		r.Retry = new(runs.RetryPolicy)
+		if err := json.Unmarshal([]byte(retry), r.Retry); err != nil {
+			return runs.Run{}, fmt.Errorf("decode retry policy of run %s: %w", r.ID, err)
+		}
+	}
+	if att != "" {
+		if err := json.Unmarshal([]byte(att), &r.Attempts); err != nil {
+			return runs.Run{}, fmt.Errorf("decode attempts of run %s: %w", r.ID, err)
+		}
 	}
 	if r.Secrets, err = DecodeBindings(r.ID, secrets); err != nil {
 		return runs.Run{}, err
@@ -64,10 +79,24 @@ func (db *DB) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, error)
 		return runs.Run{}, false, fmt.Errorf("create run: %w", err)
 	}
 	r, first := NewRun(r)
+	retry, err := jsonText(r.Retry)
+	if err != nil {
+		return runs.Run{}, false, err
+	}
 	var existing *runs.Run
-	err := db.write(ctx, func(tx txConn) error {
+	err = db.write(ctx, func(tx txConn) error {
+		if r.IdempotencyKey != "" {
+			// A key past its ttl lets go of its run.
+			if _, err := tx.exec(ctx, `UPDATE runs SET idempotency_key = NULL
+				WHERE project = ? AND env = ? AND task_id = ? AND idempotency_key = ?
+				AND idempotency_expires_at IS NOT NULL AND idempotency_expires_at <= ?`,
+				r.Project, r.Env, r.TaskID, r.IdempotencyKey, r.CreatedAt); err != nil {
+				return err
+			}
+		}
 		q := `INSERT INTO runs (` + runColumns + `)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, '', '', ?, ?, ?, ?, NULL, NULL, 1, ?, ?, ?, ?, ?, ?, ?, ?)`
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, '', '', ?, ?, ?, ?, NULL, NULL, 1, ?, ?, ?, ?, ?, ?, ?, ?,
+			?, ?, ?, ?, ?, ?, 1, ?, '', ?)`
 		if r.IdempotencyKey != "" {
 			q += ` ON CONFLICT (project, env, task_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING`
 		}
@@ -75,7 +104,9 @@ func (db *DB) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, error)
 			r.ID, r.Project, r.Env, r.TaskID, r.DeploymentID, r.DeploymentVersion, r.Status,
 			nullText(r.Payload), nullText(r.IdempotencyKey), r.MaxDurationSec,
 			r.Needs.CPU, r.Needs.MemoryBytes, r.CreatedAt, EncodeBindings(r.Secrets),
-			r.Kind, EncodeDigests(r.Needs.Digests), r.Needs.Image, r.Needs.BaseDigest, r.WorkspaceID, r.Needs.Host, r.ReplayOf)
+			r.Kind, EncodeDigests(r.Needs.Digests), r.Needs.Image, r.Needs.BaseDigest, r.WorkspaceID, r.Needs.Host, r.ReplayOf,
+			r.Queue, r.ConcurrencyKey, r.Priority, encodeTags(r.Tags), TimePtr(r.AvailableAt), TimePtr(r.ExpiresAt), retry,
+			TimePtr(r.IdempotencyKeyExpiresAt))
 		if err != nil {
 			return err
 		}
@@ -130,6 +161,14 @@ func (db *DB) ListRuns(ctx context.Context, f runs.Filter) (runs.Page, error) {
 	if !f.Until.IsZero() {
 		where = append(where, "created_at < ?")
 		args = append(args, f.Until)
+	}
+	if f.Tag != "" {
+		where = append(where, "tags LIKE ?")
+		args = append(args, "%|"+strings.NewReplacer("%", "", "_", "").Replace(f.Tag)+"|%")
+	}
+	if f.Queue != "" {
+		where = append(where, "queue = ?")
+		args = append(args, f.Queue)
 	}
 	if f.IDPrefix != "" {
 		where = append(where, "substr(id, 1, ?) = ?")
@@ -196,10 +235,24 @@ func applyTransition(ctx context.Context, tx txConn, r *runs.Run, t runs.Transit
 	if err != nil {
 		return runs.Event{}, err
 	}
+	attempts, err := jsonText(r.Attempts)
+	if err != nil {
+		return runs.Event{}, err
+	}
+	// A run holds a queue slot from its start until it ends, or until it
+	// is parked (ReleaseSlot) while it waits.
+	slot := "holds_slot"
+	switch r.Status {
+	case runs.StatusStarting, runs.StatusRunning:
+		slot = "1"
+	case runs.StatusWaiting:
+	default:
+		slot = "0"
+	}
 	_, err = tx.exec(ctx, `UPDATE runs SET status = ?, worker_id = ?, tier = ?, output = ?, error = ?,
-		started_at = ?, finished_at = ?, last_seq = ? WHERE id = ?`,
+		started_at = ?, finished_at = ?, last_seq = ?, attempt = ?, available_at = ?, attempts = ?, holds_slot = `+slot+` WHERE id = ?`,
 		r.Status, r.WorkerID, r.Tier, nullText(r.Output), errJSON,
-		r.StartedAt, r.FinishedAt, r.LastSeq, r.ID)
+		r.StartedAt, r.FinishedAt, r.LastSeq, max(r.Attempt, 1), r.AvailableAt, attempts, r.ID)
 	if err != nil {
 		return runs.Event{}, fmt.Errorf("update run %s: %w", r.ID, err)
 	}
@@ -209,31 +262,54 @@ func applyTransition(ctx context.Context, tx txConn, r *runs.Run, t runs.Transit
 	return ev, nil
 }
 
-// LeaseRun moves the oldest QUEUED run that fits offer to STARTING for
-// workerID. CPU and memory are checked on the queued index; the few runs
-// that also need digests are checked against the offer here. Concurrent
-// leasers pass over each other's rows (SKIP LOCKED), or take turns where
-// one writer holds the database.
-func (db *DB) LeaseRun(ctx context.Context, workerID string, offer workers.Capabilities, now time.Time) (runs.Run, error) {
+// LeaseRun moves the first QUEUED run that fits offer to STARTING for
+// workerID: highest priority first, oldest first within a priority, among
+// runs that are due (available_at) and whose queue has a free slot (see
+// slotCheck). CPU and memory are checked on the queued index; the few
+// runs that also need digests are checked against the offer here.
+// Concurrent leasers pass over each other's rows (SKIP LOCKED), or take
+// turns where one writer holds the database; a queue's slots are counted
+// under a lock of the queue (and key), so replicas never overfill one.
+func (db *DB) LeaseRun(ctx context.Context, workerID string, offer workers.Capabilities, now time.Time, envLimit int) (runs.Run, error) {
 	var r runs.Run
 	err := db.write(ctx, func(tx txConn) error {
-		rows, err := tx.query(ctx, `SELECT `+runColumns+` FROM runs
-			WHERE status = 'QUEUED' AND need_cpu <= ? AND need_memory <= ?
-			ORDER BY created_at, id LIMIT ?`+db.d.SkipLocked, offer.CPUs, offer.MemoryBytes, LeaseCandidates)
+		sc, err := newSlotCheck(ctx, tx, envLimit)
 		if err != nil {
 			return fmt.Errorf("lease run: %w", err)
 		}
-		found := false
-		for rows.Next() && !found {
-			if r, err = scanRun(rows); err != nil {
+		skip, skipArgs := sc.exclusions()
+		args := append([]any{offer.CPUs, offer.MemoryBytes, Time(now)}, skipArgs...)
+		rows, err := tx.query(ctx, `SELECT `+runColumns+` FROM runs
+			WHERE status = 'QUEUED' AND need_cpu <= ? AND need_memory <= ? AND (available_at IS NULL OR available_at <= ?)`+skip+`
+			ORDER BY priority DESC, created_at, id LIMIT ?`+db.d.SkipLocked, append(args, LeaseCandidates)...)
+		if err != nil {
+			return fmt.Errorf("lease run: %w", err)
+		}
+		var candidates []runs.Run
+		for rows.Next() {
+			c, err := scanRun(rows)
+			if err != nil {
 				rows.Close()
 				return fmt.Errorf("lease run: %w", err)
 			}
-			found, _ = workers.Worker{ID: workerID, Capabilities: offer}.Takes(r.Needs)
+			if ok, _ := (workers.Worker{ID: workerID, Capabilities: offer}).Takes(c.Needs); ok {
+				candidates = append(candidates, c)
+			}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("lease run: %w", err)
+		}
+		found := false
+		for _, c := range candidates {
+			ok, err := sc.take(ctx, tx, c)
+			if err != nil {
+				return fmt.Errorf("lease run: %w", err)
+			}
+			if ok {
+				r, found = c, true
+				break
+			}
 		}
 		if !found {
 			return fmt.Errorf("lease run for worker %s: no queued run fits %g vCPUs, %d bytes: %w",
@@ -265,4 +341,39 @@ func (db *DB) DropRunHost(ctx context.Context, id, host string) error {
 		_, err = tx.exec(ctx, `UPDATE runs SET need_host = '' WHERE id = ?`, id)
 		return err
 	})
+}
+
+// jsonText is v as JSON text for a TEXT column: "" for nil or empty.
+func jsonText(v any) (string, error) {
+	switch x := v.(type) {
+	case *runs.RetryPolicy:
+		if x == nil {
+			return "", nil
+		}
+	case []runs.Attempt:
+		if len(x) == 0 {
+			return "", nil
+		}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("encode %T: %w", v, err)
+	}
+	return string(b), nil
+}
+
+// encodeTags stores tags as "|a|b|", so that a filter on one is a LIKE.
+func encodeTags(tags []string) string {
+	if len(tags) == 0 {
+		return ""
+	}
+	return "|" + strings.Join(tags, "|") + "|"
+}
+
+func decodeTags(s string) []string {
+	s = strings.Trim(s, "|")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "|")
 }

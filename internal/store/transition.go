@@ -54,6 +54,17 @@ func ApplyTransition(r *runs.Run, t runs.Transition) (runs.Event, error) {
 	if t.FinishedAt != nil {
 		r.FinishedAt = TimePtr(t.FinishedAt)
 	}
+	if t.Retry != nil {
+		// The failed attempt goes to the history; the next one starts
+		// afresh.
+		f := t.Retry.Failed
+		f.FinishedAt = Time(f.FinishedAt)
+		f.StartedAt = TimePtr(f.StartedAt)
+		r.Attempts = append(r.Attempts, f)
+		r.Attempt = max(r.Attempt, 1) + 1
+		r.AvailableAt = TimePtr(&t.Retry.At)
+		r.Error, r.WorkerID, r.StartedAt, r.FinishedAt, r.Output = nil, "", nil, nil, nil
+	}
 	r.LastSeq++
 	return runs.Event{RunID: r.ID, Seq: r.LastSeq, Type: runs.EventStatus, Time: Time(t.Time), Data: data}, nil
 }
@@ -77,6 +88,7 @@ func NewRun(r runs.Run) (runs.Run, runs.Event) {
 	r.Output, r.Error, r.WorkerID, r.Tier = nil, nil, "", ""
 	r.StartedAt, r.FinishedAt = nil, nil
 	r.LastSeq = 1
+	r.Attempt, r.Attempts = 1, nil
 	return r, FirstEvent(r.ID, r.CreatedAt)
 }
 

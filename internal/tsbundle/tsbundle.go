@@ -71,8 +71,8 @@ func build(opts api.BuildOptions) ([]byte, error) {
 	opts.Outfile = "out.mjs"
 	opts.LogLevel = api.LogLevelSilent
 	opts.Banner = map[string]string{"js": esmRequireBanner}
-	opts.Plugins = append(opts.Plugins, embedPlugin("helmr-sdk", sdkts.FS, "@helmr/sdk", "src/index.ts"),
-		embedPlugin("helmr-runtime", runtimets.FS, "", ""))
+	opts.Plugins = append(opts.Plugins, embedPlugin("helmr-sdk", sdkts.FS, sdkAliases),
+		embedPlugin("helmr-runtime", runtimets.FS, nil))
 	res := api.Build(opts)
 	if len(res.Errors) > 0 {
 		return nil, fmt.Errorf("%w: %s", ErrBuild, formatMessages(res.Errors))
@@ -99,12 +99,21 @@ func formatMessages(msgs []api.Message) string {
 	return b.String()
 }
 
+// sdkAliases are @helmr/sdk's entry points (its package.json exports) in
+// the embedded sources: a project's task modules get this binary's SDK,
+// whatever copy its node_modules holds.
+var sdkAliases = map[string]string{
+	"@helmr/sdk":          sdkts.Entry,
+	"@helmr/sdk/client":   sdkts.ClientEntry,
+	"@helmr/sdk/manifest": sdkts.ManifestEntry,
+}
+
 // embedPlugin serves imports from an embedded FS under its own namespace:
-// "<ns>:<path>" entry points, the bare alias (if any), and relative imports
-// between its files.
-func embedPlugin(ns string, fsys fs.FS, alias, aliasPath string) api.Plugin {
+// "<ns>:<path>" entry points, bare module names (aliases, to a path in
+// fsys), and relative imports between its files.
+func embedPlugin(ns string, fsys fs.FS, aliases map[string]string) api.Plugin {
 	return api.Plugin{Name: ns, Setup: func(b api.PluginBuild) {
-		if alias != "" {
+		for alias, aliasPath := range aliases {
 			b.OnResolve(api.OnResolveOptions{Filter: "^" + regexpQuote(alias) + "$"},
 				func(api.OnResolveArgs) (api.OnResolveResult, error) {
 					return api.OnResolveResult{Path: aliasPath, Namespace: ns}, nil

@@ -25,8 +25,8 @@ const (
 // stepRunner runs image build steps in sandboxes of a tier, under an
 // egress policy.
 type stepRunner struct {
-	rt    sandbox.Runtime
-	net   *network.Config
+	rt      sandbox.Runtime
+	net     *network.Config
 	log     *slog.Logger
 	caDir   string // holds caFile: extra CA certificates for build steps
 	dataDir string

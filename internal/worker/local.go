@@ -325,6 +325,11 @@ func (c *Local) Park(ctx context.Context, runID string, req ParkRequest) error {
 	if err := c.Runs.Note(ctx, runID, req.Note); err != nil {
 		return err
 	}
+	// Parked, the run holds no queue slot: another run of its queue may
+	// start.
+	if err := c.Runs.ReleaseSlot(ctx, runID); err != nil {
+		return err
+	}
 	// The wait may have ended while the worker parked the run.
 	wp, err := c.Waits.Get(ctx, ck.WaitpointID)
 	if err != nil {

@@ -162,7 +162,10 @@ func (w *Worker) outcome(l Lease, box sandbox.Sandbox, exit sandbox.ExitStatus, 
 			msg = f.Name + ": " + msg
 		}
 		o := failed(runs.ClassTaskProcess, "%s", msg)
-		o.Error.Stack = f.Stack
+		o.Error.Stack, o.Error.Name = f.Stack, f.Name
+		// The task asked to fail without retrying, or its input validator
+		// refused the payload (it would refuse it again).
+		o.Error.NoRetry = f.Name == "AbortTaskRunError" || f.Name == "TaskInputError"
 		return o
 	}
 	how := fmt.Sprintf("exited with code %d", exit.Code)
@@ -284,5 +287,6 @@ func startEnv(l Lease, sec runSecrets) map[string]string {
 		env[k] = v
 	}
 	env["HELMR_RUN_ID"], env["HELMR_TASK_ID"] = l.Run.ID, l.Run.TaskID
+	env["HELMR_ATTEMPT"] = fmt.Sprint(max(l.Run.Attempt, 1))
 	return env
 }

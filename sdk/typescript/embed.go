@@ -13,5 +13,15 @@ var FS embed.FS
 // Entry is the module "@helmr/sdk" resolves to inside FS.
 const Entry = "src/index.ts"
 
+// PackageJSON is the SDK's package.json: its name and version (the
+// tarball scripts/sdk-pack.sh packs is helmr-sdk-VERSION.tgz) and the dev
+// tools it builds with, which `helmr init` pins in a new project.
+//
+//go:embed package.json
+var PackageJSON []byte
+
 // ManifestEntry is the module "@helmr/sdk/manifest" resolves to inside FS.
 const ManifestEntry = "src/manifest.ts"
+
+// ClientEntry is the module "@helmr/sdk/client" resolves to inside FS.
+const ClientEntry = "src/client/index.ts"

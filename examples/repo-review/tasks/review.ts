@@ -1,7 +1,7 @@
 import { execFileSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 
-import { image, sandbox, task } from "@helmr/sdk";
+import { image, sandbox, task, WaitError } from "@helmr/sdk";
 
 // The built-in base has git. On a host that reaches a registry,
 // image("review").from("node:24-bookworm-slim").run(["sh", "-c", "apt-get update && apt-get install -y git"])
@@ -26,14 +26,22 @@ export const review = task({
     const review = [`# Review of ${payload.repoUrl}`, "", `${commits.length} commit(s); ${todos.length} TODO(s):`, ...todos.map((t) => `- ${t}`), ""].join("\n");
     ctx.logger.info("review ready", { commits: commits.length, todos: todos.length });
 
-    const decision = await ctx.wait.human<{ approved: boolean; note?: string }>({
-      displayText: `Write the review of ${payload.repoUrl} (${todos.length} TODOs) to REVIEW.md and commit it?`,
-      timeout: { hours: 24 },
-    });
-    if (!decision.ok || !decision.data.approved) {
-      return { written: false, todos: todos.length, why: decision.ok ? decision.data.note ?? "rejected" : decision };
+    let decision: { approved: boolean; note?: string };
+    try {
+      decision = await ctx.wait.human<{ approved: boolean; note?: string }>({
+        displayText: `Write the review of ${payload.repoUrl} (${todos.length} TODOs) to REVIEW.md and commit it?`,
+        timeout: { hours: 24 },
+      });
+    } catch (err) {
+      // Rejected (helmr reject RUN --reason ...; a WaitRejectedError) or
+      // unanswered for 24 hours (a WaitTimeoutError): write nothing.
+      if (err instanceof WaitError) return { written: false, todos: todos.length, why: err.message };
+      throw err;
     }
-    writeFileSync("REVIEW.md", review + (decision.data.note ? `\n${decision.data.note}\n` : ""));
+    if (!decision.approved) {
+      return { written: false, todos: todos.length, why: decision.note ?? "not approved" };
+    }
+    writeFileSync("REVIEW.md", review + (decision.note ? `\n${decision.note}\n` : ""));
     git("add", "REVIEW.md");
     git("-c", "user.name=Helmr", "-c", "user.email=review@helmr.invalid", "commit", "--quiet", "-m", "Add review");
     return { written: true, todos: todos.length, commit: git("rev-parse", "--short", "HEAD") };

@@ -35,7 +35,7 @@ export const reviewPr = task({
       displayText: "Post this review to GitHub?",
     });
 
-    if (decision.ok && decision.data.approved) {
+    if (decision.approved) {
       await writeFile("review-summary.txt", `${summary}\n`);
     }
   },

@@ -11,7 +11,7 @@ const root = document.getElementById("run");
 const id = root.dataset.run;
 const scope = `project=${encodeURIComponent(root.dataset.project)}&env=${encodeURIComponent(root.dataset.env)}`;
 const msg = document.getElementById("action-msg");
-const TERMINAL = new Set(["COMPLETED", "FAILED", "TIMED_OUT", "CANCELED"]);
+const TERMINAL = new Set(["COMPLETED", "FAILED", "TIMED_OUT", "CANCELED", "EXPIRED"]);
 
 function say(text, bad) {
   msg.textContent = text;

@@ -95,10 +95,10 @@ func BenchmarkLeaseRun(b *testing.B, open func(tb testing.TB) Store, skipped int
 	}
 	queue()
 	for b.Loop() {
-		_, err := s.LeaseRun(context.Background(), "w1", offer, time.Now())
+		_, err := s.LeaseRun(context.Background(), "w1", offer, time.Now(), 0)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			queue()
-			_, err = s.LeaseRun(context.Background(), "w1", offer, time.Now())
+			_, err = s.LeaseRun(context.Background(), "w1", offer, time.Now(), 0)
 		}
 		if err != nil {
 			b.Fatalf("LeaseRun: %v", err)
@@ -106,7 +106,7 @@ func BenchmarkLeaseRun(b *testing.B, open func(tb testing.TB) Store, skipped int
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "leases/s")
 	// Every queued run fits anything; the skipped ones are still queued.
-	if _, err := s.LeaseRun(context.Background(), "w2", anything, time.Now()); skipped > 0 && err != nil {
+	if _, err := s.LeaseRun(context.Background(), "w2", anything, time.Now(), 0); skipped > 0 && err != nil {
 		b.Errorf("LeaseRun(anything) after the benchmark: %v, want a skipped run", err)
 	}
 }

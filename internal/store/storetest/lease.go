@@ -30,7 +30,7 @@ const gib = 1 << 30
 
 func testLeaseOrder(t *testing.T, s Store) {
 	ctx := t.Context()
-	_, err := s.LeaseRun(ctx, "w1", anything, at(0))
+	_, err := s.LeaseRun(ctx, "w1", anything, at(0), 0)
 	wantErr(t, "LeaseRun(empty store)", err, errdefs.ErrNotFound)
 	var created []runs.Run
 	for _, sec := range []int{2, 0, 1} {
@@ -39,7 +39,7 @@ func testLeaseOrder(t *testing.T, s Store) {
 		created = append(created, mustCreate(t, s, r))
 	}
 	for _, i := range []int{1, 2, 0} {
-		got, err := s.LeaseRun(ctx, "w1", anything, at(100))
+		got, err := s.LeaseRun(ctx, "w1", anything, at(100), 0)
 		if err != nil {
 			t.Fatalf("LeaseRun(%q): %v", "w1", err)
 		}
@@ -56,7 +56,7 @@ func testLeaseOrder(t *testing.T, s Store) {
 			t.Errorf("lease event data mismatch (-want +got):\n%s", d)
 		}
 	}
-	_, err = s.LeaseRun(ctx, "w1", anything, at(0))
+	_, err = s.LeaseRun(ctx, "w1", anything, at(0), 0)
 	wantErr(t, "LeaseRun(none queued)", err, errdefs.ErrNotFound)
 }
 
@@ -95,7 +95,7 @@ func testLeaseFit(t *testing.T, s Store) {
 		{workers.Need{CPU: 1e9, MemoryBytes: 1 << 62}, ""},
 	}
 	for i, st := range steps {
-		got, err := s.LeaseRun(ctx, "w1", offer(st.offer), at(100+i))
+		got, err := s.LeaseRun(ctx, "w1", offer(st.offer), at(100+i), 0)
 		if st.want == "" {
 			wantErr(t, name("step ", i, ": LeaseRun(offer ", st.offer, ")"), err, errdefs.ErrNotFound)
 			continue
@@ -137,7 +137,7 @@ func testLeaseConcurrent(t *testing.T, s Store) {
 		}
 		wg.Go(func() {
 			for {
-				r, err := s.LeaseRun(t.Context(), worker, offer, time.Now())
+				r, err := s.LeaseRun(t.Context(), worker, offer, time.Now(), 0)
 				if err != nil {
 					wantErr(t, "LeaseRun", err, errdefs.ErrNotFound)
 					return
@@ -177,12 +177,12 @@ func testLeaseWorker(t *testing.T, s Store) {
 	free = mustCreate(t, s, free)
 	h1, h2 := anything, anything
 	h1.Host, h2.Host = "h1", "h2"
-	if got, err := s.LeaseRun(ctx, "w1", h1, at(10)); err != nil || got.ID != free.ID {
+	if got, err := s.LeaseRun(ctx, "w1", h1, at(10), 0); err != nil || got.ID != free.ID {
 		t.Errorf("LeaseRun(host h1) = %s, %v; want the unpinned run %s", got.ID, err, free.ID)
 	}
-	_, err := s.LeaseRun(ctx, "w1", h1, at(11))
+	_, err := s.LeaseRun(ctx, "w1", h1, at(11), 0)
 	wantErr(t, "LeaseRun(host h1, only a run pinned to h2 queued)", err, errdefs.ErrNotFound)
-	if got, err := s.LeaseRun(ctx, "w2", h2, at(12)); err != nil || got.ID != pinned.ID {
+	if got, err := s.LeaseRun(ctx, "w2", h2, at(12), 0); err != nil || got.ID != pinned.ID {
 		t.Errorf("LeaseRun(host h2) = %s, %v; want the pinned run %s", got.ID, err, pinned.ID)
 	}
 }
@@ -197,7 +197,7 @@ func testDropRunHost(t *testing.T, s Store) {
 	pinned = mustCreate(t, s, pinned)
 	h1 := anything
 	h1.Host = "h1"
-	_, err := s.LeaseRun(ctx, "w1", h1, at(1))
+	_, err := s.LeaseRun(ctx, "w1", h1, at(1), 0)
 	wantErr(t, "LeaseRun(host h1, only a run pinned to gone queued)", err, errdefs.ErrNotFound)
 	wantErr(t, "DropRunHost(another host)", s.DropRunHost(ctx, pinned.ID, "h1"), errdefs.ErrConflict)
 	wantErr(t, "DropRunHost(no host)", s.DropRunHost(ctx, pinned.ID, ""), errdefs.ErrConflict)
@@ -209,7 +209,7 @@ func testDropRunHost(t *testing.T, s Store) {
 		t.Errorf("after DropRunHost: %s needs host %q, want QUEUED with none", got.Status, got.Needs.Host)
 	}
 	wantErr(t, "DropRunHost(twice)", s.DropRunHost(ctx, pinned.ID, "gone"), errdefs.ErrConflict)
-	got, err := s.LeaseRun(ctx, "w1", h1, at(2))
+	got, err := s.LeaseRun(ctx, "w1", h1, at(2), 0)
 	if err != nil || got.ID != pinned.ID {
 		t.Fatalf("LeaseRun(host h1) after the drop = %s, %v; want %s", got.ID, err, pinned.ID)
 	}

@@ -41,6 +41,7 @@ func RunStoreSuite(t *testing.T, open func(t *testing.T) Store) {
 	var tests []storeTest
 	tests = append(tests, runTests...)
 	tests = append(tests, leaseTests...)
+	tests = append(tests, flowTests...)
 	tests = append(tests, eventTests...)
 	tests = append(tests, deploymentTests...)
 	tests = append(tests, workerTests...)
@@ -66,7 +67,7 @@ func newRun(project, env, task string) runs.Run {
 	return runs.Run{
 		Project: project, Env: env, TaskID: task,
 		DeploymentID: "dep_test", DeploymentVersion: 1,
-		Payload: json.RawMessage(`{"repo": "helmr", "n": 1}`), MaxDurationSec: 600,
+		Payload: json.RawMessage(`{"repo": "helmr", "n": 1}`), MaxDurationSec: 600, Attempt: 1,
 	}
 }
 

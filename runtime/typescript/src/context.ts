@@ -2,6 +2,7 @@ import { inspect } from "node:util";
 
 import type { Method, MethodParams, RunInfo } from "./protocol.js";
 import { createMetadata, createSession, type AdapterMetadata, type AdapterSession } from "./session.js";
+import { WaitRejectedError, WaitTimeoutError } from "./wait-errors.js";
 
 // The ctx a task's run receives. Its shape is @helmr/sdk's TaskContext; the
 // runtime tests check that the two stay assignable.
@@ -17,6 +18,9 @@ export type WaitResult<T> =
   | { ok: false; timedOut: true; canceled?: undefined }
   | { ok: false; canceled: true; reason?: string; timedOut?: undefined };
 
+/** Options of ctx.wait.human, as @helmr/sdk's HumanWaitOptions. */
+export type HumanOptions = { displayText: string; timeout?: Duration; schema?: Record<string, unknown> };
+
 /** Sends a request to the worker and resolves with its answer (Channel.request). */
 export type Requester = <M extends Method>(method: M, params: MethodParams[M]) => Promise<unknown>;
 
@@ -29,7 +33,10 @@ export interface AdapterContext {
     error(message: string, attributes?: Attributes): void;
   };
   wait: {
-    human<T = unknown>(options: { displayText: string; timeout?: Duration; schema?: Record<string, unknown> }): Promise<WaitResult<T>>;
+    human: {
+      <T = unknown>(options: HumanOptions): Promise<T>;
+      result<T = unknown>(options: HumanOptions): Promise<WaitResult<T>>;
+    };
     createToken(options?: { timeout?: Duration; idempotencyKey?: string; tags?: string[] }): Promise<{ id: string; url?: string }>;
     forToken<T = unknown>(token: string | { id: string }, options?: { timeout?: Duration }): Promise<WaitResult<T>>;
     for(duration: Duration): Promise<void>;
@@ -56,6 +63,14 @@ export function createContext(run: RunInfo, request?: Requester): AdapterContext
   const ask: Requester =
     request ?? ((method) => Promise.reject(new Error(`ctx.${method} needs the Helmr worker: this adapter has no channel`)));
   const { session, settle: settleSession } = createSession(ask);
+  const humanResult = async <T>(options: HumanOptions): Promise<WaitResult<T>> =>
+    waitResult<T>(await ask("wait.human", humanParams(options)), "ctx.wait.human");
+  const human = async <T>(options: HumanOptions): Promise<T> => {
+    const params = humanParams(options);
+    const r = waitResult<T>(await ask("wait.human", params), "ctx.wait.human");
+    if (r.ok) return r.data;
+    throw humanWaitError(r, params);
+  };
   const ctx: AdapterContext = {
     run: Object.freeze({ ...run }),
     logger: Object.freeze({
@@ -64,18 +79,7 @@ export function createContext(run: RunInfo, request?: Requester): AdapterContext
       error: (message: string, attributes?: Attributes) => console.error(logLine(message, attributes)),
     }),
     wait: Object.freeze({
-      async human<T>(options: { displayText: string; timeout?: Duration; schema?: Record<string, unknown> }) {
-        if (options === null || typeof options !== "object" || typeof options.displayText !== "string" || options.displayText.trim() === "") {
-          throw new TypeError("ctx.wait.human: displayText must be a non-empty string");
-        }
-        if (options.schema !== undefined && (options.schema === null || typeof options.schema !== "object" || Array.isArray(options.schema))) {
-          throw new TypeError("ctx.wait.human: schema must be a JSON Schema object");
-        }
-        const params: MethodParams["wait.human"] = { displayText: options.displayText };
-        if (options.timeout !== undefined) params.timeoutSeconds = seconds(options.timeout, "ctx.wait.human: timeout");
-        if (options.schema !== undefined) params.schema = options.schema;
-        return waitResult<T>(await ask("wait.human", params), "ctx.wait.human");
-      },
+      human: Object.freeze(Object.assign(human, { result: humanResult })),
       async createToken(options: { timeout?: Duration; idempotencyKey?: string; tags?: string[] } = {}) {
         const params: MethodParams["wait.createToken"] = {};
         if (options.timeout !== undefined) params.timeoutSeconds = seconds(options.timeout, "ctx.wait.createToken: timeout");
@@ -115,6 +119,32 @@ export function createContext(run: RunInfo, request?: Requester): AdapterContext
   };
   settlers.set(ctx, settleSession);
   return ctx;
+}
+
+/** humanParams checks ctx.wait.human's options and returns its request's params. */
+function humanParams(options: HumanOptions): MethodParams["wait.human"] {
+  if (options === null || typeof options !== "object" || typeof options.displayText !== "string" || options.displayText.trim() === "") {
+    throw new TypeError("ctx.wait.human: displayText must be a non-empty string");
+  }
+  if (options.schema !== undefined && (options.schema === null || typeof options.schema !== "object" || Array.isArray(options.schema))) {
+    throw new TypeError("ctx.wait.human: schema must be a JSON Schema object");
+  }
+  const params: MethodParams["wait.human"] = { displayText: options.displayText };
+  if (options.timeout !== undefined) params.timeoutSeconds = seconds(options.timeout, "ctx.wait.human: timeout");
+  if (options.schema !== undefined) params.schema = options.schema;
+  return params;
+}
+
+/** humanWaitError is what ctx.wait.human throws for a wait that ended without an answer. */
+function humanWaitError(r: Exclude<WaitResult<unknown>, { ok: true }>, params: MethodParams["wait.human"]): Error {
+  const text = params.displayText.length > 80 ? `${params.displayText.slice(0, 79)}…` : params.displayText;
+  const what = `human wait ${JSON.stringify(text)}`;
+  if (r.timedOut) {
+    return new WaitTimeoutError(params.timeoutSeconds !== undefined ? `${what} timed out after ${params.timeoutSeconds}s` : `${what} timed out`);
+  }
+  // helmr reject without --reason says "rejected": no need to say it twice.
+  const why = r.reason !== undefined && r.reason !== "rejected" ? `: ${r.reason}` : "";
+  return new WaitRejectedError(r.reason, `${what} was rejected${why}`);
 }
 
 /** seconds converts a { seconds | minutes | hours } duration, rejecting anything else. */

@@ -51,7 +51,26 @@ describe("adapter", () => {
     });
     assert.equal(got.code, 0, got.stderr);
     assert.deepStrictEqual(requests, [{ method: "wait.human", params: { displayText: "ok?" } }]);
-    assert.deepStrictEqual(got.messages, [{ type: "result", output: { resolved: { ok: true, data: { approved: true } } } }]);
+    assert.deepStrictEqual(got.messages, [{ type: "result", output: { resolved: { approved: true }, approved: true } }]);
+  });
+
+  const ends: Array<[string, unknown, unknown]> = [
+    ["a rejection", { ok: false, canceled: true, reason: "not now" }, { name: "WaitRejectedError", kind: "rejected", rejected: true, timedOut: false, reason: "not now" }],
+    ["a timeout", { ok: false, timedOut: true }, { name: "WaitTimeoutError", kind: "timeout", rejected: false, timedOut: true, reason: null }],
+  ];
+  for (const [what, answer, want] of ends) {
+    it(`throws ${what} as an error the task's SDK classes catch`, async () => {
+      const got = await runAdapter(startLine("catchesWait", undefined, join(fixtures, "waits.js")), { answer: () => answer });
+      assert.equal(got.code, 0, got.stderr);
+      assert.deepStrictEqual(got.messages, [{ type: "result", output: want }]);
+    });
+  }
+
+  it("fails the run with a WaitRejectedError the task does not catch", async () => {
+    const got = await runAdapter(startLine("waitsForHuman"), { answer: () => ({ ok: false, canceled: true, reason: "not now" }) });
+    const m = got.messages[0] as { type: string; name: string; message: string; stack: string };
+    assert.deepStrictEqual([got.messages.length, m.type, m.name, m.message], [1, "error", "WaitRejectedError", 'human wait "ok?" was rejected: not now']);
+    assert.match(m.stack, /fixtures\/tasks\.js/, "the stack reaches the task's await");
   });
 
   it("reports null for an undefined return value", async () => {

@@ -51,7 +51,7 @@ function wire(): { ctx: AdapterContext; sent: Promise<Msg>; answer(msg: Msg): vo
  */
 const calls: { [M in Method]: (ctx: AdapterContext, p: MethodParams[M]) => Promise<unknown> } = {
   "wait.human": (ctx, p) =>
-    ctx.wait.human({ displayText: p.displayText, ...(p.timeoutSeconds !== undefined ? { timeout: { seconds: p.timeoutSeconds } } : {}), ...(p.schema ? { schema: p.schema } : {}) }),
+    ctx.wait.human.result({ displayText: p.displayText, ...(p.timeoutSeconds !== undefined ? { timeout: { seconds: p.timeoutSeconds } } : {}), ...(p.schema ? { schema: p.schema } : {}) }),
   "wait.createToken": (ctx, p) =>
     ctx.wait.createToken({
       ...(p.timeoutSeconds !== undefined ? { timeout: { seconds: p.timeoutSeconds } } : {}),

@@ -30,7 +30,7 @@ export type WaitDuration =
 /** A JSON Schema describing the shape of an expected answer. */
 export type JsonSchema = Record<string, unknown>;
 
-/** Options of ctx.wait.human. */
+/** Options of ctx.wait.human and ctx.wait.human.result. */
 export interface HumanWaitOptions {
   /** What the person answering sees (helmr runs show, the run's events). */
   displayText: string;
@@ -75,6 +75,7 @@ export interface ForTokenOptions {
 /**
  * How a wait ended: completed with data, timed out, or canceled (a token
  * canceled through the API, or a human wait rejected with helmr reject).
+ * What ctx.wait.forToken and ctx.wait.human.result resolve to.
  */
 export type WaitResult<T> =
   | { ok: true; data: T; timedOut?: undefined; canceled?: undefined }
@@ -82,15 +83,35 @@ export type WaitResult<T> =
   | { ok: false; canceled: true; reason?: string; timedOut?: undefined };
 
 /**
+ * ctx.wait.human asks a person (helmr approve / reject RUN) and resolves
+ * with their answer:
+ *
+ *     const decision = await ctx.wait.human<{ approved: boolean }>({ displayText: "Post it?" })
+ *     if (decision.approved) { ... }
+ *
+ * If the wait ends without an answer it throws: a WaitTimeoutError when
+ * its timeout passes, a WaitRejectedError (with the reason) when the
+ * person rejects it; both are WaitErrors. T is what the task expects, not
+ * checked at run time: declare a schema to have Helmr refuse answers of
+ * another shape. human.result resolves with a WaitResult instead of
+ * throwing.
+ */
+export interface HumanWait {
+  <T = unknown>(options: HumanWaitOptions): Promise<T>;
+  /** result asks as human does and resolves with how the wait ended, never throwing for a timeout or a rejection. */
+  result<T = unknown>(options: HumanWaitOptions): Promise<WaitResult<T>>;
+}
+
+/**
  * Waits: the run is WAITING until someone answers or a timer fires. Time
  * spent waiting does not count against the task's maxDuration.
  */
 export interface Wait {
-  /** human asks a person (helmr approve / reject RUN) and resolves with how that ended. */
-  human<T = unknown>(options: HumanWaitOptions): Promise<WaitResult<T>>;
+  /** human asks a person and resolves with the answer, or throws a WaitError (see HumanWait). */
+  human: HumanWait;
   /** createToken creates a token that an API call completes later. */
   createToken(options?: CreateTokenOptions): Promise<WaitToken>;
-  /** forToken waits until the token is completed, canceled or timed out. */
+  /** forToken waits until the token is completed, canceled or timed out, and resolves with which (it does not throw for those). */
   forToken<T = unknown>(token: string | WaitToken, options?: ForTokenOptions): Promise<WaitResult<T>>;
   /** for waits for a duration. */
   for(duration: WaitDuration): Promise<void>;

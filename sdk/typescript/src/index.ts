@@ -7,6 +7,7 @@ export type {
   AppendOptions,
   CreateTokenOptions,
   ForTokenOptions,
+  HumanWait,
   HumanWaitOptions,
   JsonSchema,
   LogAttributes,
@@ -21,12 +22,31 @@ export type {
   WaitResult,
   WaitToken,
 } from "./context.js";
+export { WaitError, WaitRejectedError, WaitTimeoutError, type WaitErrorKind } from "./wait-errors.js";
+export {
+  TaskInputError,
+  withJsonSchema,
+  type FromSchema,
+  type InputJsonSchema,
+  type InputPayload,
+  type StandardSchemaV1,
+  type TaskInput,
+} from "./input.js";
 export { image, Image, type BuildSecret, type CacheMount, type CopyOptions, type FromOptions, type RunOptions } from "./image.js";
 export { sandbox, Sandbox, type MemorySize, type Resources } from "./sandbox.js";
 export type { DirectorySecret, EnvSecret, FileMode, FileSecret, SecretDeclaration, SecretEgress } from "./secrets.js";
 export { schedules, type CronExpression, type ScheduledTaskOptions, type ScheduledTaskPayload } from "./schedules.js";
 export { source, type Source } from "./source.js";
-export { task, type Task, type TaskOptions, type TaskOutput, type TaskPayload, type TaskRunFunction } from "./task.js";
+export {
+  task,
+  type Task,
+  type TaskOptions,
+  type TaskOptionsWithJsonSchema,
+  type TaskOptionsWithSchema,
+  type TaskOutput,
+  type TaskPayload,
+  type TaskRunFunction,
+} from "./task.js";
 export {
   BadRequestError,
   ConflictError,
@@ -43,3 +63,5 @@ export {
   type HelmrClientOptions,
   type SessionRecord,
 } from "./client/index.js";
+export { AbortTaskRunError, queue } from "./flow.js";
+export type { Queue, RetryOptions } from "./flow.js";

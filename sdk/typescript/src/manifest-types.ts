@@ -73,6 +73,10 @@ export interface TaskManifest {
   secrets?: Record<string, SecretTargetManifest>;
   sandbox: SandboxManifest;
   hasRun: boolean;
+  retry?: import("./flow.js").RetryManifest;
+  queue?: { name: string; concurrencyLimit?: number };
+  /** The payload's JSON Schema; the control plane refuses a payload that does not fit. */
+  input?: Record<string, unknown>;
   /** A declarative cron schedule (schedules.task): deploying keeps it in step. */
   schedule?: ScheduleManifest;
 }

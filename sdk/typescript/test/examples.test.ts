@@ -10,10 +10,14 @@ const sdkDir = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const repo = join(sdkDir, "..", "..");
 const tsc = join(sdkDir, "node_modules", "typescript", "bin", "tsc");
 
+// The product README's review example (helmr.config.ts and the task,
+// verbatim), which internal/e2e's TestReadmeReview also runs.
+const readmeReview = join("internal", "e2e", "testdata", "readme-review");
+
 describe("examples type-check against the SDK", () => {
-  for (const example of ["hello", "review-pr"]) {
+  for (const example of ["examples/hello", "examples/repo-agent", "examples/repo-review", "examples/review-pr", readmeReview]) {
     it(example, async () => {
-      const project = join(repo, "examples", example, "tsconfig.json");
+      const project = join(repo, example, "tsconfig.json");
       const result = await promisify(execFile)(process.execPath, [tsc, "-p", project, "--noEmit"]).then(
         () => ({ ok: true, out: "" }),
         (err: { stdout?: string; stderr?: string }) => ({ ok: false, out: `${err.stdout ?? ""}${err.stderr ?? ""}` }),

@@ -13,7 +13,7 @@ export const approval = task({
     const squares = Array.from({ length: payload.n }, (_, i) => i * i);
     await writeFile("state.txt", squares.join(","));
     console.log("computed state, asking a human");
-    const answer = await ctx.wait.human<{ ok: boolean }>({
+    const answer = await ctx.wait.human.result<{ ok: boolean }>({
       displayText: "Ship it?",
       schema: { type: "object", required: ["ok"], properties: { ok: { type: "boolean" } } },
     });

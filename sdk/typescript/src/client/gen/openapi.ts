@@ -343,6 +343,74 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/queues": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The run queues of a project environment (declared by deployments, or named by queued and started runs): limit, paused, running and queued counts. */
+        get: operations["listQueues"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/queues/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One queue with its counts; a name no deployment or run uses is an empty queue with no limit. Names with a slash (task/ID) are sent percent-encoded. */
+        get: operations["getQueue"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/queues/{name}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Pause a queue: it starts no more runs until resumed (runs already started go on). */
+        post: operations["pauseQueue"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/queues/{name}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Resume a paused queue. */
+        post: operations["resumeQueue"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/doctor": {
         parameters: {
             query?: never;
@@ -1522,12 +1590,16 @@ export interface components {
         /** Format: int64 */
         Seq: number;
         /** @enum {string} */
-        Status: "QUEUED" | "STARTING" | "RUNNING" | "WAITING" | "COMPLETED" | "FAILED" | "TIMED_OUT" | "CANCELED";
+        Status: "QUEUED" | "STARTING" | "RUNNING" | "WAITING" | "COMPLETED" | "FAILED" | "TIMED_OUT" | "CANCELED" | "EXPIRED";
         RunError: {
             /** @enum {string} */
             class: "deployment_build" | "image_preparation" | "guest_runtime" | "task_process" | "timeout" | "parked_wait" | "canceled";
             message: string;
             stack?: string;
+            /** @description The class name of the error the task threw. */
+            name?: string;
+            /** @description The task threw AbortTaskRunError: no retry. */
+            noRetry?: boolean;
         };
         Run: {
             /** @description The run's secret bindings (sources, never values). */
@@ -1568,10 +1640,60 @@ export interface components {
             /** Format: date-time */
             finishedAt?: string;
             lastSeq: number;
+            queue?: string;
+            concurrencyKey?: string;
+            priority?: number;
+            tags?: string[];
+            /**
+             * Format: date-time
+             * @description Not started before (a delay, or a retry's backoff).
+             */
+            availableAt?: string;
+            /**
+             * Format: date-time
+             * @description Ends EXPIRED if not started by then (ttl).
+             */
+            expiresAt?: string;
+            /** Format: date-time */
+            idempotencyKeyExpiresAt?: string;
+            /** @description The current attempt, from 1. */
+            attempt?: number;
+            retry?: components["schemas"]["RetryPolicy"];
+            /** @description Earlier attempts that failed and were retried. */
+            attempts?: components["schemas"]["Attempt"][];
             /** @description GET /v1/runs/{id} of a WAITING run: the waitpoints it waits on. */
             waitingOn?: components["schemas"]["Waitpoint"][];
             /** @description GET /v1/runs/{id}: what the task set with ctx.metadata.set (key → JSON value). */
             metadata?: Record<string, unknown>;
+        };
+        RetryPolicy: {
+            maxAttempts: number;
+            factor?: number;
+            minTimeoutInMs?: number;
+            maxTimeoutInMs?: number;
+            randomize?: boolean;
+            retryOnTimeout?: boolean;
+        };
+        Attempt: {
+            attempt: number;
+            status: components["schemas"]["Status"];
+            error?: components["schemas"]["RunError"];
+            workerId?: string;
+            /** Format: date-time */
+            startedAt?: string;
+            /** Format: date-time */
+            finishedAt: string;
+        };
+        Queue: {
+            project: string;
+            env: string;
+            name: string;
+            /** @description At most this many of its runs hold a slot at once (per concurrency key); 0: no limit. */
+            concurrencyLimit: number;
+            paused: boolean;
+            /** @description Runs holding a slot: started, or waiting with their sandbox up (a parked run holds none). */
+            running: number;
+            queued: number;
         };
         AppendRequest: {
             /** @description The record: any JSON value (at most 1 MiB). */
@@ -1806,6 +1928,8 @@ export interface components {
                 };
                 sandbox: components["schemas"]["Sandbox"];
                 hasRun: boolean;
+                /** @description The payload's JSON Schema (draft 2020-12 unless its $schema names another draft; self-contained: a $ref points only inside it). Deploy refuses one that does not compile (422 naming the task and field input); a trigger whose payload does not fit is a 400 naming each bad field's path (payload.repo: missing property) and stores no run. */
+                input?: Record<string, unknown>;
                 /** @description Runs the task on a cron schedule: deploying creates, updates or removes its declarative schedule. */
                 schedule?: {
                     cron: string;
@@ -2118,6 +2242,7 @@ export interface components {
         Project: components["schemas"]["Name"];
         Env: components["schemas"]["Name"];
         SecretName: string;
+        QueueName: string;
         Limit: number;
         TerminalId: string;
     };
@@ -2333,7 +2458,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description Any JSON value; stored in plaintext as audit data (a payload holding a secret's value is refused). */
+                    /** @description Any JSON value that fits the task's declared input (its spec.input JSON Schema; a payload that does not fit is a 400 naming each bad field's path, such as "payload.repo: missing property", and no run is stored); stored in plaintext as audit data (a payload holding a secret's value is refused). */
                     payload?: unknown;
                     idempotencyKey?: string;
                     /** @description Binds each secret the task declares to its source, "vault:NAME". */
@@ -2344,6 +2469,19 @@ export interface operations {
                     workspaceId?: string;
                     /** @description The run of the same task and project environment this run replays (the console's Replay); shown on the new run. */
                     replayOf?: string;
+                    /** @description The queue the run waits in (default: the task's declared queue, or task/ID). */
+                    queue?: string;
+                    /** @description Splits the queue's concurrency limit per key (a tenant). */
+                    concurrencyKey?: string;
+                    /** @description Higher starts first within its queue; FIFO within a priority. */
+                    priority?: number;
+                    tags?: string[];
+                    /** @description Start no sooner than this duration (Go syntax: 90s, 1h) or RFC 3339 time (within a year). */
+                    delay?: string;
+                    /** @description A run not started within this duration (Go syntax) ends EXPIRED. */
+                    ttl?: string;
+                    /** @description How long idempotencyKey returns the same run (Go syntax duration); default: for ever. */
+                    idempotencyKeyTTL?: string;
                 };
             };
         };
@@ -2382,6 +2520,10 @@ export interface operations {
                 status?: components["schemas"]["Status"];
                 /** @description task (the default) or build: the runs that build deployments' images. */
                 kind?: "task" | "build";
+                /** @description Only runs carrying this tag. */
+                tag?: string;
+                /** @description Only runs of this queue. */
+                queue?: string;
                 /** @description Only runs created at or after this time (RFC 3339). */
                 since?: string;
                 /** @description Only runs created before this time (RFC 3339). */
@@ -2763,6 +2905,118 @@ export interface operations {
                     "application/json": {
                         workers: components["schemas"]["WorkerInfo"][];
                     };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    listQueues: {
+        parameters: {
+            query: {
+                project: components["parameters"]["Project"];
+                env?: components["parameters"]["Env"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Queues. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        queues: components["schemas"]["Queue"][];
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    getQueue: {
+        parameters: {
+            query: {
+                project: components["parameters"]["Project"];
+                env?: components["parameters"]["Env"];
+            };
+            header?: never;
+            path: {
+                name: components["parameters"]["QueueName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The queue. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Queue"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    pauseQueue: {
+        parameters: {
+            query: {
+                project: components["parameters"]["Project"];
+                env?: components["parameters"]["Env"];
+            };
+            header?: never;
+            path: {
+                name: components["parameters"]["QueueName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The queue. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Queue"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    resumeQueue: {
+        parameters: {
+            query: {
+                project: components["parameters"]["Project"];
+                env?: components["parameters"]["Env"];
+            };
+            header?: never;
+            path: {
+                name: components["parameters"]["QueueName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The queue. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Queue"];
                 };
             };
             400: components["responses"]["Error"];

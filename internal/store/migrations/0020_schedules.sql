@@ -1,4 +1,4 @@
--- 0019: cron schedules that trigger a task's runs (package schedules).
+-- 0020: cron schedules that trigger a task's runs (package schedules).
 -- type is DECLARATIVE (from a deployment's manifest, one per task, synced
 -- by each deployment: deployment_version is the one that declared it) or
 -- IMPERATIVE (API, CLI; deduplication_key makes creation an upsert).
