@@ -44,6 +44,8 @@ const (
 	SecretsWrite        Grant = "secrets:write"         // set, list (metadata) and delete secrets; never read values
 	TasksDeploy         Grant = "tasks:deploy"          // upload deployments
 	TasksRead           Grant = "tasks:read"            // read deployments and tasks
+	SchedulesRead       Grant = "schedules:read"        // list and read schedules
+	SchedulesManage     Grant = "schedules:manage"      // create, update, (de)activate and delete schedules
 	WorkspacesRead      Grant = "workspaces:read"       // list and read workspaces
 	WorkspacesManage    Grant = "workspaces:manage"     // delete workspaces
 	WorkspacesExec      Grant = "workspaces:exec"       // run commands in workspaces (direct operations)
@@ -55,6 +57,7 @@ var Grants = []Grant{
 	SessionStreamsRead, SessionInputSend, SessionOutputAppend,
 	TokensCreate, TokensRead, TokensComplete, TokensCancel,
 	SecretsWrite, TasksDeploy, TasksRead,
+	SchedulesRead, SchedulesManage,
 	WorkspacesRead, WorkspacesManage, WorkspacesExec,
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/helmr/helmr/internal/httpapi"
 	"github.com/helmr/helmr/internal/otlp"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/schedules"
 	storage "github.com/helmr/helmr/internal/store"
 	"github.com/helmr/helmr/internal/store/postgres"
 	"github.com/helmr/helmr/internal/store/sqlite"
@@ -61,8 +62,8 @@ type controlPlane struct {
 	ln    net.Listener
 	// owner is the owner credential of the API.
 	owner string
-	// stopWatch ends the goroutines that fail runs of lost workers and
-	// expire due waitpoints.
+	// stopWatch ends the goroutines that fail runs of lost workers,
+	// expire due waitpoints and fire schedules.
 	stopWatch func()
 }
 
@@ -95,11 +96,18 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		return nil, err
 	}
 	svc.Checkpoints = st
+	scheds := schedules.NewService(st, st, svc, log)
 	svc.Ended = func(ctx context.Context, r runs.Run) {
 		if err := waits.CancelForRun(ctx, r); err != nil {
 			log.Warn("cancel the waitpoints of an ended run", "run_id", r.ID, "err", err)
 		}
 		dropCheckpoints(ctx, st, blobs, r.ID, log)
+		if r.Kind == runs.KindBuild && r.Status == runs.StatusCompleted {
+			// The built deployment is READY: its schedules apply.
+			if _, err := scheds.SyncCurrent(ctx, r.Project, r.Env); err != nil {
+				log.Warn("sync declared schedules", "deployment_id", r.DeploymentID, "err", err)
+			}
+		}
 	}
 	// A parked run waits without a worker: when its wait is over, it is
 	// queued for a worker to restore.
@@ -142,7 +150,7 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		wsvc.Vault = v
 	}
 	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: wsvc, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v, Waits: waits,
-		APIKeys: keys, Sessions: sessions, Checkpoints: st, Blobs: blobs,
+		APIKeys: keys, Sessions: sessions, Checkpoints: st, Blobs: blobs, Schedules: scheds,
 		Doctor: func(context.Context) any { rep, _ := checkHost(cfg); return rep }})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -169,6 +177,11 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		go svc.WatchTimes(wctx, 250*time.Millisecond) // ends with wctx
 		waits.Watch(wctx, time.Second)
 	}()
+	schedDone := make(chan struct{})
+	go func() {
+		defer close(schedDone)
+		scheds.Run(wctx, time.Second)
+	}()
 	listenDone := make(chan struct{})
 	go func() {
 		defer close(listenDone)
@@ -187,6 +200,7 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 			stopWatch()
 			<-watchDone
 			<-expireDone
+			<-schedDone
 			<-listenDone
 			wsvc.CloseTerminals()
 			spans.Close()

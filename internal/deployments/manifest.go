@@ -33,6 +33,17 @@ type TaskManifest struct {
 	// Input is the payload's JSON Schema (see CompileInput); a trigger
 	// whose payload does not fit is refused. Empty: any payload.
 	Input json.RawMessage `json:"input,omitempty"`
+	// Schedule, if set, runs the task on a cron schedule: deploying
+	// creates, updates or removes its declarative schedule (package
+	// schedules).
+	Schedule *ScheduleManifest `json:"schedule,omitempty"`
+}
+
+// ScheduleManifest is a task's declared schedule: a cron expression (five
+// fields, or six with leading seconds) in an IANA time zone (default UTC).
+type ScheduleManifest struct {
+	Cron     string `json:"cron"`
+	Timezone string `json:"timezone,omitempty"`
 }
 
 // SecretTarget says where a declared secret appears inside the sandbox.

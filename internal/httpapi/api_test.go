@@ -23,6 +23,7 @@ import (
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/httpapi"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/schedules"
 	"github.com/helmr/helmr/internal/store/sqlite"
 	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/waitpoints"
@@ -74,7 +75,8 @@ func newAPI(t *testing.T) *apiEnv {
 	sessions := apikeys.NewSessions(st, keys, 0, slog.Default())
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Logger: slog.Default(), WorkerToken: "wtok",
 		Vault: v, APIKeys: keys, LeaseWait: 10 * time.Millisecond,
-		Sessions: sessions, Workspaces: wsvc, Waits: waits, Checkpoints: st, Blobs: blobs, Doctor: testDoctor}))
+		Sessions: sessions, Workspaces: wsvc, Waits: waits, Checkpoints: st, Blobs: blobs, Doctor: testDoctor,
+		Schedules: schedules.NewService(st, st, svc, slog.Default())}))
 	t.Cleanup(srv.Close)
 	return &apiEnv{t: t, srv: srv, db: db, st: st, owner: owner, blobs: blobs, svc: svc, sessions: sessions}
 }

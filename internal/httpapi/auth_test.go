@@ -39,6 +39,8 @@ type authFixture struct {
 	// stream ends), one to close, one that stays open (serveOps answers
 	// only 1-column terminals).
 	endedTermID, closeTermID, liveTermID string
+	// Schedules of task a: one the walk deletes, one it (de)activates.
+	scheduleID, toggleScheduleID string
 }
 
 func newAuthFixture(t *testing.T, e *apiEnv) authFixture {
@@ -96,6 +98,15 @@ func newAuthFixture(t *testing.T, e *apiEnv) authFixture {
 		return tm["id"].(string)
 	}
 	f.endedTermID, f.closeTermID, f.liveTermID = term(1), term(80), term(80)
+	schedule := func() string {
+		t.Helper()
+		st, sc := e.call("POST", "/v1/schedules?project=p&env=dev", `{"task": "a", "cron": "0 * * * *"}`)
+		if st != http.StatusCreated {
+			t.Fatalf("create schedule = %d %v", st, sc)
+		}
+		return sc["id"].(string)
+	}
+	f.scheduleID, f.toggleScheduleID = schedule(), schedule()
 	return f
 }
 
@@ -152,6 +163,9 @@ func (f authFixture) fill(t *testing.T, path string) string {
 		"/v1/tokens/{id}/cancel":                     "/v1/tokens/" + f.cancelID + "/cancel",
 		"/v1/tokens/{id}/callback/{secret}":          "/v1/tokens/" + f.callbackID + "/callback/" + f.callbackSecret,
 		"/v1/tokens/{id}":                            "/v1/tokens/" + f.tokenID,
+		"/v1/schedules/{id}/activate":                "/v1/schedules/" + f.toggleScheduleID + "/activate",
+		"/v1/schedules/{id}/deactivate":              "/v1/schedules/" + f.toggleScheduleID + "/deactivate",
+		"/v1/schedules/{id}":                         "/v1/schedules/" + f.scheduleID,
 		"{wp}":                                       f.waitpointID,
 		"/v1/worker/ops/{id}":                        "/v1/worker/ops/op_unknown",
 		"/v1/workspaces/{id}/exec":                   "/v1/workspaces/" + f.execWorkspaceID + "/exec",
@@ -206,6 +220,8 @@ func bodies(workerID string) map[string]any {
 	return map[string]any{
 		"POST /v1/deployments":                            map[string]any{"env": "dev", "manifest": deployment(goodTask("a"))["manifest"], "files": deployment()["files"]},
 		"POST /v1/tasks/{id}/runs":                        `{"payload": 2}`,
+		"POST /v1/schedules":                              `{"task": "a", "cron": "*/5 * * * *"}`,
+		"PATCH /v1/schedules/{id}":                        `{"cron": "*/10 * * * *"}`,
 		"PUT /v1/secrets/{name}":                          `{"value": "another-value"}`,
 		"POST /v1/apikeys":                                `{"project": "p", "env": "dev", "grants": ["runs:read"]}`,
 		"POST /v1/worker/lease":                           fmt.Sprintf(`{"workerId": %q}`, workerID),

@@ -8,6 +8,7 @@ import (
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/schedules"
 	"github.com/helmr/helmr/internal/store"
 )
 
@@ -44,6 +45,9 @@ func (s *Server) createDeployment(w http.ResponseWriter, r *http.Request) error 
 	if err := req.Manifest.Validate(req.Files); err != nil {
 		return err
 	}
+	if err := schedules.ValidateManifest(req.Manifest); err != nil {
+		return err
+	}
 	if req.NoCache && !req.Build {
 		return errdefs.Invalidf("noCache applies to a deployment built ahead of time: set build too")
 	}
@@ -65,6 +69,7 @@ func (s *Server) createDeployment(w http.ResponseWriter, r *http.Request) error 
 			return err
 		}
 	}
+	s.syncSchedules(r.Context(), d)
 	s.log.Info("deployment created", "deployment_id", d.ID, "project", d.Project, "env", d.Env, "version", d.Version, "build_run_id", d.BuildRunID)
 	return writeJSON(w, http.StatusCreated, d)
 }

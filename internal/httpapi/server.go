@@ -13,6 +13,7 @@ import (
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/schedules"
 	"github.com/helmr/helmr/internal/swerex"
 	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/waitpoints"
@@ -53,6 +54,9 @@ type Config struct {
 	// snapshot routes answer 503.
 	Checkpoints checkpoints.Store
 	Blobs       checkpoints.Blobs
+	// Schedules serves the schedules API and syncs declarative
+	// schedules at deploy; nil: the schedules endpoints answer 503.
+	Schedules *schedules.Service
 	// Doctor reports on the control plane's host for GET /v1/doctor;
 	// nil: that route answers 503.
 	Doctor DoctorFunc
@@ -156,6 +160,9 @@ const (
 	tasksDeploy  = Access(apikeys.TasksDeploy)
 	tasksRead    = Access(apikeys.TasksRead)
 
+	schedulesRead   = Access(apikeys.SchedulesRead)
+	schedulesManage = Access(apikeys.SchedulesManage)
+
 	tokensCreate     = Access(apikeys.TokensCreate)
 	tokensRead       = Access(apikeys.TokensRead)
 	tokensComplete   = Access(apikeys.TokensComplete)
@@ -237,6 +244,13 @@ func (s *Server) routes() []route {
 		{"POST /v1/tokens/{id}/complete", tokensComplete, s.completeToken},
 		{"POST /v1/tokens/{id}/cancel", tokensCancel, s.cancelToken},
 		{"POST /v1/tokens/{id}/callback/{secret}", AccessOpen, s.tokenCallback},
+		{"POST /v1/schedules", schedulesManage, s.createSchedule},
+		{"GET /v1/schedules", schedulesRead, s.listSchedules},
+		{"GET /v1/schedules/{id}", schedulesRead, s.getSchedule},
+		{"PATCH /v1/schedules/{id}", schedulesManage, s.updateSchedule},
+		{"DELETE /v1/schedules/{id}", schedulesManage, s.deleteSchedule},
+		{"POST /v1/schedules/{id}/activate", schedulesManage, s.setScheduleActive(true)},
+		{"POST /v1/schedules/{id}/deactivate", schedulesManage, s.setScheduleActive(false)},
 		{"POST /v1/apikeys", AccessOwner, s.createAPIKey},
 		{"GET /v1/apikeys", AccessOwner, s.listAPIKeys},
 		{"POST /v1/apikeys/{id}/revoke", AccessOwner, s.revokeAPIKey},

@@ -13,6 +13,7 @@ import (
 	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/runs"
+	"github.com/helmr/helmr/internal/schedules"
 	"github.com/helmr/helmr/internal/vault"
 	"github.com/helmr/helmr/internal/waitpoints"
 	"github.com/helmr/helmr/internal/workers"
@@ -34,6 +35,7 @@ type Store interface {
 	apikeys.SessionStore
 	checkpoints.Store
 	vault.Store
+	schedules.Store
 }
 
 var _ Store = (*DB)(nil)

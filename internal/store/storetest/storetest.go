@@ -51,6 +51,7 @@ func RunStoreSuite(t *testing.T, open func(t *testing.T) Store) {
 	tests = append(tests, sessionTests...)
 	tests = append(tests, authSessionTests...)
 	tests = append(tests, checkpointTests...)
+	tests = append(tests, scheduleTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

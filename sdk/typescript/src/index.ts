@@ -35,6 +35,7 @@ export {
 export { image, Image, type BuildSecret, type CacheMount, type CopyOptions, type FromOptions, type RunOptions } from "./image.js";
 export { sandbox, Sandbox, type MemorySize, type Resources } from "./sandbox.js";
 export type { DirectorySecret, EnvSecret, FileMode, FileSecret, SecretDeclaration, SecretEgress } from "./secrets.js";
+export { schedules, type CronExpression, type ScheduledTaskOptions, type ScheduledTaskPayload } from "./schedules.js";
 export { source, type Source } from "./source.js";
 export {
   task,

@@ -77,6 +77,14 @@ export interface TaskManifest {
   queue?: { name: string; concurrencyLimit?: number };
   /** The payload's JSON Schema; the control plane refuses a payload that does not fit. */
   input?: Record<string, unknown>;
+  /** A declarative cron schedule (schedules.task): deploying keeps it in step. */
+  schedule?: ScheduleManifest;
+}
+
+/** A task's declared schedule: a cron expression in an IANA zone (default UTC). */
+export interface ScheduleManifest {
+  cron: string;
+  timezone?: string;
 }
 
 /** What a task knows about itself: its manifest without module and export. */

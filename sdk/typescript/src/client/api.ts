@@ -10,7 +10,7 @@ import type { components, paths } from "./gen/openapi.js";
 export type Schemas = components["schemas"];
 
 /** The HTTP methods the client sends. */
-export type Method = "GET" | "POST" | "PUT" | "DELETE";
+export type Method = "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
 
 /** The operation of method on path (never if the document has none). */
 export type Operation<M extends Method, P extends keyof paths> = NonNullable<paths[P][Lowercase<M> & keyof paths[P]]>;

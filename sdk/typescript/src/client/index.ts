@@ -5,6 +5,7 @@
 import { env } from "./globals.js";
 import { Transport, type ClientOptions } from "./http.js";
 import { Runs } from "./runs.js";
+import { Schedules } from "./schedules.js";
 import { Sessions } from "./sessions.js";
 import { Tokens } from "./tokens.js";
 import type { Scope } from "./types.js";
@@ -13,6 +14,7 @@ import { Workspaces } from "./workspaces.js";
 export * from "./errors.js";
 export type { ClientOptions } from "./http.js";
 export type { ListRunsOptions, Runs, TriggerOptions } from "./runs.js";
+export type { CreateScheduleOptions, ListSchedulesOptions, Schedules, UpdateScheduleOptions } from "./schedules.js";
 export type { Sessions, SessionAppendOptions, SessionReadOptions } from "./sessions.js";
 export type { CreateTokenOptions as CreateApiTokenOptions, ListTokensOptions, Tokens } from "./tokens.js";
 export type { WorkspaceFiles } from "./files.js";
@@ -26,6 +28,8 @@ export type {
   Run,
   RunPage,
   RunStatus,
+  Schedule,
+  SchedulePage,
   Scope,
   SessionRecord,
   Trajectory,
@@ -52,6 +56,7 @@ export interface HelmrClientOptions extends ClientOptions {
 export class HelmrClient {
   readonly runs: Runs;
   readonly tokens: Tokens;
+  readonly schedules: Schedules;
   readonly sessions: Sessions;
   readonly workspaces: Workspaces;
 
@@ -66,6 +71,7 @@ export class HelmrClient {
     };
     this.runs = new Runs(t, scope);
     this.tokens = new Tokens(t, scope);
+    this.schedules = new Schedules(t, scope);
     this.sessions = new Sessions(t);
     this.workspaces = new Workspaces(t, scope);
   }

@@ -54,3 +54,9 @@ export interface Scope {
   project?: string;
   env?: string;
 }
+
+/** A cron schedule of a task. */
+export type Schedule = Schemas["Schedule"];
+
+/** One page of schedules, newest first. */
+export type SchedulePage = Answer<"GET", "/v1/schedules">;

@@ -462,6 +462,76 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/schedules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Schedules of a project environment, newest first. */
+        get: operations["listSchedules"];
+        put?: never;
+        /** Create an imperative schedule of a deployed task. With a deduplicationKey another schedule of the project environment holds, that schedule is updated instead (200). */
+        post: operations["createSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["getSchedule"];
+        put?: never;
+        post?: never;
+        /** Delete an imperative schedule. A declarative one goes with the deploy that no longer declares it: 409. */
+        delete: operations["deleteSchedule"];
+        options?: never;
+        head?: never;
+        /** Change an imperative schedule's task, cron, zone or external id (absent fields stay). A new cron or zone moves the next tick. A declarative schedule changes by deploying: 409. */
+        patch: operations["updateSchedule"];
+        trace?: never;
+    };
+    "/v1/schedules/{id}/activate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Activate a schedule (declarative ones too). Its next tick is the first after now: ticks missed while inactive do not fire. */
+        post: operations["activateSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{id}/deactivate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Deactivate a schedule (declarative ones too; a redeploy keeps it inactive). */
+        post: operations["deactivateSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tokens": {
         parameters: {
             query?: never;
@@ -1471,7 +1541,7 @@ export interface components {
             };
         };
         /** @enum {string} */
-        Grant: "runs:create" | "runs:read" | "runs:manage" | "session-streams:read" | "session-input:send" | "session-output:append" | "tokens:create" | "tokens:read" | "tokens:complete" | "tokens:cancel" | "secrets:write" | "tasks:deploy" | "tasks:read" | "workspaces:read" | "workspaces:manage" | "workspaces:exec";
+        Grant: "runs:create" | "runs:read" | "runs:manage" | "session-streams:read" | "session-input:send" | "session-output:append" | "tokens:create" | "tokens:read" | "tokens:complete" | "tokens:cancel" | "secrets:write" | "tasks:deploy" | "tasks:read" | "schedules:read" | "schedules:manage" | "workspaces:read" | "workspaces:manage" | "workspaces:exec";
         CreateAPIKeyRequest: {
             project: components["schemas"]["Name"];
             env: components["schemas"]["Name"];
@@ -1676,6 +1746,60 @@ export interface components {
             /** Format: date-time */
             createdAt: string;
         };
+        /** @enum {string} */
+        ScheduleType: "DECLARATIVE" | "IMPERATIVE";
+        /** @description A cron schedule of a task. Each tick triggers one run whose payload is { type, timestamp, lastTimestamp?, timezone, scheduleId, externalId?, upcoming }. */
+        Schedule: {
+            /** @description sched_... */
+            id: string;
+            project: string;
+            env: string;
+            task: string;
+            type: components["schemas"]["ScheduleType"];
+            /** @description Five fields, six with leading seconds, or @yearly, @monthly, @weekly, @daily, @hourly. */
+            cron: string;
+            /** @description IANA time zone the cron is read in. */
+            timezone: string;
+            externalId?: string;
+            deduplicationKey?: string;
+            active: boolean;
+            /** @description The deployment that declared a declarative schedule. */
+            deploymentVersion?: number;
+            /**
+             * Format: date-time
+             * @description The next tick; absent while inactive.
+             */
+            nextRunAt?: string;
+            /**
+             * Format: date-time
+             * @description The last tick fired.
+             */
+            lastRunAt?: string;
+            /** @description The run the last tick made. */
+            lastRunId?: string;
+            /** @description Why the last tick made no run. */
+            lastError?: string;
+            /** Format: date-time */
+            createdAt: string;
+            /** Format: date-time */
+            updatedAt: string;
+        };
+        CreateScheduleRequest: {
+            task: components["schemas"]["Name"];
+            cron: string;
+            /** @description IANA zone; absent or empty: UTC. */
+            timezone?: string;
+            externalId?: string;
+            deduplicationKey?: string;
+            /** @description false creates it deactivated. */
+            active?: boolean;
+        };
+        UpdateScheduleRequest: {
+            task?: components["schemas"]["Name"];
+            cron?: string;
+            timezone?: string;
+            externalId?: string;
+        };
         /** @description A token, human wait or timer. Its callback secret is never shown again after creation. */
         Waitpoint: {
             /** @description wp_... */
@@ -1806,6 +1930,11 @@ export interface components {
                 hasRun: boolean;
                 /** @description The payload's JSON Schema (draft 2020-12 unless its $schema names another draft; self-contained: a $ref points only inside it). Deploy refuses one that does not compile (422 naming the task and field input); a trigger whose payload does not fit is a 400 naming each bad field's path (payload.repo: missing property) and stores no run. */
                 input?: Record<string, unknown>;
+                /** @description Runs the task on a cron schedule: deploying creates, updates or removes its declarative schedule. */
+                schedule?: {
+                    cron: string;
+                    timezone?: string;
+                };
             }[];
         };
         /** @description Exactly one of env, file or directory. */
@@ -3006,6 +3135,219 @@ export interface operations {
                 content?: never;
             };
             400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            503: components["responses"]["Error"];
+        };
+    };
+    listSchedules: {
+        parameters: {
+            query: {
+                project: components["parameters"]["Project"];
+                env?: components["parameters"]["Env"];
+                task?: string;
+                type?: components["schemas"]["ScheduleType"];
+                limit?: components["parameters"]["Limit"];
+                /** @description The opaque nextCursor of a previous page; anything else is a 400. */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of schedules. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        schedules: components["schemas"]["Schedule"][];
+                        nextCursor?: string;
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            503: components["responses"]["Error"];
+        };
+    };
+    createSchedule: {
+        parameters: {
+            query: {
+                project: components["parameters"]["Project"];
+                env?: components["parameters"]["Env"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateScheduleRequest"];
+            };
+        };
+        responses: {
+            /** @description The schedule holding the deduplication key */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            /** @description Created. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+            503: components["responses"]["Error"];
+        };
+    };
+    getSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["Id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            503: components["responses"]["Error"];
+        };
+    };
+    deleteSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["Id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+            503: components["responses"]["Error"];
+        };
+    };
+    updateSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["Id"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdateScheduleRequest"];
+            };
+        };
+        responses: {
+            /** @description The updated schedule. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+            413: components["responses"]["Error"];
+            503: components["responses"]["Error"];
+        };
+    };
+    activateSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["Id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            503: components["responses"]["Error"];
+        };
+    };
+    deactivateSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["Id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
             401: components["responses"]["Error"];
             403: components["responses"]["Error"];
             404: components["responses"]["Error"];
