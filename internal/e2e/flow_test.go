@@ -53,6 +53,12 @@ func TestRetries(t *testing.T) {
 		t.Errorf("helmr runs show = %q, want the attempts", out)
 	}
 
+	// A task with no policy of its own gets the project's (helmr.config.ts).
+	def := d.waitDone(d.trigger("flow", "defaulted", `{}`).ID, time.Minute)
+	if def.Status != runs.StatusCompleted || string(def.Output) != `{"attempt":2}` || def.Retry == nil || def.Retry.MaxAttempts != 2 {
+		t.Errorf("defaulted = %s %s %+v, want completed on attempt 2 under the project's policy", def.Status, def.Output, def.Retry)
+	}
+
 	a := d.waitDone(d.trigger("flow", "abort", `{}`).ID, time.Minute)
 	if a.Status != runs.StatusFailed || a.Attempt != 1 || len(a.Attempts) != 0 || a.Error == nil || !a.Error.NoRetry || a.Error.Name != "AbortTaskRunError" {
 		t.Errorf("abort = %s attempt %d %+v, want FAILED at once, not retried", a.Status, a.Attempt, a.Error)

@@ -45,6 +45,8 @@ type Result struct {
 type Config struct {
 	Project string   `json:"project"`
 	Dirs    []string `json:"dirs"`
+	// Retry is the retry policy of the tasks that declare none.
+	Retry *deployments.RetryPolicy `json:"retry,omitempty"`
 }
 
 // Options tune a build.
@@ -104,6 +106,12 @@ func Build(ctx context.Context, dir string, opts Options) (Result, error) {
 		return Result{}, err
 	}
 	man.Project = cfg.Project
+	for i := range man.Tasks {
+		if man.Tasks[i].Retry == nil && cfg.Retry != nil {
+			r := *cfg.Retry
+			man.Tasks[i].Retry = &r
+		}
+	}
 	if err := addContext(dir, man, files); err != nil {
 		return Result{}, err
 	}

@@ -84,6 +84,8 @@ export async function indexModules(bundleDir: string, modules: readonly string[]
 export interface ProjectConfig {
   project: string;
   dirs: string[];
+  /** The default retry policy of the project's tasks (checked by the SDK's defineConfig and the control plane). */
+  retry?: unknown;
 }
 
 /** indexConfig imports a bundled helmr.config module and returns its default export's fields. */
@@ -94,14 +96,14 @@ export async function indexConfig(path: string): Promise<ProjectConfig> {
     if (config === null || typeof config !== "object") {
       throw new AdapterError("helmr config has no default export: export default defineConfig({ project, dirs })");
     }
-    const { project, dirs } = config;
+    const { project, dirs, retry } = config;
     if (typeof project !== "string" || project === "") {
       throw new AdapterError("helmr config: project must be a non-empty string");
     }
     if (!Array.isArray(dirs) || dirs.length === 0 || dirs.some((d) => typeof d !== "string" || d === "")) {
       throw new AdapterError("helmr config: dirs must be a non-empty array of directory paths");
     }
-    return { project, dirs: [...(dirs as string[])] };
+    return { project, dirs: [...(dirs as string[])], ...(retry !== undefined && retry !== null ? { retry } : {}) };
   } catch (err) {
     throw err instanceof IndexFailure ? err : new IndexFailure(path, err);
   }

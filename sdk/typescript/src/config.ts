@@ -1,3 +1,4 @@
+import { type RetryOptions, retryManifest } from "./flow.js";
 import type { ConfigManifest } from "./manifest-types.js";
 import { assertName, assertString, describe } from "./validate.js";
 
@@ -7,6 +8,8 @@ export interface Config {
   project: string;
   /** Directories, relative to the config file, whose modules declare tasks. */
   dirs: string[];
+  /** The retry policy of every task that declares none. */
+  retry?: RetryOptions;
 }
 
 /** defineConfig checks and returns the project configuration. */
@@ -19,7 +22,7 @@ export function configManifest(config: unknown): ConfigManifest {
   if (config === null || typeof config !== "object") {
     throw new TypeError(`helmr config must be an object from defineConfig({ project, dirs }), got ${describe(config)}`);
   }
-  const { project, dirs } = config as Partial<Record<keyof Config, unknown>>;
+  const { project, dirs, retry } = config as Partial<Record<keyof Config, unknown>>;
   assertName("config project", project);
   if (!Array.isArray(dirs) || dirs.length === 0) {
     throw new TypeError(`config dirs must be a non-empty array of directories, got ${describe(dirs)}`);
@@ -30,5 +33,5 @@ export function configManifest(config: unknown): ConfigManifest {
       throw new TypeError(`config dirs entry must be relative and stay inside the project, got ${describe(dir)}`);
     }
   }
-  return { project, dirs: [...(dirs as string[])] };
+  return { project, dirs: [...(dirs as string[])], ...(retry !== undefined ? { retry: retryManifest("config", retry) } : {}) };
 }

@@ -94,4 +94,5 @@ export type TaskDeclaration = Omit<TaskManifest, "module" | "export">;
 export interface ConfigManifest {
   project: string;
   dirs: string[];
+  retry?: import("./flow.js").RetryManifest;
 }

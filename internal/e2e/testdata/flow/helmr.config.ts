@@ -1,3 +1,4 @@
 import { defineConfig } from "@helmr/sdk";
 
-export default defineConfig({ project: "flow", dirs: ["./tasks"] });
+// Tasks that declare no retry policy get this one.
+export default defineConfig({ project: "flow", dirs: ["./tasks"], retry: { maxAttempts: 2, minTimeoutInMs: 200 } });

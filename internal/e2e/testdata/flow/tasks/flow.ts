@@ -85,3 +85,14 @@ export const quick = task({
   queue: single,
   run: async () => "quick",
 });
+
+// defaulted declares no retry policy: the project's default (two attempts)
+// retries its first failure.
+export const defaulted = task({
+  id: "defaulted",
+  sandbox: sb,
+  run: async () => {
+    if (process.env.HELMR_ATTEMPT === "1") throw new Error("first attempt fails");
+    return { attempt: Number(process.env.HELMR_ATTEMPT) };
+  },
+});
