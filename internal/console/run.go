@@ -38,6 +38,22 @@ type runView struct {
 	LastSeq           int64                      `json:"lastSeq"`
 	Metadata          map[string]json.RawMessage `json:"metadata"`
 	WaitingOn         []waitpoint                `json:"waitingOn"`
+	Queue             string                     `json:"queue"`
+	ConcurrencyKey    string                     `json:"concurrencyKey"`
+	Priority          int                        `json:"priority"`
+	Tags              []string                   `json:"tags"`
+	AvailableAt       *time.Time                 `json:"availableAt"`
+	ExpiresAt         *time.Time                 `json:"expiresAt"`
+	Attempt           int                        `json:"attempt"`
+	Retry             *struct {
+		MaxAttempts int `json:"maxAttempts"`
+	} `json:"retry"`
+	Attempts []struct {
+		Attempt  int       `json:"attempt"`
+		Status   string    `json:"status"`
+		Error    *runError `json:"error"`
+		WorkerID string    `json:"workerId"`
+	} `json:"attempts"`
 }
 
 // runError is a failed run's error.
