@@ -44,6 +44,8 @@ func (a *App) runCmd() *cobra.Command {
 	f.StringVar(&o.flow.Delay, "delay", "", "start no sooner than this duration (\"10m\") or RFC 3339 time")
 	f.StringVar(&o.flow.TTL, "ttl", "", "end the run EXPIRED if it has not started within this duration")
 	f.StringVar(&o.flow.IdempotencyKeyTTL, "idempotency-key-ttl", "", "how long --idempotency-key returns the same run (default: for ever)")
+	f.Float64Var(&o.flow.MachineCPU, "machine-cpu", 0, "size this run's sandbox: vCPUs, at most what its sandbox declares")
+	f.StringVar(&o.flow.MachineMemory, "machine-memory", "", "size this run's sandbox: memory (\"256Mi\"), at most what its sandbox declares")
 	return a.api(c)
 }
 

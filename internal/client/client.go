@@ -203,6 +203,8 @@ type TriggerOptions struct {
 	Queue, ConcurrencyKey, Delay, TTL, IdempotencyKeyTTL string
 	Priority                                             int
 	Tags                                                 []string
+	MachineCPU                                           float64
+	MachineMemory                                        string
 }
 
 // Trigger starts a run; created is false when the idempotency key matched
@@ -229,6 +231,16 @@ func (c *Client) Trigger(ctx context.Context, project, env, task string, o Trigg
 	}
 	if len(o.Tags) > 0 {
 		body["tags"] = o.Tags
+	}
+	if o.MachineCPU != 0 || o.MachineMemory != "" {
+		m := map[string]any{}
+		if o.MachineCPU != 0 {
+			m["cpu"] = o.MachineCPU
+		}
+		if o.MachineMemory != "" {
+			m["memory"] = o.MachineMemory
+		}
+		body["machine"] = m
 	}
 	st, err := c.do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(task)+"/runs", scope(project, env), body, &r)
 	return r, st == http.StatusCreated, err

@@ -29,6 +29,11 @@ type TriggerRequest struct {
 	Delay             string   `json:"delay,omitempty"`
 	TTL               string   `json:"ttl,omitempty"`
 	IdempotencyKeyTTL string   `json:"idempotencyKeyTTL,omitempty"`
+	// Machine sizes the run's sandbox within the task's declared limits.
+	Machine *struct {
+		CPU    float64 `json:"cpu,omitempty"`
+		Memory string  `json:"memory,omitempty"`
+	} `json:"machine,omitempty"`
 }
 
 // parseRunOptions reads a trigger's delay (a duration or a time), ttl and
@@ -79,6 +84,9 @@ func (s *Server) triggerRun(w http.ResponseWriter, r *http.Request) error {
 		Project: project, Env: env, TaskID: r.PathValue("id"), Payload: req.Payload, IdempotencyKey: key,
 		Secrets: req.Secrets, WorkspaceID: req.WorkspaceID, ReplayOf: req.ReplayOf,
 		Queue: req.Queue, ConcurrencyKey: req.ConcurrencyKey, Priority: req.Priority, Tags: req.Tags,
+	}
+	if req.Machine != nil {
+		treq.MachineCPU, treq.MachineMemory = req.Machine.CPU, req.Machine.Memory
 	}
 	if err := parseRunOptions(req, &treq); err != nil {
 		return err

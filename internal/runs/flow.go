@@ -8,6 +8,7 @@ import (
 
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/errdefs"
+	"github.com/helmr/helmr/internal/workers"
 )
 
 // Flow control: retries, queues and concurrency, and run options
@@ -295,4 +296,30 @@ func (s *Service) WatchTimes(ctx context.Context, interval time.Duration) {
 		}
 		last = now
 	}
+}
+
+// machine applies a run's machine override to needs (the task's
+// declared resources): at most what the sandbox declares, since the
+// declaration is what the operator and the image were sized for.
+func machine(req TriggerRequest, needs *workers.Need) error {
+	if req.MachineCPU != 0 {
+		switch {
+		case req.MachineCPU < 0.01 || req.MachineCPU > 256:
+			return fmt.Errorf("machine.cpu is 0.01 to 256 vCPUs, got %g", req.MachineCPU)
+		case needs.CPU > 0 && req.MachineCPU > needs.CPU:
+			return fmt.Errorf("machine.cpu %g is more than the %g vCPUs the task's sandbox declares", req.MachineCPU, needs.CPU)
+		}
+		needs.CPU = req.MachineCPU
+	}
+	if req.MachineMemory != "" {
+		m, err := deployments.ParseMemory(req.MachineMemory)
+		if err != nil {
+			return fmt.Errorf("machine.memory: %v", err)
+		}
+		if needs.MemoryBytes > 0 && m > needs.MemoryBytes {
+			return fmt.Errorf("machine.memory %s is more than the task's sandbox declares (%s)", req.MachineMemory, deployments.FormatSize(needs.MemoryBytes))
+		}
+		needs.MemoryBytes = m
+	}
+	return nil
 }

@@ -104,6 +104,10 @@ type TriggerRequest struct {
 	StartAt           time.Time
 	TTL               time.Duration
 	IdempotencyKeyTTL time.Duration
+	// Machine sizes this run's sandbox smaller than (or as) the task's
+	// declared resources: vCPUs and memory ("512Mi"); zero: as declared.
+	MachineCPU    float64
+	MachineMemory string
 }
 
 // Trigger creates a QUEUED run of the latest deployment of the task. With an
@@ -154,6 +158,9 @@ func (s *Service) Trigger(ctx context.Context, req TriggerRequest) (Run, bool, e
 		maxDur = DefaultMaxDuration
 	}
 	needs := needsOf(task)
+	if err := machine(req, &needs); err != nil {
+		return Run{}, false, fmt.Errorf("%v: %w", err, errdefs.ErrInvalid)
+	}
 	ws, fresh, err := s.workspaceFor(ctx, req, task)
 	if err != nil {
 		return Run{}, false, err

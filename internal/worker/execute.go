@@ -268,6 +268,15 @@ func (w *Worker) prepare(l Lease, img images.Image, files map[string][]byte) (pr
 		wsPath = "/workspace"
 	}
 	mem, _ := deployments.ParseMemory(l.Task.Sandbox.Resources.Memory)
+	cpu := l.Task.Sandbox.Resources.CPU
+	// A run's machine override (within the declared limits, checked at
+	// trigger) sizes its sandbox.
+	if n := l.Run.Needs; n.CPU > 0 && (cpu == 0 || n.CPU < cpu) {
+		cpu = n.CPU
+	}
+	if n := l.Run.Needs; n.MemoryBytes > 0 && (mem == 0 || n.MemoryBytes < mem) {
+		mem = n.MemoryBytes
+	}
 	disk, _ := deployments.ParseDisk("disk", l.Task.Sandbox.Resources.Disk) // checked at deploy
 	rootSize := w.cfg.RootSize
 	if r := l.Task.Sandbox.Resources.RootSize; r != "" {
@@ -282,7 +291,7 @@ func (w *Worker) prepare(l Lease, img images.Image, files map[string][]byte) (pr
 		env:  dedupeEnv(env),
 		spec: sandbox.Spec{
 			RootLayers: img.Layers, Workspace: wsPath, Hostname: "helmr-sandbox", UID: uid, GID: gid,
-			CPU: l.Task.Sandbox.Resources.CPU, MemoryBytes: mem, RootSizeBytes: rootSize, Network: w.cfg.Network,
+			CPU: cpu, MemoryBytes: mem, RootSizeBytes: rootSize, Network: w.cfg.Network,
 		},
 	}, nil
 }

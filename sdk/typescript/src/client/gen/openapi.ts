@@ -2482,6 +2482,12 @@ export interface operations {
                     ttl?: string;
                     /** @description How long idempotencyKey returns the same run (Go syntax duration); default: for ever. */
                     idempotencyKeyTTL?: string;
+                    /** @description Size this run's sandbox within what the task's sandbox declares (never more). */
+                    machine?: {
+                        cpu?: number;
+                        /** @description A byte count or a number with Ki, Mi, Gi or Ti. */
+                        memory?: string;
+                    };
                 };
             };
         };
