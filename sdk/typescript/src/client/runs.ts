@@ -10,6 +10,22 @@ export interface TriggerOptions extends Scope {
   secrets?: Record<string, string>;
   /** Attach the run to this workspace; absent: a new one. */
   workspaceId?: string;
+  /** The queue to wait in (default: the task's). */
+  queue?: string;
+  /** Splits the queue's concurrency limit per key (a tenant). */
+  concurrencyKey?: string;
+  /** Higher starts first within its queue (-1000 to 1000). */
+  priority?: number;
+  /** Labels (at most 10), filterable. */
+  tags?: string[];
+  /** Start no sooner: a duration ("10m") or a Date. */
+  delay?: string | Date;
+  /** A run not started within this duration ("1h") ends EXPIRED. */
+  ttl?: string;
+  /** How long idempotencyKey returns the same run ("24h"). */
+  idempotencyKeyTTL?: string;
+  /** Size this run's sandbox within its declared limits. */
+  machine?: { cpu?: number; memory?: string };
 }
 
 /** Filters of runs.list. */
@@ -17,6 +33,8 @@ export interface ListRunsOptions extends Scope {
   task?: string;
   status?: RunStatus;
   kind?: "task" | "build";
+  tag?: string;
+  queue?: string;
   limit?: number;
   cursor?: string;
 }
@@ -37,6 +55,14 @@ export class Runs {
     if (options.idempotencyKey !== undefined) body.idempotencyKey = options.idempotencyKey;
     if (options.secrets !== undefined) body.secrets = options.secrets;
     if (options.workspaceId !== undefined) body.workspaceId = options.workspaceId;
+    if (options.queue !== undefined) body.queue = options.queue;
+    if (options.concurrencyKey !== undefined) body.concurrencyKey = options.concurrencyKey;
+    if (options.priority !== undefined) body.priority = options.priority;
+    if (options.tags !== undefined) body.tags = options.tags;
+    if (options.delay !== undefined) body.delay = options.delay instanceof Date ? options.delay.toISOString() : options.delay;
+    if (options.ttl !== undefined) body.ttl = options.ttl;
+    if (options.idempotencyKeyTTL !== undefined) body.idempotencyKeyTTL = options.idempotencyKeyTTL;
+    if (options.machine !== undefined) body.machine = options.machine;
     return this.#t.call("POST", "/v1/tasks/{id}/runs", {
       path: { id: taskId },
       query: this.#scope(options),
@@ -52,8 +78,8 @@ export class Runs {
 
   /** list returns a page of runs, newest first (needs runs:read). */
   list(options: ListRunsOptions = {}): Promise<RunPage> {
-    const { task, status, kind, limit, cursor } = options;
-    return this.#t.call("GET", "/v1/runs", { query: { ...this.#scope(options), task, status, kind, limit, cursor }, idempotent: true });
+    const { task, status, kind, tag, queue, limit, cursor } = options;
+    return this.#t.call("GET", "/v1/runs", { query: { ...this.#scope(options), task, status, kind, tag, queue, limit, cursor }, idempotent: true });
   }
 
   /** cancel ends a run that has not finished (needs runs:manage; a finished run is a ConflictError). */
