@@ -30,7 +30,7 @@ type replayEnv struct {
 	st  *sqlite.Store
 }
 
-func newReplayEnv(t *testing.T) replayEnv {
+func newReplayEnv(t testing.TB) replayEnv {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "helmr.db"), slog.New(slog.DiscardHandler))
@@ -60,7 +60,7 @@ func newReplayEnv(t *testing.T) replayEnv {
 	return replayEnv{svc: svc, st: st}
 }
 
-func (e replayEnv) trigger(t *testing.T, req runs.TriggerRequest) runs.Run {
+func (e replayEnv) trigger(t testing.TB, req runs.TriggerRequest) runs.Run {
 	t.Helper()
 	if req.Project == "" {
 		req.Project, req.Env = "p", "dev"
@@ -304,5 +304,34 @@ func TestBulkFilterValidate(t *testing.T) {
 	}
 	if err := base.Validate(); err != nil {
 		t.Errorf("Validate(%+v) = %v, want nil", base, err)
+	}
+}
+
+// BenchmarkBulk measures a bulk cancel and a bulk replay of MaxBulk runs
+// on SQLite (the replays of a task that binds a secret: each is checked
+// against the vault).
+func BenchmarkBulk(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		e := newReplayEnv(b)
+		ctx := context.Background()
+		for range runs.MaxBulk {
+			e.trigger(b, runs.TriggerRequest{TaskID: "typed", Payload: json.RawMessage(`{"repo": "a/b"}`), Secrets: map[string]string{"GH": "vault:gh"}, Tags: []string{"x"}})
+		}
+		f := runs.BulkFilter{Project: "p", Env: "dev", Tag: "x", Limit: runs.MaxBulk}
+		b.StartTimer()
+		start := time.Now()
+		res, err := e.svc.BulkCancel(ctx, f)
+		if err != nil || res.Counts[runs.BulkCanceled] != runs.MaxBulk {
+			b.Fatalf("BulkCancel = %+v, %v", res.Counts, err)
+		}
+		mid := time.Now()
+		f.Status = runs.StatusCanceled
+		res, err = e.svc.BulkReplay(ctx, f, runs.ReplayOptions{})
+		if err != nil || res.Counts[runs.BulkReplayed] != runs.MaxBulk {
+			b.Fatalf("BulkReplay = %+v, %v", res.Counts, err)
+		}
+		b.ReportMetric(float64(mid.Sub(start).Milliseconds()), "cancel-ms")
+		b.ReportMetric(float64(time.Since(mid).Milliseconds()), "replay-ms")
 	}
 }
