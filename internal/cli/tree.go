@@ -17,7 +17,7 @@ import (
 func (a *App) commands() []*cobra.Command {
 	return []*cobra.Command{
 		a.devCmd(), a.serverCmd(), a.workerCmd(), a.initCmd(),
-		a.deployCmd(), a.runCmd(), a.runsCmd(), a.logsCmd(), a.cancelCmd(), a.queuesCmd(),
+		a.deployCmd(), a.runCmd(), a.withBulkVerbs(a.runsCmd()), a.replayCmd(), a.logsCmd(), a.cancelCmd(), a.queuesCmd(),
 		a.approveCmd(), a.rejectCmd(), a.tokenCmd(), a.scheduleCmd(),
 		a.workspaceCmd(), a.execCmd(), a.imageCmd(),
 		a.secretCmd(), a.apikeyCmd(), a.doctorCmd(), a.settingsCmd(), a.versionCmd(),

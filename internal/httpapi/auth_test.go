@@ -222,6 +222,8 @@ func bodies(workerID string) map[string]any {
 		"POST /v1/tasks/{id}/runs":                        `{"payload": 2}`,
 		"POST /v1/schedules":                              `{"task": "a", "cron": "*/5 * * * *"}`,
 		"PATCH /v1/schedules/{id}":                        `{"cron": "*/10 * * * *"}`,
+		"POST /v1/runs/bulk/cancel":                       `{"task": "a", "dryRun": true}`,
+		"POST /v1/runs/bulk/replay":                       `{"task": "a", "dryRun": true}`,
 		"PUT /v1/secrets/{name}":                          `{"value": "another-value"}`,
 		"POST /v1/apikeys":                                `{"project": "p", "env": "dev", "grants": ["runs:read"]}`,
 		"POST /v1/worker/lease":                           fmt.Sprintf(`{"workerId": %q}`, workerID),

@@ -163,8 +163,9 @@ func (db *DB) ListRuns(ctx context.Context, f runs.Filter) (runs.Page, error) {
 		args = append(args, f.Until)
 	}
 	if f.Tag != "" {
-		where = append(where, "tags LIKE ?")
-		args = append(args, "%|"+strings.NewReplacer("%", "", "_", "").Replace(f.Tag)+"|%")
+		// Tags may hold "_", a LIKE wildcard: escaped, it matches itself.
+		where = append(where, `tags LIKE ? ESCAPE '\'`)
+		args = append(args, "%|"+strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(f.Tag)+"|%")
 	}
 	if f.Queue != "" {
 		where = append(where, "queue = ?")

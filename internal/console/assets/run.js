@@ -189,7 +189,9 @@ if (replay) {
     }
     box.removeAttribute("aria-invalid");
     try {
-      const run = await api("POST", `/v1/tasks/${encodeURIComponent(root.dataset.task)}/runs?${scope}`, { payload, replayOf: id });
+      // The replay keeps the original's secret bindings and run options
+      // (queue, concurrency key, priority, tags); only the payload is edited.
+      const run = await api("POST", `/v1/runs/${encodeURIComponent(id)}/replay`, { payload });
       location.assign(`/runs/${encodeURIComponent(run.id)}?${scope}`);
     } catch (err) { say(`Replay failed: ${err.message}`, true); }
   });

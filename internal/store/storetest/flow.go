@@ -229,12 +229,17 @@ func testExpireRuns(t *testing.T, s Store) {
 func testRunTags(t *testing.T, s Store) {
 	ctx := t.Context()
 	in := queued("p", "t", "task/t", "", 0)
-	in.Tags = []string{"tenant:a", "nightly"}
+	in.Tags = []string{"tenant:a", "nightly", "team_a"}
 	tagged := mustCreate(t, s, in)
-	mustCreate(t, s, queued("p", "t", "task/t", "", 1))
+	near := queued("p", "t", "task/t", "", 1)
+	near.Tags = []string{"teamxa"} // "_" is no wildcard
+	mustCreate(t, s, near)
 	page, err := s.ListRuns(ctx, runs.Filter{Project: "p", Tag: "nightly"})
 	if err != nil || len(page.Runs) != 1 || page.Runs[0].ID != tagged.ID || !slices.Equal(page.Runs[0].Tags, in.Tags) {
 		t.Errorf("ListRuns(tag nightly) = %+v, %v", page.Runs, err)
+	}
+	if page, err := s.ListRuns(ctx, runs.Filter{Project: "p", Tag: "team_a"}); err != nil || len(page.Runs) != 1 || page.Runs[0].ID != tagged.ID {
+		t.Errorf("ListRuns(tag team_a) = %+v, %v; want only %s", page.Runs, err, tagged.ID)
 	}
 	if page, _ := s.ListRuns(ctx, runs.Filter{Project: "p", Tag: "night"}); len(page.Runs) != 0 {
 		t.Errorf("a tag matched a prefix: %v", page.Runs)

@@ -38,6 +38,23 @@ describe("HelmrClient", () => {
     assert.deepStrictEqual(JSON.parse(s.body), { payload: { n: 1 }, idempotencyKey: "k" });
   });
 
+  it("replays a run with overrides and acts in bulk on a filter of the scope", async () => {
+    api.reset();
+    api.handlers.set("POST /v1/runs/run_1/replay", (_s, res) => json(res, 201, { ...run, id: "run_2", replayOf: "run_1" }));
+    const result = { matched: 1, counts: { canceled: 1 }, runs: [{ runId: "run_1", status: "QUEUED", action: "canceled" }], more: false };
+    api.handlers.set("POST /v1/runs/bulk/cancel", (_s, res) => json(res, 200, result));
+    api.handlers.set("POST /v1/runs/bulk/replay", (_s, res) => json(res, 200, { ...result, counts: { replayed: 1 } }));
+    const r = await client.runs.replay("run_1", { payload: { n: 2 }, tags: [] });
+    assert.equal(r.replayOf, "run_1");
+    assert.deepStrictEqual(JSON.parse(api.seen[0]!.body), { payload: { n: 2 }, tags: [] });
+    const c = await client.runs.bulkCancel({ env: "prod", tag: "nightly", status: "QUEUED", limit: 10 });
+    assert.equal(c.counts.canceled, 1);
+    assert.equal(api.seen[1]!.url, "/v1/runs/bulk/cancel?project=p&env=prod");
+    assert.deepStrictEqual(JSON.parse(api.seen[1]!.body), { tag: "nightly", status: "QUEUED", limit: 10 });
+    await client.runs.bulkReplay({ ids: ["run_1"] }, { payload: null });
+    assert.deepStrictEqual(JSON.parse(api.seen[2]!.body), { ids: ["run_1"], overrides: { payload: null } });
+  });
+
   it("takes HELMR_URL, HELMR_API_KEY and HELMR_PROJECT by default", async () => {
     api.reset();
     api.handlers.set("GET /v1/runs", (_s, res) => json(res, 200, { runs: [run] }));

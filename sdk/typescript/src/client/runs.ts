@@ -1,6 +1,6 @@
 import type { JSONBody, Operation } from "./api.js";
 import type { Transport } from "./http.js";
-import type { Run, RunPage, RunStatus, Scope } from "./types.js";
+import type { BulkFilter, BulkResult, ReplayOverrides, Run, RunPage, RunStatus, Scope } from "./types.js";
 
 /** Options of runs.trigger. */
 export interface TriggerOptions extends Scope {
@@ -39,7 +39,10 @@ export interface ListRunsOptions extends Scope {
   cursor?: string;
 }
 
-/** Runs: trigger, retrieve, list and cancel. */
+/** Options of runs.bulkCancel and runs.bulkReplay: a filter (at least one field), the scope. */
+export type BulkOptions = BulkFilter & Scope;
+
+/** Runs: trigger, retrieve, list, cancel and replay, one at a time or in bulk. */
 export class Runs {
   readonly #t: Transport;
   readonly #scope: (s?: Scope) => { project: string; env: string };
@@ -85,5 +88,34 @@ export class Runs {
   /** cancel ends a run that has not finished (needs runs:manage; a finished run is a ConflictError). */
   cancel(id: string): Promise<Run> {
     return this.#t.call("POST", "/v1/runs/{id}/cancel", { path: { id } });
+  }
+
+  /**
+   * replay starts a new run of a run's task with its payload, secret bindings,
+   * queue, concurrency key, priority and tags, except those overrides gives;
+   * the new run's replayOf names the original (needs runs:create).
+   */
+  replay(id: string, overrides: ReplayOverrides = {}): Promise<Run> {
+    return this.#t.call("POST", "/v1/runs/{id}/replay", {
+      path: { id },
+      body: overrides,
+      idempotent: overrides.idempotencyKey !== undefined,
+    });
+  }
+
+  /**
+   * bulkCancel cancels the runs a filter selects, at most limit (1000) a call;
+   * runs that ended are skipped. When more match, pass nextCursor as cursor
+   * (needs runs:manage).
+   */
+  bulkCancel(options: BulkOptions): Promise<BulkResult> {
+    const { project: _p, env: _e, ...filter } = options;
+    return this.#t.call("POST", "/v1/runs/bulk/cancel", { query: this.#scope(options), body: filter });
+  }
+
+  /** bulkReplay replays the runs a filter selects, each with the same overrides (needs runs:create). */
+  bulkReplay(options: BulkOptions, overrides?: ReplayOverrides): Promise<BulkResult> {
+    const { project: _p, env: _e, ...filter } = options;
+    return this.#t.call("POST", "/v1/runs/bulk/replay", { query: this.#scope(options), body: { ...filter, overrides } });
   }
 }

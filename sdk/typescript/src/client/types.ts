@@ -13,6 +13,15 @@ export type Run = Schemas["Run"];
 /** One page of runs, newest first. */
 export type RunPage = Answer<"GET", "/v1/runs">;
 
+/** What a replay changes of its original (absent fields keep the original's). */
+export type ReplayOverrides = Schemas["ReplayOverrides"];
+
+/** Selects the runs of a project environment a bulk action applies to. */
+export type BulkFilter = Schemas["BulkFilter"];
+
+/** What a bulk action did: runs matched, counts by action, each run's action, and whether more match. */
+export type BulkResult = Schemas["BulkResult"];
+
 /** A token, human wait or timer. */
 export type Waitpoint = Schemas["Waitpoint"];
 

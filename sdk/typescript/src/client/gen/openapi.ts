@@ -175,6 +175,66 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{id}/replay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Replay a run: a new run of its task (the latest deployment) in its project environment, linked by replayOf.
+         * @description The replay takes the original's payload, secret bindings, queue, concurrency key, priority and tags unless the body gives them; it gets a new workspace unless the body names one, and no delay, ttl or idempotency key unless given. An edited payload goes through a trigger's checks (the task's declared input, the payload secret scan). With an idempotency key, a repeat returns the first replay with status 200.
+         */
+        post: operations["replayRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/bulk/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel the runs of the project environment a filter selects, at most limit (1000) per call, newest first.
+         * @description Runs that already ended are skipped (counted, not errors). The answer says how many runs matched on this call, what was done to each, and, when more match, more: true with the nextCursor to pass as cursor. dryRun: true reports what would be done and does nothing.
+         */
+        post: operations["bulkCancelRuns"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/bulk/replay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Replay the runs of the project environment a filter selects (as POST /v1/runs/{id}/replay, with the same overrides for each), at most limit (1000) per call, newest first.
+         * @description A run whose replay is refused (its payload does not fit the task's input, the task is no longer deployed) is counted as failed with the reason; the others are replayed. overrides may not name a workspaceId or idempotencyKey (each belongs to one run). Paging and dryRun as for a bulk cancel: pass nextCursor as cursor so that the replays this call made are not selected again.
+         */
+        post: operations["bulkReplayRuns"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{id}/approve": {
         parameters: {
             query?: never;
@@ -1684,6 +1744,102 @@ export interface components {
             /** Format: date-time */
             finishedAt: string;
         };
+        /** @description What a replay changes of its original; an absent field keeps the original's value (payload, secrets, tags, queue, concurrencyKey, priority). Fields as for a trigger (POST /v1/tasks/{id}/runs). */
+        ReplayOverrides: {
+            /** @description The replay's payload (any JSON, null too) instead of the original's; checked as a trigger's is. */
+            payload?: unknown;
+            /** @description Bindings (name: vault:NAME) instead of the original's. */
+            secrets?: {
+                [key: string]: string;
+            };
+            /** @description Tags instead of the original's ([]: none). */
+            tags?: string[];
+            /** @description A queue instead of the original's (empty: the task's). */
+            queue?: string;
+            /** @description A concurrency key instead of the original's (empty: none). */
+            concurrencyKey?: string;
+            priority?: number;
+            /** @description Attach the replay to this workspace; absent: a new one. Not in a bulk replay. */
+            workspaceId?: string;
+            /** @description Not in a bulk replay. */
+            idempotencyKey?: string;
+            /** @description Start no sooner than this duration (Go syntax) or RFC 3339 time. */
+            delay?: string;
+            /** @description A replay not started within this duration ends EXPIRED. */
+            ttl?: string;
+        };
+        /** @description Selects task runs of the request's project environment matching every field given (at least one). With ids, the runs named that match the other fields (the others are reported, not acted on); no cursor then. */
+        BulkFilter: {
+            task?: string;
+            status?: components["schemas"]["Status"];
+            tag?: string;
+            queue?: string;
+            /**
+             * Format: date-time
+             * @description Runs created at or after this time.
+             */
+            since?: string;
+            /**
+             * Format: date-time
+             * @description Runs created before this time.
+             */
+            until?: string;
+            ids?: string[];
+            /** @description At most this many runs (0 or absent: 100). */
+            limit?: number;
+            /** @description The nextCursor of the previous call. */
+            cursor?: string;
+            /** @description Report what would be done; do nothing. */
+            dryRun?: boolean;
+        };
+        /** @description A BulkFilter and the replays' overrides. The filter selects task runs of the request's project environment matching every field given (at least one). With ids, the runs named that match the other fields (the others are reported, not acted on); no cursor then. */
+        BulkReplayRequest: {
+            task?: string;
+            status?: components["schemas"]["Status"];
+            tag?: string;
+            queue?: string;
+            /**
+             * Format: date-time
+             * @description Runs created at or after this time.
+             */
+            since?: string;
+            /**
+             * Format: date-time
+             * @description Runs created before this time.
+             */
+            until?: string;
+            ids?: string[];
+            /** @description At most this many runs (0 or absent: 100). */
+            limit?: number;
+            /** @description The nextCursor of the previous call. */
+            cursor?: string;
+            /** @description Report what would be done; do nothing. */
+            dryRun?: boolean;
+            /** @description The replays' edits, the same for every replay; absent: each replay keeps its original's. */
+            overrides?: components["schemas"]["ReplayOverrides"];
+        };
+        BulkResult: {
+            /** @description Runs this call selected. */
+            matched: number;
+            /** @description Runs by action (canceled, replayed, would_cancel, would_replay, skipped, failed, not_found). */
+            counts: {
+                [key: string]: number;
+            };
+            runs: {
+                runId: string;
+                status?: components["schemas"]["Status"];
+                /** @enum {string} */
+                action: "canceled" | "replayed" | "would_cancel" | "would_replay" | "skipped" | "failed" | "not_found";
+                /** @description The replay (replayed). */
+                newRunId?: string;
+                /** @description Why a run was skipped or its action failed. */
+                reason?: string;
+            }[];
+            /** @description More runs match: call again with cursor set to nextCursor. */
+            more: boolean;
+            nextCursor?: string;
+            dryRun?: boolean;
+        };
         Queue: {
             project: string;
             env: string;
@@ -2612,6 +2768,106 @@ export interface operations {
             403: components["responses"]["Error"];
             404: components["responses"]["Error"];
             409: components["responses"]["Error"];
+        };
+    };
+    replayRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["Id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ReplayOverrides"];
+            };
+        };
+        responses: {
+            /** @description The replay an earlier request with the same idempotency key created. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Run"];
+                };
+            };
+            /** @description The replay. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Run"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
+        };
+    };
+    bulkCancelRuns: {
+        parameters: {
+            query: {
+                project: components["parameters"]["Project"];
+                env?: components["parameters"]["Env"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BulkFilter"];
+            };
+        };
+        responses: {
+            /** @description What was done. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BulkResult"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
+        };
+    };
+    bulkReplayRuns: {
+        parameters: {
+            query: {
+                project: components["parameters"]["Project"];
+                env?: components["parameters"]["Env"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BulkReplayRequest"];
+            };
+        };
+        responses: {
+            /** @description What was done. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BulkResult"];
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            403: components["responses"]["Error"];
         };
     };
     approveRun: {
