@@ -29,7 +29,9 @@ const (
 )
 
 // Valid reports whether k is a known kind.
-func (k Kind) Valid() bool { return k == KindHuman || k == KindToken || k == KindTimer || k == KindRuns }
+func (k Kind) Valid() bool {
+	return k == KindHuman || k == KindToken || k == KindTimer || k == KindRuns
+}
 
 // Status is a waitpoint's state: WAITING, then one of the others, for good.
 type Status string
