@@ -70,7 +70,7 @@ type ChildOptions struct {
 type ChildItem struct {
 	TaskID  string          `json:"taskId"`
 	Payload json.RawMessage `json:"payload,omitempty"`
-	Options ChildOptions    `json:"options"`
+	Options ChildOptions    `json:"options,omitzero"`
 }
 
 // ChildrenRequest triggers children of a run; with Wait, the parent will
