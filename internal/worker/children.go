@@ -37,4 +37,3 @@ func (rw *runWaits) serveTasks(ctx context.Context, req channel.Request) (any, e
 	}
 	return r, nil
 }
-
