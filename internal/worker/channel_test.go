@@ -120,10 +120,10 @@ func TestServesEveryChannelMethod(t *testing.T) {
 	if len(cp.children) != 3 {
 		t.Fatalf("tasks.* triggered %d times, want 3", len(cp.children))
 	}
-	first := cp.children[0]
-	if first.Wait || len(first.Items) != 1 || first.Items[0].TaskID != "summarize" || first.Items[0].Options.IdempotencyKey != "sum-a" ||
-		first.Items[0].Options.Delay != "1h" || string(first.Items[0].Payload) != `{"file":"a.md"}` {
-		t.Errorf("tasks.trigger sent %+v", first)
+	one := cp.children[1]
+	if one.Wait || len(one.Items) != 1 || one.Items[0].TaskID != "summarize" || one.Items[0].Options.IdempotencyKey != "sum-a" ||
+		one.Items[0].Options.Delay != "1h" || string(one.Items[0].Payload) != `{"file":"a.md"}` {
+		t.Errorf("tasks.trigger sent %+v", one)
 	}
 	if last := cp.children[2]; !last.Wait || len(last.Items) != 2 || last.Items[1].Options.ConcurrencyKey != "tenant-1" {
 		t.Errorf("tasks.triggerAndWait sent %+v", last)
