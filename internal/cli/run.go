@@ -175,11 +175,12 @@ func (a *App) runsCmd() *cobra.Command {
 	fl.StringVar(&f.Kind, "kind", "", "task (the default) or build: the runs that build deployments' images")
 	fl.StringVar(&f.Tag, "tag", "", "only runs carrying this tag")
 	fl.StringVar(&f.Queue, "queue", "", "only runs of this queue")
+	fl.StringVar(&f.ParentID, "parent", "", "only the children of this run")
 	fl.IntVar(&f.Limit, "limit", 20, "page size")
 	fl.StringVar(&f.Cursor, "cursor", "", "continue from a previous page")
 	c.AddCommand(a.api(&cobra.Command{
 		Use:   "show ID",
-		Short: "show a run: its status, payload, output or error, and what it waits on",
+		Short: "show a run: its status, payload, output or error, what it waits on, its parent and children",
 		Args:  exactly(1, runsUsage),
 		RunE:  func(c *cobra.Command, args []string) error { return a.showRunView(c.Context(), args[0]) },
 	}))
@@ -213,6 +214,17 @@ func (a *App) showRunView(ctx context.Context, id string) error {
 	}
 	if len(v.WaitingOn) > 0 && v.WaitingOn[0].Kind == "human" {
 		fmt.Fprintf(a.Stdout, "answer: helmr approve %s [--data-json JSON] | helmr reject %s [--reason R]\n", v.ID, v.ID)
+	}
+	if len(v.Children) > 0 {
+		fmt.Fprintf(a.Stdout, "children (%d):\n", len(v.Children))
+		tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
+		for _, c := range v.Children {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", c.ID, c.TaskID, c.Status)
+		}
+		tw.Flush()
+		if len(v.Children) == runs.MaxChildrenShown {
+			fmt.Fprintf(a.Stdout, "  (the latest %d: helmr runs --parent %s lists all)\n", runs.MaxChildrenShown, v.ID)
+		}
 	}
 	return nil
 }
@@ -261,6 +273,12 @@ func (a *App) showRun(r runs.Run) error {
 	fmt.Fprintf(tw, "project\t%s/%s\ndeployment\t%s (version %d)\n", r.Project, r.Env, r.DeploymentID, r.DeploymentVersion)
 	if r.Tier != "" {
 		fmt.Fprintf(tw, "tier\t%s\n", tierLabel(r.Tier))
+	}
+	if r.ParentID != "" {
+		fmt.Fprintf(tw, "parent\t%s\n", r.ParentID)
+		if r.RootID != "" && r.RootID != r.ParentID {
+			fmt.Fprintf(tw, "root\t%s\n", r.RootID)
+		}
 	}
 	fmt.Fprintf(tw, "created\t%s\n", r.CreatedAt.Local().Format(time.RFC3339))
 	if r.Queue != "" {

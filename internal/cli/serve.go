@@ -90,6 +90,7 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 	svc.Deployments = st
 	svc.Workspaces = st
 	waits := waitpoints.NewService(st, svc, log)
+	svc.ChildWaits = waits
 	blobs, err := checkpoints.NewDirBlobs(filepath.Join(cfg.DataDir, "blobs"))
 	if err != nil {
 		st.Close()

@@ -279,7 +279,7 @@ func (c *Client) GetRun(ctx context.Context, id string) (runs.Run, error) {
 func (c *Client) ListRuns(ctx context.Context, project, env string, f runs.Filter) (runs.Page, error) {
 	q := scope(project, env)
 	limit := f.Limit
-	for k, v := range map[string]string{"task": f.TaskID, "status": string(f.Status), "kind": f.Kind, "cursor": f.Cursor, "tag": f.Tag, "queue": f.Queue} {
+	for k, v := range map[string]string{"task": f.TaskID, "status": string(f.Status), "kind": f.Kind, "cursor": f.Cursor, "tag": f.Tag, "queue": f.Queue, "parent": f.ParentID} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -374,6 +374,10 @@ type RunView struct {
 	runs.Run
 	Metadata  map[string]json.RawMessage `json:"metadata"`
 	WaitingOn []waitpoints.Waitpoint     `json:"waitingOn,omitempty"`
+	// Children are the runs it triggered (the latest
+	// runs.MaxChildrenShown, oldest first; GET /v1/runs?parent=ID lists
+	// all of them).
+	Children []runs.ChildSummary `json:"children,omitempty"`
 }
 
 // GetRunView returns a run with the waitpoints it waits on.

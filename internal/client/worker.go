@@ -133,6 +133,13 @@ func (w Worker) CreateWaitpoint(ctx context.Context, runID string, req waitpoint
 	return out, err
 }
 
+// TriggerChildren implements worker.ControlPlane.
+func (w Worker) TriggerChildren(ctx context.Context, runID string, req runs.ChildrenRequest) (runs.ChildrenResult, error) {
+	var out runs.ChildrenResult
+	_, err := w.C.do(ctx, http.MethodPost, "/v1/worker/runs/"+url.PathEscape(runID)+"/children", nil, req, &out)
+	return out, err
+}
+
 // BeginWait implements worker.ControlPlane.
 func (w Worker) BeginWait(ctx context.Context, runID, waitpointID string) (waitpoints.Waitpoint, error) {
 	var out waitpoints.Waitpoint

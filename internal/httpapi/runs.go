@@ -130,7 +130,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) error {
 	page, err := s.cfg.Runs.List(r.Context(), runs.Filter{
 		Project: project, Env: env, TaskID: q.Get("task"), Status: runs.Status(q.Get("status")), Kind: kind,
 		Since: since, Until: until, IDPrefix: q.Get("id"), Limit: limit, Cursor: q.Get("cursor"),
-		Tag: q.Get("tag"), Queue: q.Get("queue"),
+		Tag: q.Get("tag"), Queue: q.Get("queue"), ParentID: q.Get("parent"),
 	})
 	if err != nil {
 		return err

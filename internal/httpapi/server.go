@@ -281,6 +281,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/worker/runs/{id}/session/input", AccessWorker, s.workerSessionInput},
 		{"POST /v1/worker/runs/{id}/session/output", AccessWorker, s.workerAppendOutput},
 		{"POST /v1/worker/runs/{id}/metadata", AccessWorker, s.workerSetMetadata},
+		{"POST /v1/worker/runs/{id}/children", AccessWorker, s.workerTriggerChildren},
 		{"POST /v1/worker/workspaces/deleted", AccessWorker, s.workerDeletedWorkspaces},
 		{"POST /v1/worker/ops/next", AccessWorker, s.workerNextOp},
 		{"POST /v1/worker/ops/{id}/result", AccessWorker, s.workerFinishOp},

@@ -228,6 +228,10 @@ type RunView struct {
 	runs.Run
 	Metadata  map[string]json.RawMessage `json:"metadata"`
 	WaitingOn []waitpoints.Waitpoint     `json:"waitingOn,omitempty"`
+	// Children are the runs it triggered (the latest
+	// runs.MaxChildrenShown, oldest first; GET /v1/runs?parent=ID lists
+	// all of them).
+	Children []runs.ChildSummary `json:"children,omitempty"`
 }
 
 func (s *Server) runView(r *http.Request, run runs.Run) (RunView, error) {
@@ -236,6 +240,9 @@ func (s *Server) runView(r *http.Request, run runs.Run) (RunView, error) {
 		return RunView{}, err
 	}
 	v := RunView{Run: run, Metadata: md}
+	if v.Children, err = s.cfg.Runs.Children(r.Context(), run.ID); err != nil {
+		return RunView{}, err
+	}
 	if run.Status != runs.StatusWaiting || s.cfg.Waits == nil {
 		return v, nil
 	}

@@ -229,6 +229,21 @@ func (s *Server) workerCreateWaitpoint(w http.ResponseWriter, r *http.Request) e
 	return writeJSON(w, http.StatusCreated, wp)
 }
 
+func (s *Server) workerTriggerChildren(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.heldRun(r); err != nil {
+		return err
+	}
+	var req runs.ChildrenRequest
+	if err := decodeJSON(w, r, runs.MaxPayloadBytes+64<<10, &req); err != nil {
+		return err
+	}
+	res, err := s.control.TriggerChildren(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, res)
+}
+
 func (s *Server) workerBeginWait(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.waits(); err != nil {
 		return err

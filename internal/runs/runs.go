@@ -109,7 +109,12 @@ type Run struct {
 	// WorkspaceID is the workspace the run is attached to.
 	WorkspaceID string `json:"workspaceId,omitempty"`
 	// ReplayOf is the run this one replays (the same task, run again).
-	ReplayOf       string `json:"replayOf,omitempty"`
+	ReplayOf string `json:"replayOf,omitempty"`
+	// ParentID is the run whose task triggered this one (tasks.trigger
+	// and friends); RootID the first run of that tree. Both are empty for
+	// a run triggered from outside a task.
+	ParentID       string `json:"parentId,omitempty"`
+	RootID         string `json:"rootId,omitempty"`
 	WorkerID       string `json:"workerId,omitempty"`
 	Tier           string `json:"tier,omitempty"`
 	MaxDurationSec int    `json:"maxDuration"`
@@ -210,6 +215,8 @@ type Filter struct {
 	Kind string
 	// WorkspaceID selects the runs attached to a workspace.
 	WorkspaceID string
+	// ParentID selects the children of a run.
+	ParentID string
 	// Since and Until bound the runs' creation time: Since <= created_at <
 	// Until; a zero time does not bound.
 	Since, Until time.Time

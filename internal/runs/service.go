@@ -55,6 +55,9 @@ type Service struct {
 	// Cancel or Finish (the waitpoint service cancels the run's waits).
 	// Set before use.
 	Ended func(ctx context.Context, r Run)
+	// ChildWaits, if set, makes and completes the waitpoints of parents
+	// that wait for their children (see children.go). Set before use.
+	ChildWaits ChildWaits
 
 	store   Store
 	tasks   TaskLookup
@@ -108,6 +111,9 @@ type TriggerRequest struct {
 	// declared resources: vCPUs and memory ("512Mi"); zero: as declared.
 	MachineCPU    float64
 	MachineMemory string
+	// ParentID and RootID link a child run to the run that triggered it
+	// and the root of its tree (see children.go); empty: none.
+	ParentID, RootID string
 }
 
 // Trigger creates a QUEUED run of the latest deployment of the task. With an
@@ -177,6 +183,7 @@ func (s *Service) Trigger(ctx context.Context, req TriggerRequest) (Run, bool, e
 		MaxDurationSec: maxDur, Needs: needs, CreatedAt: s.now(), WorkspaceID: ws.ID, ReplayOf: req.ReplayOf,
 		Queue: opts.Queue, ConcurrencyKey: opts.ConcurrencyKey, Priority: opts.Priority, Tags: opts.Tags,
 		AvailableAt: opts.AvailableAt, ExpiresAt: opts.ExpiresAt, Retry: opts.Retry, IdempotencyKeyExpiresAt: opts.IdempotencyKeyExpiresAt,
+		ParentID: req.ParentID, RootID: req.RootID,
 	})
 	if fresh && (err != nil || !created) {
 		// The run was not made (or is a repeat of one that has its own):
@@ -318,6 +325,7 @@ func (s *Service) Cancel(ctx context.Context, id string) (Run, error) {
 	}
 	s.broker.Publish(id)
 	s.ended(ctx, r)
+	s.cancelChildren(context.WithoutCancel(ctx), r)
 	return r, nil
 }
 
@@ -325,6 +333,7 @@ func (s *Service) ended(ctx context.Context, r Run) {
 	if s.Ended != nil {
 		s.Ended(context.WithoutCancel(ctx), r)
 	}
+	s.childEnded(context.WithoutCancel(ctx), r)
 }
 
 // WaitOn records note (the waitpoint the run waits on) as a system event

@@ -54,4 +54,11 @@ type Store interface {
 	// is QUEUED and still needs host: any worker may take it. errdefs.ErrNotFound
 	// for an unknown run, errdefs.ErrConflict (wrapped) otherwise.
 	DropRunHost(ctx context.Context, id, host string) error
+	// LinkChildWait records that a waitpoint waits for the runs ids, in
+	// order (a repeat changes nothing); ChildWaitsOf returns the
+	// waitpoints that wait for run id; ChildWaitRuns the runs a waitpoint
+	// waits for, in order (see children.go).
+	LinkChildWait(ctx context.Context, waitpointID string, ids []string) error
+	ChildWaitsOf(ctx context.Context, id string) ([]string, error)
+	ChildWaitRuns(ctx context.Context, waitpointID string) ([]Run, error)
 }

@@ -16,7 +16,8 @@ const runColumns = `id, project, env, task_id, deployment_id, deployment_version
 	payload, output, error, idempotency_key, worker_id, tier, max_duration_sec,
 	need_cpu, need_memory, created_at, started_at, finished_at, last_seq, secrets,
 	kind, need_digests, need_image, need_base_digest, workspace_id, need_host, replay_of,
-	queue, concurrency_key, priority, tags, available_at, expires_at, attempt, retry, attempts, idempotency_expires_at`
+	queue, concurrency_key, priority, tags, available_at, expires_at, attempt, retry, attempts, idempotency_expires_at,
+	parent_id, root_id`
 
 func scanRun(row scanner) (runs.Run, error) {
 	var (
@@ -29,7 +30,8 @@ func scanRun(row scanner) (runs.Run, error) {
 		jsonCol{&r.Payload}, jsonCol{&r.Output}, jsonCol{&errJSON}, textCol{&r.IdempotencyKey}, &r.WorkerID, &r.Tier, &r.MaxDurationSec,
 		&r.Needs.CPU, &r.Needs.MemoryBytes, timeCol{&r.CreatedAt}, nullTimeCol{&r.StartedAt}, nullTimeCol{&r.FinishedAt}, &r.LastSeq, &secrets,
 		&r.Kind, &digests, &r.Needs.Image, &r.Needs.BaseDigest, &r.WorkspaceID, &r.Needs.Host, &r.ReplayOf,
-		&r.Queue, &r.ConcurrencyKey, &r.Priority, &tags, nullTimeCol{&r.AvailableAt}, nullTimeCol{&r.ExpiresAt}, &r.Attempt, &retry, &att, nullTimeCol{&r.IdempotencyKeyExpiresAt})
+		&r.Queue, &r.ConcurrencyKey, &r.Priority, &tags, nullTimeCol{&r.AvailableAt}, nullTimeCol{&r.ExpiresAt}, &r.Attempt, &retry, &att, nullTimeCol{&r.IdempotencyKeyExpiresAt},
+		&r.ParentID, &r.RootID)
 	if err != nil {
 		return runs.Run{}, err
 	}
@@ -96,7 +98,7 @@ func (db *DB) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, error)
 		}
 		q := `INSERT INTO runs (` + runColumns + `)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, '', '', ?, ?, ?, ?, NULL, NULL, 1, ?, ?, ?, ?, ?, ?, ?, ?,
-			?, ?, ?, ?, ?, ?, 1, ?, '', ?)`
+			?, ?, ?, ?, ?, ?, 1, ?, '', ?, ?, ?)`
 		if r.IdempotencyKey != "" {
 			q += ` ON CONFLICT (project, env, task_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING`
 		}
@@ -106,7 +108,7 @@ func (db *DB) CreateRun(ctx context.Context, r runs.Run) (runs.Run, bool, error)
 			r.Needs.CPU, r.Needs.MemoryBytes, r.CreatedAt, EncodeBindings(r.Secrets),
 			r.Kind, EncodeDigests(r.Needs.Digests), r.Needs.Image, r.Needs.BaseDigest, r.WorkspaceID, r.Needs.Host, r.ReplayOf,
 			r.Queue, r.ConcurrencyKey, r.Priority, encodeTags(r.Tags), TimePtr(r.AvailableAt), TimePtr(r.ExpiresAt), retry,
-			TimePtr(r.IdempotencyKeyExpiresAt))
+			TimePtr(r.IdempotencyKeyExpiresAt), r.ParentID, r.RootID)
 		if err != nil {
 			return err
 		}
@@ -147,7 +149,7 @@ func (db *DB) ListRuns(ctx context.Context, f runs.Filter) (runs.Page, error) {
 	var args []any
 	for _, c := range []struct{ col, val string }{
 		{"project", f.Project}, {"env", f.Env}, {"task_id", f.TaskID}, {"status", string(f.Status)},
-		{"kind", RunKind(f.Kind)}, {"workspace_id", f.WorkspaceID},
+		{"kind", RunKind(f.Kind)}, {"workspace_id", f.WorkspaceID}, {"parent_id", f.ParentID},
 	} {
 		if c.val != "" {
 			where = append(where, c.col+" = ?")

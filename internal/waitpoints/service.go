@@ -125,7 +125,7 @@ func validateCreate(req *CreateRequest) error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%s: %w", fmt.Sprintf(format, a...), errdefs.ErrInvalid)
 	}
-	if !req.Kind.Valid() {
+	if !req.Kind.Valid() || req.Kind == KindRuns {
 		return bad("unknown kind %q (human, token or timer)", req.Kind)
 	}
 	if req.Kind == KindHuman && strings.TrimSpace(req.DisplayText) == "" {
@@ -202,6 +202,9 @@ func (s *Service) Complete(ctx context.Context, id string, data json.RawMessage)
 func (s *Service) complete(ctx context.Context, w Waitpoint, data json.RawMessage) (Waitpoint, error) {
 	if w.Kind == KindTimer {
 		return Waitpoint{}, fmt.Errorf("waitpoint %s is a timer: it completes when it fires (cancel it to end it early): %w", w.ID, errdefs.ErrInvalid)
+	}
+	if w.Kind == KindRuns {
+		return Waitpoint{}, fmt.Errorf("waitpoint %s waits for child runs: it completes when they end (cancel it to end it early): %w", w.ID, errdefs.ErrInvalid)
 	}
 	canon, err := canonical(data)
 	if err != nil {

@@ -23,10 +23,15 @@ const (
 	KindToken Kind = "token"
 	// KindTimer is ctx.wait.for/until: it completes by itself at TimeoutAt.
 	KindTimer Kind = "timer"
+	// KindRuns is a parent's wait for its child runs (triggerAndWait):
+	// it completes, with their results, when all of them have ended.
+	KindRuns Kind = "runs"
 )
 
 // Valid reports whether k is a known kind.
-func (k Kind) Valid() bool { return k == KindHuman || k == KindToken || k == KindTimer }
+func (k Kind) Valid() bool {
+	return k == KindHuman || k == KindToken || k == KindTimer || k == KindRuns
+}
 
 // Status is a waitpoint's state: WAITING, then one of the others, for good.
 type Status string

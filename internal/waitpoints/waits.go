@@ -47,6 +47,8 @@ func describe(w Waitpoint) string {
 		return fmt.Sprintf("waiting for a human (%s): %s", w.ID, w.DisplayText)
 	case KindTimer:
 		return fmt.Sprintf("waiting until %s (%s)", w.TimeoutAt.Format(time.RFC3339), w.ID)
+	case KindRuns:
+		return fmt.Sprintf("waiting for child runs (%s): %s", w.ID, w.DisplayText)
 	}
 	msg := "waiting for token " + w.ID
 	if w.TimeoutAt != nil {

@@ -16,7 +16,20 @@ import (
 // waits that are over at once, an input record, appends and metadata.
 type servingControl struct {
 	*fakeControl
-	created []waitpoints.CreateRequest
+	created  []waitpoints.CreateRequest
+	children []runs.ChildrenRequest
+}
+
+func (c *servingControl) TriggerChildren(_ context.Context, _ string, req runs.ChildrenRequest) (runs.ChildrenResult, error) {
+	c.children = append(c.children, req)
+	var res runs.ChildrenResult
+	for i, it := range req.Items {
+		res.Runs = append(res.Runs, runs.ChildRun{ID: "run_c" + string(rune('0'+i)), TaskID: it.TaskID, Created: true})
+	}
+	if req.Wait {
+		res.WaitpointID = "wp_children"
+	}
+	return res, nil
 }
 
 func (c *servingControl) CreateWaitpoint(_ context.Context, _ string, req waitpoints.CreateRequest) (waitpoints.Waitpoint, error) {
@@ -100,6 +113,20 @@ func TestServesEveryChannelMethod(t *testing.T) {
 		if c.Kind == waitpoints.KindTimer && c.FireAt != nil && !c.FireAt.Equal(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)) {
 			t.Errorf("wait.until fires at %v, want 2030-01-02T03:04:05Z", c.FireAt)
 		}
+	}
+
+	// tasks.*: the items reached the control plane as sent, and only
+	// triggerAndWait waits.
+	if len(cp.children) != 3 {
+		t.Fatalf("tasks.* triggered %d times, want 3", len(cp.children))
+	}
+	one := cp.children[1]
+	if one.Wait || len(one.Items) != 1 || one.Items[0].TaskID != "summarize" || one.Items[0].Options.IdempotencyKey != "sum-a" ||
+		one.Items[0].Options.Delay != "1h" || string(one.Items[0].Payload) != `{"file":"a.md"}` {
+		t.Errorf("tasks.trigger sent %+v", one)
+	}
+	if last := cp.children[2]; !last.Wait || len(last.Items) != 2 || last.Items[1].Options.ConcurrencyKey != "tenant-1" {
+		t.Errorf("tasks.triggerAndWait sent %+v", last)
 	}
 
 	rw.handle(ctx, []byte(`{"type":"request","id":99,"method":"wait.nosuch","params":{}}`))

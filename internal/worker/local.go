@@ -247,6 +247,11 @@ func (c *Local) EndWait(ctx context.Context, runID, waitpointID string) error {
 	return c.Waits.EndWait(ctx, runID, waitpointID)
 }
 
+// TriggerChildren implements ControlPlane.
+func (c *Local) TriggerChildren(ctx context.Context, runID string, req runs.ChildrenRequest) (runs.ChildrenResult, error) {
+	return c.Runs.TriggerChildren(ctx, runID, req)
+}
+
 // SessionInput implements ControlPlane (long poll).
 func (c *Local) SessionInput(ctx context.Context, runID string, after int64) ([]runs.Record, error) {
 	d := c.AwaitWait

@@ -90,7 +90,7 @@ func (rw *runWaits) end() bool {
 	return true
 }
 
-// handle answers a request (ctx.wait.*, ctx.session.*, ctx.metadata.*)
+// handle answers a request (ctx.wait.*, ctx.session.*, ctx.metadata.*, tasks.*)
 // in the background, with a response of the same id.
 func (rw *runWaits) handle(ctx context.Context, msg []byte) {
 	var req channel.Request
@@ -177,6 +177,8 @@ func (rw *runWaits) serve(ctx context.Context, req channel.Request) (any, error)
 		return nil, rw.waitTimer(ctx, req.ID, waitpoints.CreateRequest{Kind: waitpoints.KindTimer, FireAt: &until})
 	case channel.MethodSessionInputNext, channel.MethodSessionOutputAppend, channel.MethodMetadataSet:
 		return rw.serveSession(ctx, req)
+	case channel.MethodTasksTrigger, channel.MethodTasksTriggerAndWait:
+		return rw.serveTasks(ctx, req)
 	}
 	return nil, fmt.Errorf("unknown request %q", req.Method)
 }

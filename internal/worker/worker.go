@@ -99,6 +99,10 @@ type ControlPlane interface {
 	AwaitWaitpoint(ctx context.Context, runID, waitpointID string) (waitpoints.Waitpoint, error)
 	// EndWait moves the run back to RUNNING after its waits.
 	EndWait(ctx context.Context, runID, waitpointID string) error
+	// TriggerChildren triggers runs as children of the run (its task's
+	// tasks.*); with req.Wait, the answer names the waitpoint that
+	// completes when all of them have ended.
+	TriggerChildren(ctx context.Context, runID string, req runs.ChildrenRequest) (runs.ChildrenResult, error)
 	// SessionInput returns the records of the run's input after seq after,
 	// waiting a while for some (none: ask again).
 	SessionInput(ctx context.Context, runID string, after int64) ([]runs.Record, error)

@@ -496,6 +496,10 @@ func (f *fakeControl) AwaitWaitpoint(context.Context, string, string) (waitpoint
 
 func (f *fakeControl) EndWait(context.Context, string, string) error { return errNoWaits }
 
+func (f *fakeControl) TriggerChildren(context.Context, string, runs.ChildrenRequest) (runs.ChildrenResult, error) {
+	return runs.ChildrenResult{}, errNoWaits
+}
+
 func (f *fakeControl) SessionInput(context.Context, string, int64) ([]runs.Record, error) {
 	return nil, errNoWaits
 }

@@ -2,8 +2,8 @@
 // channel: newline-delimited JSON objects on the adapter's fd 3, which the
 // guest agent relays as message frames. The worker sends a start message
 // and answers each of the adapter's requests (ctx.wait.*, ctx.session.*,
-// ctx.metadata.*) with a response of the same id; the adapter ends with one
-// result or error.
+// ctx.metadata.*, tasks.*) with a response of the same id; the adapter
+// ends with one result or error.
 //
 // proto/adapter-channel.schema.json describes every message type and
 // request method declared here, and proto/adapter-channel.golden.json holds
@@ -46,12 +46,15 @@ const (
 	MethodSessionInputNext    Method = "session.input.next"    // InputNextParams → InputRecords
 	MethodSessionOutputAppend Method = "session.output.append" // OutputAppendParams → AppendResult
 	MethodMetadataSet         Method = "metadata.set"          // MetadataSetParams → null
+	MethodTasksTrigger        Method = "tasks.trigger"         // TriggerParams → TriggerResult
+	MethodTasksTriggerAndWait Method = "tasks.triggerAndWait"  // TriggerParams → waitpoints.Result (data: []runs.ChildResult)
 )
 
 // Methods lists every request method.
 var Methods = []Method{
 	MethodWaitHuman, MethodWaitCreateToken, MethodWaitForToken, MethodWaitFor, MethodWaitUntil,
 	MethodSessionInputNext, MethodSessionOutputAppend, MethodMetadataSet,
+	MethodTasksTrigger, MethodTasksTriggerAndWait,
 }
 
 // Envelope is what every message has: its type.
@@ -207,3 +210,17 @@ type MetadataSetParams struct {
 // WaitResult is the result of wait.human and wait.forToken: how the wait
 // ended, as the task sees it.
 type WaitResult = waitpoints.Result
+
+// TriggerParams are the params of tasks.trigger and tasks.triggerAndWait:
+// the runs to trigger as children of the run, in order (one for trigger
+// and triggerAndWait, several for their batch forms).
+type TriggerParams struct {
+	Items []runs.ChildItem `json:"items"`
+}
+
+// TriggerResult is tasks.trigger's result: the children, in order.
+// tasks.triggerAndWait answers a WaitResult whose data is the children's
+// results ([]runs.ChildResult), in order, once all of them have ended.
+type TriggerResult struct {
+	Runs []runs.ChildRun `json:"runs"`
+}

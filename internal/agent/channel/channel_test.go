@@ -40,6 +40,8 @@ var shapes = map[Method]shape{
 	MethodSessionInputNext:    {func() any { return new(InputNextParams) }, func() any { return new(InputRecords) }},
 	MethodSessionOutputAppend: {func() any { return new(OutputAppendParams) }, func() any { return new(AppendResult) }},
 	MethodMetadataSet:         {func() any { return new(MetadataSetParams) }, nil},
+	MethodTasksTrigger:        {func() any { return new(TriggerParams) }, func() any { return new(TriggerResult) }},
+	MethodTasksTriggerAndWait: {func() any { return new(TriggerParams) }, func() any { return new(WaitResult) }},
 }
 
 // TestGoldensRoundTrip decodes every golden message into this package's

@@ -29,6 +29,7 @@ func testCreateAndGetRun(t *testing.T, s Store) {
 	in := newRun("p", "dev", "fix-bug")
 	in.CreatedAt = at(0)
 	in.ReplayOf = "run_original"
+	in.ParentID, in.RootID = "run_parent", "run_root"
 	got := mustCreate(t, s, in)
 	if !strings.HasPrefix(got.ID, "run_") {
 		t.Errorf("CreateRun().ID = %q, want prefix run_", got.ID)

@@ -23,6 +23,8 @@
 //   session.input.next     {after}        -> {records: [{seq, data, ...}]}, once there are records after seq after
 //   session.output.append  {id, data}     -> {seq}   (id: the idempotency key)
 //   metadata.set           {key, value}   -> null
+//   tasks.trigger          {items: [{taskId, payload?, options?}]} -> {runs: [{id, taskId, created}]}
+//   tasks.triggerAndWait   {items: [...]}  -> WaitResult whose data is [{ok, id, taskId, status, output?, error?}], once all ended
 // WaitResult: {ok:true,data} | {ok:false,timedOut:true} | {ok:false,canceled:true,reason?}
 
 /** The message types ("type"). */
@@ -41,6 +43,25 @@ export interface MethodParams {
   "session.input.next": { after: number };
   "session.output.append": { id: string; data: unknown };
   "metadata.set": { key: string; value: unknown };
+  "tasks.trigger": { items: ChildItem[] };
+  "tasks.triggerAndWait": { items: ChildItem[] };
+}
+
+/** One run to trigger as a child (tasks.*); durations are Go-style ("90s", "1h"). */
+export interface ChildItem {
+  taskId: string;
+  payload?: unknown;
+  options?: {
+    idempotencyKey?: string;
+    idempotencyKeyTTL?: string;
+    tags?: string[];
+    queue?: string;
+    concurrencyKey?: string;
+    priority?: number;
+    delay?: string;
+    ttl?: string;
+    secrets?: Record<string, string>;
+  };
 }
 
 /** A request's "method". */
@@ -56,6 +77,8 @@ export const methods = [
   "session.input.next",
   "session.output.append",
   "metadata.set",
+  "tasks.trigger",
+  "tasks.triggerAndWait",
 ] as const satisfies readonly Method[];
 
 // Compile-time checks: methods lists every method, and messageTypes every

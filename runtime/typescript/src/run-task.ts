@@ -5,6 +5,7 @@ import { createContext, settle, type Requester } from "./context.js";
 import { AdapterError, OutputError, errorMessage, withPrefix } from "./errors.js";
 import type { StartMessage } from "./protocol.js";
 import { brandProblem, hasBrand } from "./task-brand.js";
+import { installTasks } from "./tasks.js";
 
 /** moduleURL turns a module path (absolute, relative to cwd, or a file: URL) into an import specifier. */
 export function moduleURL(module: string): string {
@@ -46,6 +47,9 @@ export async function runTask(start: StartMessage, request?: Requester): Promise
 
   let output: unknown;
   const ctx = createContext(start.run, request);
+  installTasks(
+    request ?? ((method) => Promise.reject(new Error(`${method} needs the Helmr worker: this adapter has no channel`))),
+  );
   try {
     output = await run.call(value, start.payload, ctx);
   } catch (err) {

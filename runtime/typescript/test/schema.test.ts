@@ -7,10 +7,11 @@ import { describe, it } from "node:test";
 
 import type { Ajv2020 } from "../../../sdk/typescript/node_modules/ajv/dist/2020.js";
 import { Channel, RequestError } from "../src/channel.js";
-import { createContext, type AdapterContext } from "../src/context.js";
+import { createContext, type AdapterContext, type Requester } from "../src/context.js";
 import { errorMessage } from "../src/errors.js";
 import { messageTypes, methods, parseStart, type Method, type MethodParams } from "../src/protocol.js";
 import { resultLine } from "../src/run-task.js";
+import { createTasks, type AdapterTasks } from "../src/tasks.js";
 import { buildSrc } from "./helpers.js";
 
 // The channel's schema and goldens (proto/), checked against this side's
@@ -35,12 +36,13 @@ function valid(def: string, msg: unknown, what: string): void {
 }
 
 /** An adapter side of a channel whose requests the test reads and answers. */
-function wire(): { ctx: AdapterContext; sent: Promise<Msg>; answer(msg: Msg): void } {
+function wire(): { ctx: Ctx; sent: Promise<Msg>; answer(msg: Msg): void } {
   const toAdapter = new PassThrough();
   const fromAdapter = new PassThrough();
   const channel = new Channel(Duplex.from({ readable: toAdapter, writable: fromAdapter }));
   const sent = new Promise<Msg>((resolve) => fromAdapter.once("data", (d: Buffer) => resolve(JSON.parse(d.toString("utf8")) as Msg)));
-  const ctx = createContext({ id: "run_1", taskId: "t" }, (method, params) => channel.request(method, params));
+  const request: Requester = (method, params) => channel.request(method, params);
+  const ctx = Object.assign(Object.create(createContext({ id: "run_1", taskId: "t" }, request)) as AdapterContext, { tasks: createTasks(request) });
   return { ctx, sent, answer: (msg) => toAdapter.write(`${JSON.stringify(msg)}\n`) };
 }
 
@@ -49,7 +51,10 @@ function wire(): { ctx: AdapterContext; sent: Promise<Msg>; answer(msg: Msg): vo
  * params, and returns what ctx answers. Typed by MethodParams: a method
  * without an entry here does not compile.
  */
-const calls: { [M in Method]: (ctx: AdapterContext, p: MethodParams[M]) => Promise<unknown> } = {
+/** ctx with the run's tasks.* beside it. */
+type Ctx = AdapterContext & { tasks: AdapterTasks };
+
+const calls: { [M in Method]: (ctx: Ctx, p: MethodParams[M]) => Promise<unknown> } = {
   "wait.human": (ctx, p) =>
     ctx.wait.human.result({ displayText: p.displayText, ...(p.timeoutSeconds !== undefined ? { timeout: { seconds: p.timeoutSeconds } } : {}), ...(p.schema ? { schema: p.schema } : {}) }),
   "wait.createToken": (ctx, p) =>
@@ -67,6 +72,15 @@ const calls: { [M in Method]: (ctx: AdapterContext, p: MethodParams[M]) => Promi
   },
   "session.output.append": (ctx, p) => ctx.session.output.append(p.data, { idempotencyKey: p.id }),
   "metadata.set": (ctx, p) => ctx.metadata.set(p.key, p.value),
+  "tasks.trigger": (ctx, p) =>
+    p.items.length === 1
+      ? ctx.tasks.trigger(p.items[0]!.taskId, p.items[0]!.payload, p.items[0]!.options).then((h) => ({ runs: [h] }))
+      : ctx.tasks.batchTrigger(p.items[0]!.taskId, p.items),
+  "tasks.triggerAndWait": (ctx, p) =>
+    ctx.tasks.batchTriggerAndWait(p.items[0]!.taskId, p.items).then(
+      (r) => r.runs,
+      (err: Error) => ({ thrown: err.message }),
+    ),
 };
 
 /** What ctx answers for each method's golden result. */
@@ -82,12 +96,20 @@ const answers: { [M in Method]: (result: unknown) => unknown } = {
   "session.input.next": (r) => (r as { records: Array<{ data: unknown }> }).records[0]?.data,
   "session.output.append": (r) => r,
   "metadata.set": () => undefined,
+  "tasks.trigger": (r) => ({ runs: (r as { runs: Array<{ id: string; taskId: string }> }).runs.map(({ id, taskId }) => ({ id, taskId })) }),
+  "tasks.triggerAndWait": (r) => {
+    const w = r as { ok: boolean; data?: Array<Record<string, unknown>>; reason?: string };
+    if (!w.ok) return { thrown: `tasks.batchTriggerAndWait: the wait for the child run(s) ended without their results (canceled: ${w.reason})` };
+    return w.data!.map(({ ok, id, taskId, status, output, error }) =>
+      ok ? { ok, id, taskId, output } : { ok, id, taskId, error: { status, ...(error as object) } },
+    );
+  },
 };
 
 /** call makes method's request as its first golden, and returns what was sent and ctx's answer to response. */
 async function call(method: Method, golden: Msg, response?: Msg): Promise<{ sent: Msg; answered: Promise<unknown> }> {
   const { ctx, sent, answer } = wire();
-  const answered = (calls[method] as (ctx: AdapterContext, p: unknown) => Promise<unknown>)(ctx, golden.params);
+  const answered = (calls[method] as (ctx: Ctx, p: unknown) => Promise<unknown>)(ctx, golden.params);
   answered.catch(() => {}); // handled by the caller, later
   const request = await sent;
   if (response !== undefined) answer({ ...response, id: request.id });

@@ -64,4 +64,20 @@ export {
   type SessionRecord,
 } from "./client/index.js";
 export { AbortTaskRunError, queue } from "./flow.js";
+export {
+  ChildRunError,
+  tasks,
+  type AnyTask,
+  type BatchHandle,
+  type BatchItem,
+  type BatchResult,
+  type RunHandle,
+  type TaskIdentifier,
+  type TaskRunError,
+  type TaskRunPromise,
+  type TaskRunResult,
+  type Tasks,
+  type TriggerArgs,
+  type TriggerOptions,
+} from "./tasks.js";
 export type { Queue, RetryOptions } from "./flow.js";

@@ -1588,6 +1588,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/worker/runs/{id}/children": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Worker: trigger runs as children of the run (tasks.trigger and friends); with wait, also make the waitpoint that completes when they have all ended. */
+        post: operations["workerTriggerChildren"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1676,6 +1693,10 @@ export interface components {
             workspaceId?: string;
             /** @description The run this one replays */
             replayOf?: string;
+            /** @description The run whose task triggered this one (tasks.trigger and friends); absent for a run triggered from outside a task. */
+            parentId?: string;
+            /** @description The first run of this run's tree of child runs; absent for a run triggered from outside a task. */
+            rootId?: string;
             project: string;
             env: string;
             taskId: string;
@@ -1725,6 +1746,16 @@ export interface components {
             waitingOn?: components["schemas"]["Waitpoint"][];
             /** @description GET /v1/runs/{id}: what the task set with ctx.metadata.set (key → JSON value). */
             metadata?: Record<string, unknown>;
+            /** @description GET /v1/runs/{id}: the runs its task triggered (the latest 100, oldest first; GET /v1/runs?parent=ID lists all of them). */
+            children?: {
+                id: string;
+                taskId: string;
+                status: components["schemas"]["Status"];
+                /** Format: date-time */
+                createdAt: string;
+                /** Format: date-time */
+                finishedAt?: string;
+            }[];
         };
         RetryPolicy: {
             maxAttempts: number;
@@ -2686,6 +2717,8 @@ export interface operations {
                 tag?: string;
                 /** @description Only runs of this queue. */
                 queue?: string;
+                /** @description Only the children of this run. */
+                parent?: string;
                 /** @description Only runs created at or after this time (RFC 3339). */
                 since?: string;
                 /** @description Only runs created before this time (RFC 3339). */
@@ -5901,6 +5934,52 @@ export interface operations {
             400: components["responses"]["Error"];
             401: components["responses"]["Error"];
             404: components["responses"]["Error"];
+        };
+    };
+    workerTriggerChildren: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: components["parameters"]["Id"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    wait?: boolean;
+                    items: {
+                        taskId: string;
+                        /** @description Any JSON. */
+                        payload?: unknown;
+                        /** @description idempotencyKey (scoped to the parent), idempotencyKeyTTL, tags, queue, concurrencyKey, priority, delay, ttl, secrets. */
+                        options?: Record<string, unknown>;
+                    }[];
+                };
+            };
+        };
+        responses: {
+            /** @description Triggered. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        runs: {
+                            id: string;
+                            taskId: string;
+                            created: boolean;
+                        }[];
+                        waitpointId?: string;
+                    };
+                };
+            };
+            400: components["responses"]["Error"];
+            401: components["responses"]["Error"];
+            404: components["responses"]["Error"];
+            409: components["responses"]["Error"];
         };
     };
 }

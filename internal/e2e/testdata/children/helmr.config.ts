@@ -1,0 +1,3 @@
+import { defineConfig } from "@helmr/sdk";
+
+export default defineConfig({ project: "children", dirs: ["./tasks"] });
