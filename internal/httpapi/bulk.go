@@ -44,16 +44,16 @@ func (b ReplayBody) options() (runs.ReplayOptions, error) {
 // Overrides) /v1/runs/bulk/replay: a filter of the request's project
 // environment's runs, a limit and a cursor.
 type BulkRequest struct {
-	Task   string   `json:"task,omitempty"`
-	Status string   `json:"status,omitempty"`
-	Tag    string   `json:"tag,omitempty"`
-	Queue  string   `json:"queue,omitempty"`
-	Since  string   `json:"since,omitempty"`
-	Until  string   `json:"until,omitempty"`
-	IDs    []string `json:"ids,omitempty"`
-	Limit  int      `json:"limit,omitempty"`
-	Cursor string   `json:"cursor,omitempty"`
-	DryRun bool     `json:"dryRun,omitempty"`
+	Task   string          `json:"task,omitempty"`
+	Status string          `json:"status,omitempty"`
+	Tag    string          `json:"tag,omitempty"`
+	Queue  string          `json:"queue,omitempty"`
+	Since  json.RawMessage `json:"since,omitempty"`
+	Until  json.RawMessage `json:"until,omitempty"`
+	IDs    []string        `json:"ids,omitempty"`
+	Limit  int             `json:"limit,omitempty"`
+	Cursor string          `json:"cursor,omitempty"`
+	DryRun bool            `json:"dryRun,omitempty"`
 	// Overrides (bulk replay only) are the replays' edits.
 	Overrides *ReplayBody `json:"overrides,omitempty"`
 }
@@ -66,15 +66,21 @@ func (req BulkRequest) filter(project, env string) (runs.BulkFilter, error) {
 	f := runs.BulkFilter{Project: project, Env: env, TaskID: req.Task, Status: runs.Status(req.Status),
 		Tag: req.Tag, Queue: req.Queue, IDs: req.IDs, Limit: req.Limit, Cursor: req.Cursor, DryRun: req.DryRun}
 	for _, t := range []struct {
-		name, v string
-		to      *time.Time
+		name string
+		raw  json.RawMessage
+		to   *time.Time
 	}{{"since", req.Since, &f.Since}, {"until", req.Until, &f.Until}} {
-		if t.v == "" {
-			continue
+		if t.raw == nil {
+			continue // absent
 		}
-		v, err := time.Parse(time.RFC3339Nano, t.v)
+		// Given, it is a time: "" and null are mistakes, not "unbounded".
+		var s string
+		if err := json.Unmarshal(t.raw, &s); err != nil {
+			return f, errdefs.Invalidf("%s is not an RFC 3339 time string (2026-01-02T15:04:05Z)", t.name)
+		}
+		v, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
-			return f, errdefs.Invalidf("%s %q is not an RFC 3339 time (2026-01-02T15:04:05Z)", t.name, t.v)
+			return f, errdefs.Invalidf("%s %q is not an RFC 3339 time (2026-01-02T15:04:05Z)", t.name, s)
 		}
 		*t.to = v
 	}
