@@ -88,7 +88,7 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) error {
 		return errdefs.Invalidf("unknown status %q (one of WAITING, COMPLETED, TIMED_OUT, CANCELED)", q.Get("status"))
 	}
 	if q.Has("kind") && !waitpoints.Kind(q.Get("kind")).Valid() {
-		return errdefs.Invalidf("unknown kind %q (one of human, token, timer)", q.Get("kind"))
+		return errdefs.Invalidf("unknown kind %q (one of human, token, timer, runs)", q.Get("kind"))
 	}
 	page, err := ws.List(r.Context(), waitpoints.Filter{Project: project, Env: env, Status: waitpoints.Status(q.Get("status")),
 		RunID: q.Get("run"), Tag: q.Get("tag"), Kind: waitpoints.Kind(q.Get("kind")), Limit: limit, Cursor: q.Get("cursor")})
