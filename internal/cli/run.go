@@ -154,14 +154,14 @@ func indent(s string) string {
 	return "  " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n  ")
 }
 
-const runsUsage = "usage: helmr runs [--task T] [--status S] | helmr runs show ID"
+const runsUsage = "usage: helmr runs [--task T] [--status S] [--tag T] [--queue Q] [--parent ID] | helmr runs show ID | helmr runs cancel|replay FILTERS [--dry-run]"
 
 func (a *App) runsCmd() *cobra.Command {
 	var f runs.Filter
 	var status string
 	c := &cobra.Command{
 		Use:     "runs",
-		Short:   "list runs, or `runs show ID`",
+		Short:   "list runs (filters), show one, or cancel or replay many by filter",
 		GroupID: "runs",
 		Args:    exactly(0, runsUsage),
 		RunE: func(c *cobra.Command, _ []string) error {
