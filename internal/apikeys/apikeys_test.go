@@ -79,3 +79,24 @@ func TestLoadOwnerToken(t *testing.T) {
 		t.Errorf("NewOwnerToken() = %d characters, want at least %d", len(tok), MinOwnerTokenLen)
 	}
 }
+
+func TestE2BSpelling(t *testing.T) {
+	id, secret, tok := newKey(KindAPI)
+	e2b, ok := E2BSpelling(tok)
+	if !ok || !strings.HasPrefix(e2b, "e2b_") || len(e2b) != 4+2*(10+32) || strings.Trim(e2b[4:], "0123456789abcdef") != "" {
+		t.Fatalf("E2BSpelling(%q) = %q, %v; want e2b_ and 84 lower-case hex", tok, e2b, ok)
+	}
+	kind, gotID, gotSecret, ok := parseKey(e2b)
+	if !ok || kind != KindAPI || gotID != id || gotSecret != secret {
+		t.Errorf("parseKey(e2b spelling) = %q %q %q %v, want the same key", kind, gotID, gotSecret, ok)
+	}
+	_, _, wtok := newKey(KindWorker)
+	if _, ok := E2BSpelling(wtok); ok {
+		t.Error("a worker credential got an E2B spelling")
+	}
+	for _, bad := range []string{e2b[:len(e2b)-2], strings.ToUpper(e2b[:5]) + e2b[5:], "e2b_" + strings.ToUpper(e2b[4:]), e2b + "00", "e2b_zz" + e2b[6:]} {
+		if _, _, _, ok := parseKey(bad); ok {
+			t.Errorf("parseKey(%q) took a malformed E2B key", bad)
+		}
+	}
+}

@@ -58,6 +58,9 @@ type CreateRequest struct {
 	Grants  []string `json:"grants"`
 	// ExpiresIn is a lifetime for ParseTTL ("30d"); empty: no expiry.
 	ExpiresIn string `json:"expiresIn,omitempty"`
+	// E2B spells the key as E2B's SDKs expect one (e2b_<hex>, see
+	// E2BSpelling); either spelling works anywhere.
+	E2B bool `json:"e2b,omitempty"`
 }
 
 // Create checks req, stores a new key and returns it with the key itself,
@@ -105,6 +108,9 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Key, string, e
 		return Key{}, "", err
 	}
 	s.log.Info("API key created", "key_id", id, "project", k.Project, "env", k.Env, "grants", grants)
+	if req.E2B {
+		token, _ = E2BSpelling(token)
+	}
 	return k, token, nil
 }
 

@@ -138,3 +138,27 @@ func TestWorkerCredential(t *testing.T) {
 		t.Errorf("CreateWorker(expires 1y) error = %v, want errdefs.ErrInvalid", err)
 	}
 }
+
+// TestE2BKey: a key made with E2B set is answered as e2b_<hex>, signs in
+// as the key it is, and stops when that key is revoked.
+func TestE2BKey(t *testing.T) {
+	ctx := t.Context()
+	s, _ := newService(t, apikeys.NewOwnerToken())
+	k, tok, err := s.Create(ctx, apikeys.CreateRequest{Project: "p", Env: "dev", Grants: []string{"workspaces:exec"}, E2B: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(tok, apikeys.E2BPrefix) {
+		t.Fatalf("Create(E2B) = %q, want the e2b_ spelling", tok)
+	}
+	p, err := s.Authenticate(ctx, tok)
+	if err != nil || p.KeyID != k.ID || p.Project != "p" || p.Env != "dev" {
+		t.Fatalf("Authenticate(e2b key) = %+v, %v", p, err)
+	}
+	if _, err := s.Revoke(ctx, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Authenticate(ctx, tok); err == nil {
+		t.Error("a revoked key's e2b spelling still signs in")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -38,9 +39,45 @@ func newKey(kind Kind) (id, secret, token string) {
 	return id, secret, prefixes[kind] + id + "_" + secret
 }
 
+// E2BPrefix starts an API key spelled as E2B's SDKs and tools expect
+// one: e2b_ and lower-case hex (the id's 10 bytes, then the secret's
+// 32). It is the same key as its hk_ spelling: the store keeps one hash.
+const E2BPrefix = "e2b_"
+
+// E2BSpelling returns an API key (hk_<id>_<secret>) spelled the E2B way,
+// or false if token is not an API key.
+func E2BSpelling(token string) (string, bool) {
+	kind, id, secret, ok := parseKey(token)
+	if !ok || kind != KindAPI {
+		return "", false
+	}
+	idb, err1 := encoding.DecodeString(id)
+	secb, err2 := encoding.DecodeString(secret)
+	if err1 != nil || err2 != nil {
+		return "", false
+	}
+	return E2BPrefix + hex.EncodeToString(idb) + hex.EncodeToString(secb), true
+}
+
+// parseE2B reads an e2b_<hex> spelling back as the key's id and secret.
+func parseE2B(token string) (id, secret string, ok bool) {
+	h, found := strings.CutPrefix(token, E2BPrefix)
+	if !found || len(h) != 2*(10+32) || strings.ToLower(h) != h {
+		return "", "", false
+	}
+	b, err := hex.DecodeString(h)
+	if err != nil {
+		return "", "", false
+	}
+	return encoding.EncodeToString(b[:10]), encoding.EncodeToString(b[10:]), true
+}
+
 // parseKey splits a key into its kind, id and secret, or reports that it
 // is not one.
 func parseKey(token string) (kind Kind, id, secret string, ok bool) {
+	if id, secret, ok := parseE2B(token); ok {
+		return KindAPI, id, secret, true
+	}
 	var rest string
 	for k, p := range prefixes {
 		if r, found := strings.CutPrefix(token, p); found {

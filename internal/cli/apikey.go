@@ -31,6 +31,7 @@ func (a *App) apikeyCmd() *cobra.Command {
 	f.StringVar(&o.grants, "grant", "", "comma-separated grants: "+grantNames())
 	f.StringVar(&o.expires, "expires", "", "lifetime: days (30d), hours (12h) or minutes (90m); default: none")
 	f.StringVar(&o.name, "name", "", "a name to recognise the key by (letters, digits, '.', '_', '-')")
+	f.BoolVar(&o.e2b, "e2b", false, "print the key as E2B's tools expect one (e2b_ and hex); the same key, either spelling works")
 	return parent(&cobra.Command{
 		Use:     "apikey COMMAND",
 		Short:   "make, list and revoke API keys and worker credentials (owner credential only)",
@@ -46,7 +47,7 @@ func (a *App) apikeyCmd() *cobra.Command {
 // apikeyOptions are helmr apikey create's flags.
 type apikeyOptions struct {
 	grants, expires, name string
-	worker                bool
+	worker, e2b           bool
 }
 
 func (a *App) createAPIKey(ctx context.Context, o apikeyOptions) error {
@@ -55,6 +56,9 @@ func (a *App) createAPIKey(ctx context.Context, o apikeyOptions) error {
 		return err
 	}
 	if o.worker {
+		if o.e2b {
+			return errors.New("helmr apikey create: --e2b spells an API key; a worker credential has one spelling")
+		}
 		return createWorkerCredential(ctx, a, c, o.grants, o.name, o.expires)
 	}
 	if o.grants == "" {
@@ -67,7 +71,7 @@ func (a *App) createAPIKey(ctx context.Context, o apikeyOptions) error {
 	for i := range list {
 		list[i] = strings.TrimSpace(list[i])
 	}
-	k, key, err := c.CreateAPIKey(ctx, apikeys.CreateRequest{Project: a.cfg.Project, Env: a.cfg.Env, Name: o.name, Grants: list, ExpiresIn: o.expires})
+	k, key, err := c.CreateAPIKey(ctx, apikeys.CreateRequest{Project: a.cfg.Project, Env: a.cfg.Env, Name: o.name, Grants: list, ExpiresIn: o.expires, E2B: o.e2b})
 	if err != nil {
 		return err
 	}

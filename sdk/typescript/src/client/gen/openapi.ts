@@ -1627,6 +1627,8 @@ export interface components {
             grants: components["schemas"]["Grant"][];
             /** @description Lifetime in days (30d), hours (12h) or minutes (90m); empty, null or absent: no expiry. */
             expiresIn?: string | null;
+            /** @description Answer the key spelled as E2B's SDKs and tools expect one: e2b_ and hex. The same key as its hk_ spelling; either works. */
+            e2b?: boolean | null;
         };
         APIKey: {
             id: string;
