@@ -5051,6 +5051,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        /** @description The key, shown this once: hk_<id>_<secret>, or with e2b: true e2b_ and hex (the same key). */
                         key: string;
                         apiKey: components["schemas"]["APIKey"];
                     };
