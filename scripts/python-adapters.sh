@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Tests the Python adapters (adapters/python, standard library only)
 # against a real helmr dev, and against the published harness they adapt
-# to: mini-swe-agent and swe-rex, installed from PyPI into a cached
+# to: mini-swe-agent, swe-rex and E2B's SDK, installed from PyPI into a cached
 # virtualenv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv=${HELMR_CACHE_DIR:-$HOME/.cache/helmr}/venv-adapters
-want='mini-swe-agent==2.4.6 swe-rex==1.4.0'
+want='mini-swe-agent==2.4.6 swe-rex==1.4.0 e2b==2.63.0'
 if [ ! -f "$venv/.installed" ] || [ "$(cat "$venv/.installed")" != "$want" ]; then
   python3 -m venv "$venv" 2>/dev/null || {
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null

@@ -18,6 +18,7 @@ import (
 	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/config"
+	"github.com/helmr/helmr/internal/e2b"
 	"github.com/helmr/helmr/internal/httpapi"
 	"github.com/helmr/helmr/internal/otlp"
 	"github.com/helmr/helmr/internal/runs"
@@ -150,8 +151,9 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 	if v != nil {
 		wsvc.Vault = v
 	}
+	e2bAPI := e2b.New(e2b.Config{Workspaces: wsvc, Sandboxes: st, Auth: keys, Logger: log})
 	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: wsvc, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v, Waits: waits,
-		APIKeys: keys, Sessions: sessions, Checkpoints: st, Blobs: blobs, Schedules: scheds,
+		APIKeys: keys, Sessions: sessions, Checkpoints: st, Blobs: blobs, Schedules: scheds, E2B: e2bAPI,
 		Doctor: func(context.Context) any { rep, _ := checkHost(cfg); return rep }})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -183,6 +185,11 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		defer close(schedDone)
 		scheds.Run(wctx, time.Second)
 	}()
+	e2bDone := make(chan struct{})
+	go func() {
+		defer close(e2bDone)
+		e2bAPI.Run(wctx, time.Second) // sandboxes' timeouts
+	}()
 	listenDone := make(chan struct{})
 	go func() {
 		defer close(listenDone)
@@ -202,6 +209,7 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 			<-watchDone
 			<-expireDone
 			<-schedDone
+			<-e2bDone
 			<-listenDone
 			wsvc.CloseTerminals()
 			spans.Close()

@@ -60,6 +60,9 @@ type Config struct {
 	// Doctor reports on the control plane's host for GET /v1/doctor;
 	// nil: that route answers 503.
 	Doctor DoctorFunc
+	// E2B serves E2B's API (package e2b) under /e2b: E2B's SDKs use
+	// E2B_API_URL=http://HOST/e2b. Nil: /e2b is not served.
+	E2B http.Handler
 }
 
 // Server is the control plane's HTTP API.
@@ -117,6 +120,9 @@ func New(cfg Config) *Server {
 		ui.ServeHTTP(w, r)
 	}))
 	s.mux.Handle("/v1/", s.adapt(s.noRoute))
+	if cfg.E2B != nil {
+		s.mux.Handle("/e2b/", http.StripPrefix("/e2b", cfg.E2B))
+	}
 	return s
 }
 

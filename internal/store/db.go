@@ -12,6 +12,7 @@ import (
 	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/e2b"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/schedules"
 	"github.com/helmr/helmr/internal/vault"
@@ -36,6 +37,7 @@ type Store interface {
 	checkpoints.Store
 	vault.Store
 	schedules.Store
+	e2b.Store
 }
 
 var _ Store = (*DB)(nil)
