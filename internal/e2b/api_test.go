@@ -278,9 +278,11 @@ func TestAuth(t *testing.T) {
 func TestList(t *testing.T) {
 	e := newEnv(t)
 	var ids []string
+	byN := map[int]string{} // which sandbox has metadata n=i
 	for i := range 3 {
 		sb := e.create(t, map[string]any{"templateID": "base", "metadata": map[string]string{"n": fmt.Sprint(i), "team": "x"}})
 		ids = append(ids, sb.SandboxID)
+		byN[i] = sb.SandboxID
 	}
 	// Newest first is highest id first: ids order by their creation
 	// millisecond, then at random within one.
@@ -299,8 +301,8 @@ func TestList(t *testing.T) {
 		t.Fatalf("list = %+v (next %q), want the 3 newest first and no next token", all, next)
 	}
 	meta := url.QueryEscape(url.Values{"n": {"1"}, "team": {"x"}}.Encode())
-	if got, _ := list("metadata=" + meta); len(got) != 1 || got[0].SandboxID != ids[1] {
-		t.Errorf("list metadata n=1&team=x = %+v, want %s", got, ids[1])
+	if got, _ := list("metadata=" + meta); len(got) != 1 || got[0].SandboxID != byN[1] {
+		t.Errorf("list metadata n=1&team=x = %+v, want %s", got, byN[1])
 	}
 	if got, _ := list("metadata=" + url.QueryEscape("team=y")); len(got) != 0 {
 		t.Errorf("list metadata team=y = %+v, want none", got)
