@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -140,14 +141,17 @@ func newEnv(t *testing.T) *env {
 		},
 	})
 	srv := httptest.NewServer(h)
-	t.Cleanup(func() { srv.Close(); stop(); wg.Wait() })
+	t.Cleanup(func() { stop(); srv.Close(); wg.Wait() }) // the worker first: it ends the processes streams wait for
 	return &env{srv: srv, dir: dir, traj: traj}
 }
 
 // runOp runs an exec operation as a worker would, in dir.
 func runOp(ctx context.Context, ops *workspaces.Ops, dir string, op workspaces.Op) workspaces.OpResult {
+	if op.Terminal != nil {
+		return runTerminal(ctx, ops, dir, op)
+	}
 	if op.Exec == nil {
-		return workspaces.OpResult{Error: "the fake worker runs execs only"}
+		return workspaces.OpResult{Error: "the fake worker runs execs and terminals only"}
 	}
 	ctx, cancel := context.WithTimeout(ctx, op.Exec.Timeout())
 	defer cancel()
@@ -286,3 +290,55 @@ func TestHealth(t *testing.T) {
 }
 
 func fmtErr(err error) string { return fmt.Sprintf("%v (code %v)", err, codeOf(err)) }
+
+// runTerminal runs a terminal operation as a worker would, but on pipes:
+// sh reads the keys typed, its output goes back base64 as the terminal's;
+// a resize prints "size COLSxROWS".
+func runTerminal(ctx context.Context, ops *workspaces.Ops, dir string, op workspaces.Op) workspaces.OpResult {
+	in, err := ops.Input(ctx, op.ID)
+	if err != nil {
+		return workspaces.OpResult{Error: err.Error()}
+	}
+	var mu sync.Mutex
+	out := writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = ops.Output(ctx, op.ID, workspaces.OpOutput{Stream: "stdout", Data: base64.StdEncoding.EncodeToString(b)})
+		return len(b), nil
+	})
+	cmd := exec.CommandContext(ctx, "sh")
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = out, out
+	keys, err := cmd.StdinPipe()
+	if err != nil {
+		return workspaces.OpResult{Error: err.Error()}
+	}
+	if err := cmd.Start(); err != nil {
+		return workspaces.OpResult{Error: err.Error()}
+	}
+	go func() {
+		// The input ends when the terminal closes, or after the result
+		// went back (a read under way holds it till then).
+		defer in.Close()
+		defer keys.Close()
+		_ = workspaces.ReadTerminalInput(in, func(f workspaces.TerminalInput) error {
+			if f.Size != nil {
+				fmt.Fprintf(out, "size %dx%d\n", f.Size.Cols, f.Size.Rows)
+			}
+			_, err := keys.Write(f.Data)
+			return err
+		})
+		_ = cmd.Process.Kill() // the input ended: the terminal closed
+	}()
+	err = cmd.Wait()
+	res := workspaces.ExecResult{}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		res.ExitCode = ee.ExitCode()
+	}
+	return workspaces.OpResult{Exec: &res, Host: "h1"}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

@@ -100,7 +100,8 @@ func TestStartRefuses(t *testing.T) {
 		"cwd outside":    {&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "true", Cwd: &outside}}, "ws_1", connect.CodeInvalidArgument},
 		"bad env name":   {&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "true", Envs: map[string]string{"A=B": "1"}}}, "ws_1", connect.CodeInvalidArgument},
 		"unknown":        {&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "true"}}, "ws_nope", connect.CodeNotFound},
-		"pty not served": {&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "true"}, Pty: &processpb.PTY{}}, "ws_1", connect.CodeUnimplemented},
+		"pty, a command": {&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "true"}, Pty: &processpb.PTY{}}, "ws_1", connect.CodeInvalidArgument},
+		"pty, shell -c":  {&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "bash", Args: []string{"-c", "ls"}}, Pty: &processpb.PTY{}}, "ws_1", connect.CodeInvalidArgument},
 	} {
 		stream, err := e.processes().Start(context.Background(), call(c.req, c.id))
 		if err == nil {
@@ -210,5 +211,75 @@ func TestBackgroundAndConnect(t *testing.T) {
 	}
 	if codeOf(err) != connect.CodeNotFound {
 		t.Errorf("Connect to an ended process = %s, want not_found", fmtErr(err))
+	}
+}
+
+// TestPTY: a process on a PTY is a workspace terminal: Start streams its
+// output as pty data, SendInput types into it, Update resizes it, and
+// it ends with its shell's exit code.
+func TestPTY(t *testing.T) {
+	e := newEnv(t)
+	e.write(t, "sub/.keep", "")
+	cwd := e.dir + "/sub"
+	stream, err := e.processes().Start(context.Background(), call(&processpb.StartRequest{
+		Process: &processpb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-i", "-l"}, Cwd: &cwd, Envs: map[string]string{"TERM": "xterm"}},
+		Pty:     &processpb.PTY{Size: &processpb.PTY_Size{Cols: 80, Rows: 24}},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() || stream.Msg().Event.GetStart() == nil {
+		t.Fatalf("first event = %v, %v", stream.Msg(), stream.Err())
+	}
+	sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: stream.Msg().Event.GetStart().Pid}}
+	in := &processpb.ProcessInput{Input: &processpb.ProcessInput_Pty{Pty: []byte("echo hi $((1+2)); pwd\n")}}
+	if _, err := e.processes().SendInput(context.Background(), call(&processpb.SendInputRequest{Process: sel, Input: in})); err != nil {
+		t.Fatalf("SendInput: %s", fmtErr(err))
+	}
+	var pty string
+	get := func() *processpb.ProcessEvent { return stream.Msg().Event }
+	if _, err := readUntil(t, stream, get, func(ev *processpb.ProcessEvent) bool {
+		pty += string(ev.GetData().GetPty())
+		return strings.Contains(pty, "hi 3\n"+cwd+"\n")
+	}); err != nil || !strings.Contains(pty, "hi 3\n"+cwd+"\n") {
+		t.Fatalf("pty output = %q, %v; want the command's, in cwd", pty, err)
+	}
+	if _, err := e.processes().Update(context.Background(), call(&processpb.UpdateRequest{Process: sel, Pty: &processpb.PTY{Size: &processpb.PTY_Size{Cols: 100, Rows: 30}}})); err != nil {
+		t.Fatalf("Update: %s", fmtErr(err))
+	}
+	in.Input = &processpb.ProcessInput_Pty{Pty: []byte("exit 5\n")}
+	if _, err := e.processes().SendInput(context.Background(), call(&processpb.SendInputRequest{Process: sel, Input: in})); err != nil {
+		t.Fatalf("SendInput: %s", fmtErr(err))
+	}
+	evs, err := readUntil(t, stream, get, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		pty += string(ev.GetData().GetPty())
+	}
+	if !strings.Contains(pty, "size 100x30\n") {
+		t.Errorf("pty output = %q, want the resize seen", pty)
+	}
+	if end := evs[len(evs)-1].GetEnd(); end == nil || end.ExitCode != 5 || !end.Exited {
+		t.Errorf("last event = %v, want end{5}", evs[len(evs)-1])
+	}
+	// A process not on a PTY takes no input.
+	bg, err := e.processes().Start(context.Background(), call(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "sh", Args: []string{"-c", "echo up; exec sleep 60"}}}))
+	if err != nil || !bg.Receive() {
+		t.Fatal(err)
+	}
+	sel = &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: bg.Msg().Event.GetStart().Pid}}
+	if _, err := e.processes().SendInput(context.Background(), call(&processpb.SendInputRequest{Process: sel, Input: in})); codeOf(err) != connect.CodeUnimplemented {
+		t.Errorf("SendInput to a plain process = %s, want unimplemented", fmtErr(err))
+	}
+	// A signal right after Start (the worker may not have started it
+	// yet) still reaches it.
+	if _, err := e.processes().SendSignal(context.Background(), call(&processpb.SendSignalRequest{Process: sel, Signal: processpb.Signal_SIGNAL_SIGTERM})); err != nil {
+		t.Fatalf("SendSignal: %s", fmtErr(err))
+	}
+	evs, err = readUntil(t, bg, func() *processpb.ProcessEvent { return bg.Msg().Event }, nil)
+	if err != nil || len(evs) == 0 || evs[len(evs)-1].GetEnd().GetStatus() != "signal: terminated" {
+		t.Errorf("after SIGTERM: %v, %v; want the end, terminated", evs, err)
 	}
 }
