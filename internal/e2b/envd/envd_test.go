@@ -342,3 +342,25 @@ func runTerminal(ctx context.Context, ops *workspaces.Ops, dir string, op worksp
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// TestPythonSDK drives envd with the published E2B Python SDK (e2b
+// 2.63.0, the version proto/e2b pins): commands, background and kill,
+// files and their errors. It needs a Python with e2b installed:
+// HELMR_E2B_PYTHON, or python3 if it imports e2b.
+func TestPythonSDK(t *testing.T) {
+	py := os.Getenv("HELMR_E2B_PYTHON")
+	if py == "" {
+		py = "python3"
+	}
+	_, err := exec.LookPath("bash")
+	testenv.Require(t, err == nil, "the SDK runs commands with /bin/bash")
+	err = exec.Command(py, "-c", "import e2b").Run()
+	testenv.Require(t, err == nil, "the check needs a Python with the e2b SDK (pip install e2b==2.63.0; HELMR_E2B_PYTHON names it)")
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, py, "testdata/sdk_check.py", e.srv.URL, e.dir, EnvdVersion).CombinedOutput()
+	if err != nil || string(bytes.TrimSpace(out)) != "ok" {
+		t.Fatalf("the SDK's check: %v\n%s", err, out)
+	}
+}
