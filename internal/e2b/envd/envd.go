@@ -5,13 +5,19 @@
 // file operation on it (workspaces.Service), so every one of them lands
 // in the workspace's trajectory.
 //
-// Served: GET /health; process.Process's Start, Connect, List and
-// SendSignal; filesystem.Filesystem's Stat, ListDir, MakeDir, Move and
-// Remove (Connect RPC, JSON or binary codec); GET and POST /files. Paths
-// are the workspace's: relative ones resolve against it, absolute ones
-// must lie under its directory in the sandbox (Config.WorkspaceDir), and
-// one that leaves it (symlinks included) is invalid_argument. What is not
-// served (stdin, PTYs, watches) answers unimplemented.
+// Served: GET /health; process.Process's Start, Connect, List,
+// SendSignal, CloseStdin, and, for a process on a PTY (a workspace
+// terminal), SendInput and Update; filesystem.Filesystem's Stat,
+// ListDir, MakeDir, Move and Remove (Connect RPC, JSON or binary codec);
+// GET and POST /files. Paths are the workspace's: relative ones resolve
+// against it, absolute ones must lie under its directory in the sandbox
+// (Config.WorkspaceDir), and one that leaves it (symlinks included) is
+// invalid_argument. What is not served (a plain process's live stdin,
+// watches) answers unimplemented.
+//
+// The processes a handler started live in its memory, as terminals do:
+// the calls on one (Connect, SendSignal, List) must reach the replica
+// that started it.
 package envd
 
 import (
@@ -75,10 +81,17 @@ type api struct {
 	procs *processes
 }
 
+// Handler is the envd API: an http.Handler, and Close ends the
+// processes it started.
+type Handler struct {
+	a   *api
+	mux *http.ServeMux
+}
+
 // New returns the envd handler. The control plane routes to it the calls
 // that carry E2b-Sandbox-Id, authenticated (Resolve finds the principal
-// in the request's context).
-func New(cfg Config) http.Handler {
+// in the request's context), and closes it at shutdown.
+func New(cfg Config) *Handler {
 	a := &api{cfg: cfg, dir: path.Clean(cfg.WorkspaceDir), log: cfg.Log, procs: newProcesses()}
 	if cfg.WorkspaceDir == "" {
 		a.dir = sandbox.DefaultWorkspace
@@ -92,7 +105,43 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST /files", a.upload)
 	mux.Handle(processpbconnect.NewProcessHandler(&processAPI{a}))
 	mux.Handle(filesystempbconnect.NewFilesystemHandler(&filesystemAPI{a: a}))
-	return mux
+	return &Handler{a: a, mux: mux}
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// Close ends the processes this handler started (SIGKILL; a PTY's
+// terminal closes) and waits for them until ctx ends, when it abandons
+// the rest (ctx's error). Start refuses new processes from then on; the
+// streams of the ended ones end too.
+func (h *Handler) Close(ctx context.Context) error {
+	ps := h.a.procs
+	ps.mu.Lock()
+	ps.closing = true
+	running := make([]*process, 0, len(ps.all))
+	for _, p := range ps.all {
+		running = append(running, p)
+	}
+	ps.mu.Unlock()
+	for _, p := range running {
+		if err := h.a.signal(ctx, p.ws, p, "KILL"); err != nil && !p.ended() {
+			h.a.log.Warn("kill an e2b process at shutdown", "workspace_id", p.ws.ID, "pid", p.pid, "err", err)
+		}
+	}
+	done := make(chan struct{})
+	go func() { ps.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		for _, p := range running {
+			if p.cancel != nil {
+				p.cancel()
+			}
+		}
+		<-done
+		return ctx.Err()
+	}
 }
 
 // workspace resolves the sandbox a call addresses.

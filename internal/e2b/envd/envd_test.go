@@ -94,6 +94,7 @@ func (t *trajectory) kinds() map[string]int {
 // env is one test's envd: its server, the workspace's directory, the
 // trajectory.
 type env struct {
+	h    *Handler
 	srv  *httptest.Server
 	dir  string
 	traj *trajectory
@@ -142,7 +143,7 @@ func newEnv(t *testing.T) *env {
 	})
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() { stop(); srv.Close(); wg.Wait() }) // the worker first: it ends the processes streams wait for
-	return &env{srv: srv, dir: dir, traj: traj}
+	return &env{h: h, srv: srv, dir: dir, traj: traj}
 }
 
 // runOp runs an exec operation as a worker would, in dir.

@@ -5,10 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net/http"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -52,6 +50,9 @@ type process struct {
 	ws    workspaces.Workspace
 	token string // an exec's pid file
 	term  string // a PTY's terminal
+	// cancel abandons its operation (at shutdown, once a kill did not
+	// end it in time).
+	cancel context.CancelFunc
 
 	mu     sync.Mutex
 	events []*processpb.ProcessEvent // data events, from the first kept
@@ -64,25 +65,42 @@ type process struct {
 
 // processes are the processes this control plane started, by pid.
 type processes struct {
-	mu   sync.Mutex
-	next uint32
-	all  map[uint32]*process
+	mu      sync.Mutex
+	next    uint32
+	all     map[uint32]*process
+	closing bool
+	wg      sync.WaitGroup // one per process's goroutine
 }
+
+// maxProcesses bounds the running processes of one control plane.
+const maxProcesses = 256
 
 func newProcesses() *processes { return &processes{next: 1000, all: map[uint32]*process{}} }
 
-func (ps *processes) add(p *process) {
+// add gives p its pid and counts it as running; a control plane that
+// closes, or runs maxProcesses, takes no more (errdefs.ErrUnavailable).
+// The caller runs p's goroutine, and calls remove when it ends.
+func (ps *processes) add(p *process) error {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
+	switch {
+	case ps.closing:
+		return errdefs.Unavailablef("this control plane is shutting down")
+	case len(ps.all) >= maxProcesses:
+		return errdefs.Unavailablef("this control plane runs %d processes, its most; end one", maxProcesses)
+	}
 	ps.next++
 	p.pid = ps.next
 	ps.all[p.pid] = p
+	ps.wg.Add(1)
+	return nil
 }
 
 func (ps *processes) remove(p *process) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	delete(ps.all, p.pid)
+	ps.wg.Done()
 }
 
 // of returns the running processes of workspace ws, by pid.
@@ -294,7 +312,9 @@ func (s *processAPI) Start(ctx context.Context, req *connect.Request[processpb.S
 	if err := exec.Validate(); err != nil {
 		return connectError(err)
 	}
-	s.a.procs.add(p)
+	if err := s.a.procs.add(p); err != nil {
+		return connectError(err)
+	}
 	envNames := make([]string, 0, len(cfg.Envs))
 	for k := range cfg.Envs {
 		envNames = append(envNames, k)
@@ -303,8 +323,11 @@ func (s *processAPI) Start(ctx context.Context, req *connect.Request[processpb.S
 	trace := workspaces.Trace{Kind: "e2b.process", Output: p.output, Request: map[string]any{
 		"pid": p.pid, "cmd": cfg.Cmd, "args": cfg.Args, "cwd": cwd, "tag": req.Msg.Tag, "envNames": envNames, // env values may be credentials
 	}}
+	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.cancel = cancel
 	go func() {
-		res, err := s.a.cfg.Workspaces.Exec(context.WithoutCancel(ctx), ws, exec, trace)
+		defer cancel()
+		res, err := s.a.cfg.Workspaces.Exec(ectx, ws, exec, trace)
 		s.a.procs.remove(p) // before its readers hear of the end: List no longer has it then
 		p.finish(res, err)
 	}()
@@ -366,21 +389,32 @@ func (s *processAPI) SendSignal(ctx context.Context, req *connect.Request[proces
 	if err != nil {
 		return nil, connectError(err)
 	}
-	if terms, ok := s.a.cfg.Workspaces.(Terminals); ok && p.term != "" {
+	if err := s.a.signal(ctx, ws, p, sig); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&processpb.SendSignalResponse{}), nil
+}
+
+// signal sends signal sig (KILL or TERM) to process p of ws: to its pid
+// in the sandbox, or, on a PTY, by closing its terminal. The error is a
+// Connect error.
+func (a *api) signal(ctx context.Context, ws workspaces.Workspace, p *process, sig string) error {
+	if terms, ok := a.cfg.Workspaces.(Terminals); ok && p.term != "" {
 		// A terminal's shell ends with its terminal, whichever signal.
 		if err := terms.CloseTerminal(ws, p.term); err != nil {
-			return nil, connectError(err)
+			return connectError(err)
 		}
-		return connect.NewResponse(&processpb.SendSignalResponse{}), nil
+		return nil
 	}
 	// A process whose exec no worker has started yet has no pid file:
 	// try again a while (a kill right after Start is common).
 	var res workspaces.ExecResult
+	var err error
 	for try := 0; ; try++ {
-		res, err = s.a.cfg.Workspaces.Exec(ctx, ws, workspaces.ExecRequest{Argv: []string{"sh", "-c", signalScript, "sh", sig, p.token}},
+		res, err = a.cfg.Workspaces.Exec(ctx, ws, workspaces.ExecRequest{Argv: []string{"sh", "-c", signalScript, "sh", sig, p.token}},
 			workspaces.Trace{Kind: "e2b.process.signal", Request: map[string]any{"pid": p.pid, "signal": "SIG" + sig}})
 		if err != nil {
-			return nil, connectError(err)
+			return connectError(err)
 		}
 		if res.ExitCode != 78 || try >= signalTries || p.ended() {
 			break
@@ -388,157 +422,24 @@ func (s *processAPI) SendSignal(ctx context.Context, req *connect.Request[proces
 		select {
 		case <-time.After(signalRetry):
 		case <-ctx.Done():
-			return nil, connectError(ctx.Err())
+			return connectError(ctx.Err())
 		}
 	}
 	switch {
 	case res.ExitCode == 78:
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("process %d has not started in the sandbox yet: try again", p.pid))
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("process %d has not started in the sandbox yet: try again", p.pid))
 	case res.ExitCode != 0:
 		if p.ended() {
-			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process %d has ended", p.pid))
+			return connect.NewError(connect.CodeNotFound, fmt.Errorf("process %d has ended", p.pid))
 		}
-		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("signal process %d: exit %d: %s", p.pid, res.ExitCode, res.Stderr))
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("signal process %d: exit %d: %s", p.pid, res.ExitCode, res.Stderr))
 	}
-	return connect.NewResponse(&processpb.SendSignalResponse{}), nil
-}
-
-// Terminals is what PTY processes ask of the workspaces service
-// (workspaces.Service): its terminals.
-type Terminals interface {
-	OpenTerminal(ctx context.Context, ws workspaces.Workspace, size workspaces.TerminalSize) (workspaces.Terminal, error)
-	TerminalOutput(ctx context.Context, ws workspaces.Workspace, id string, after int64, send func([]workspaces.TerminalChunk) error, keepalive func() error) (workspaces.Terminal, error)
-	TerminalInput(ws workspaces.Workspace, id string, data []byte) error
-	ResizeTerminal(ws workspaces.Workspace, id string, size workspaces.TerminalSize) error
-	CloseTerminal(ws workspaces.Workspace, id string) error
-}
-
-// ptyShells are the commands a PTY process may ask for: a terminal runs
-// the sandbox's interactive shell (E2B's pty.create asks for
-// "/bin/bash -i -l").
-var ptyShells = map[string]bool{"bash": true, "sh": true, "/bin/bash": true, "/bin/sh": true, "/usr/bin/bash": true}
-
-// startPTY starts a process on a PTY: a terminal of the workspace
-// (workspaces.Service.OpenTerminal), its output as pty data events, its
-// input through SendInput, resized by Update, ended by SendSignal. The
-// terminal's shell is the sandbox's interactive shell, in the workspace;
-// a cwd is typed into it (cd) as its first input; envs are not applied
-// (the terminal sets TERM itself).
-func (s *processAPI) startPTY(ctx context.Context, ws workspaces.Workspace, req *connect.Request[processpb.StartRequest], stream *connect.ServerStream[processpb.StartResponse]) error {
-	terms, ok := s.a.cfg.Workspaces.(Terminals)
-	if !ok {
-		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf("this control plane opens no terminals"))
-	}
-	cfg := req.Msg.Process
-	if !ptyShells[cfg.Cmd] {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("cmd %q on a PTY: a PTY runs the sandbox's interactive shell (give /bin/bash)", cfg.Cmd))
-	}
-	for _, a := range cfg.Args {
-		if !strings.HasPrefix(a, "-") {
-			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("args %q on a PTY: a PTY runs the interactive shell, with no command", cfg.Args))
-		}
-	}
-	cd := ""
-	if cfg.Cwd != nil && *cfg.Cwd != "" {
-		rel, err := s.a.rel(*cfg.Cwd)
-		if err != nil {
-			return connectError(err)
-		}
-		if rel != "." {
-			cd = "cd -- " + shellQuote(s.a.abs(rel)) + "\n"
-		}
-	}
-	size := workspaces.TerminalSize{Cols: int(req.Msg.Pty.GetSize().GetCols()), Rows: int(req.Msg.Pty.GetSize().GetRows())}
-	if size.Cols == 0 && size.Rows == 0 {
-		size = workspaces.TerminalSize{Cols: 80, Rows: 24}
-	}
-	term, err := terms.OpenTerminal(ctx, ws, size)
-	if err != nil {
-		return connectError(err)
-	}
-	p := &process{tag: req.Msg.Tag, cfg: cfg, ws: ws, term: term.ID}
-	s.a.procs.add(p)
-	if cd != "" {
-		if err := terms.TerminalInput(ws, term.ID, []byte(cd)); err != nil {
-			s.a.log.Warn("e2b pty: type its cwd", "workspace_id", ws.ID, "err", err)
-		}
-	}
-	go func() {
-		info, err := terms.TerminalOutput(context.WithoutCancel(ctx), ws, term.ID, 0, func(cs []workspaces.TerminalChunk) error {
-			for _, c := range cs {
-				p.output("pty", c.Data)
-			}
-			return nil
-		}, nil)
-		s.a.procs.remove(p)
-		switch {
-		case err != nil:
-			p.finish(workspaces.ExecResult{}, err)
-		case info.ExitCode != nil:
-			p.finish(workspaces.ExecResult{ExitCode: *info.ExitCode}, nil)
-		default:
-			msg := info.Error
-			if msg == "" {
-				msg = "the terminal closed"
-			}
-			p.mu.Lock()
-			p.end = &processpb.ProcessEvent_EndEvent{ExitCode: -1, Status: "signal: killed", Error: &msg}
-			p.signalLocked()
-			p.mu.Unlock()
-		}
-	}()
-	send := func(ev *processpb.ProcessEvent) error { return stream.Send(&processpb.StartResponse{Event: ev}) }
-	if err := send(&processpb.ProcessEvent{Event: &processpb.ProcessEvent_Start{Start: &processpb.ProcessEvent_StartEvent{Pid: p.pid}}}); err != nil {
-		return err
-	}
-	return p.follow(ctx, 0, keepalive(req.Header()), send)
-}
-
-// terminalOf returns the terminal behind a PTY process.
-func (s *processAPI) terminalOf(ctx context.Context, h http.Header, sel *processpb.ProcessSelector) (Terminals, workspaces.Workspace, *process, error) {
-	ws, err := s.a.workspace(ctx, h)
-	if err != nil {
-		return nil, ws, nil, connectError(err)
-	}
-	p, err := s.a.procs.find(ws.ID, sel)
-	if err != nil {
-		return nil, ws, nil, connectError(err)
-	}
-	terms, ok := s.a.cfg.Workspaces.(Terminals)
-	if p.term == "" || !ok {
-		return nil, ws, p, nil
-	}
-	return terms, ws, p, nil
-}
-
-// shellQuote quotes s for sh.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	return nil
 }
 
 // noStdin: a process's stdin is empty (Helmr's streamed exec takes its
 // stdin whole, before it starts).
 var noStdin = fmt.Errorf("Helmr's envd gives processes no live stdin yet")
-
-// SendInput types into a PTY process's terminal; other processes take
-// no input.
-func (s *processAPI) SendInput(ctx context.Context, req *connect.Request[processpb.SendInputRequest]) (*connect.Response[processpb.SendInputResponse], error) {
-	terms, ws, p, err := s.terminalOf(ctx, req.Header(), req.Msg.GetProcess())
-	if err != nil {
-		return nil, err
-	}
-	if terms == nil {
-		return nil, connect.NewError(connect.CodeUnimplemented, noStdin)
-	}
-	data := req.Msg.GetInput().GetPty()
-	if data == nil {
-		data = req.Msg.GetInput().GetStdin()
-	}
-	if err := terms.TerminalInput(ws, p.term, data); err != nil {
-		return nil, connectError(err)
-	}
-	return connect.NewResponse(&processpb.SendInputResponse{}), nil
-}
 
 func (s *processAPI) StreamInput(context.Context, *connect.ClientStream[processpb.StreamInputRequest]) (*connect.Response[processpb.StreamInputResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, noStdin)
@@ -555,24 +456,6 @@ func (s *processAPI) CloseStdin(ctx context.Context, req *connect.Request[proces
 		return nil, connectError(err)
 	}
 	return connect.NewResponse(&processpb.CloseStdinResponse{}), nil
-}
-
-// Update resizes a PTY process's terminal.
-func (s *processAPI) Update(ctx context.Context, req *connect.Request[processpb.UpdateRequest]) (*connect.Response[processpb.UpdateResponse], error) {
-	terms, ws, p, err := s.terminalOf(ctx, req.Header(), req.Msg.GetProcess())
-	if err != nil {
-		return nil, err
-	}
-	if terms == nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("process %d is not on a PTY", p.pid))
-	}
-	if req.Msg.Pty != nil {
-		size := workspaces.TerminalSize{Cols: int(req.Msg.Pty.GetSize().GetCols()), Rows: int(req.Msg.Pty.GetSize().GetRows())}
-		if err := terms.ResizeTerminal(ws, p.term, size); err != nil {
-			return nil, connectError(err)
-		}
-	}
-	return connect.NewResponse(&processpb.UpdateResponse{}), nil
 }
 
 // token names a process's pid file.

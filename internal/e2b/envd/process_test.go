@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -281,5 +282,37 @@ func TestPTY(t *testing.T) {
 	evs, err = readUntil(t, bg, func() *processpb.ProcessEvent { return bg.Msg().Event }, nil)
 	if err != nil || len(evs) == 0 || evs[len(evs)-1].GetEnd().GetStatus() != "signal: terminated" {
 		t.Errorf("after SIGTERM: %v, %v; want the end, terminated", evs, err)
+	}
+}
+
+// TestCloseEndsProcesses: Close kills the running processes (their
+// streams end) and refuses new ones.
+func TestCloseEndsProcesses(t *testing.T) {
+	e := newEnv(t)
+	stream, err := e.processes().Start(context.Background(), call(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "sh", Args: []string{"-c", "echo up; exec sleep 60"}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func() *processpb.ProcessEvent { return stream.Msg().Event }
+	if _, err := readUntil(t, stream, get, func(ev *processpb.ProcessEvent) bool { return ev.GetData() != nil }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := e.h.Close(ctx); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	evs, err := readUntil(t, stream, get, nil)
+	if err != nil || len(evs) != 1 || evs[0].GetEnd().GetStatus() != "signal: killed" {
+		t.Errorf("the stream after Close: %v, %v; want its end, killed", evs, err)
+	}
+	late, err := e.processes().Start(context.Background(), call(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "true"}}))
+	if err == nil {
+		for late.Receive() {
+		}
+		err = late.Err()
+	}
+	if codeOf(err) != connect.CodeUnavailable {
+		t.Errorf("Start after Close = %s, want unavailable", fmtErr(err))
 	}
 }
