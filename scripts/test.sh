@@ -11,6 +11,7 @@ scripts/setup.sh
 eval "$(scripts/postgres-test.sh)"
 export HELMR_TEST_DATABASE_URL
 export HELMR_REQUIRE_ALL=1   # tests fail instead of skipping when a prerequisite is missing
+eval "$(scripts/e2b-sdk.sh)" # the E2B Python SDK that internal/e2b/envd's tests drive
 
 echo "test: go vet"
 go vet ./...
@@ -23,7 +24,7 @@ go test -count=1 -timeout 30m ./...
 echo "test: go test -race"
 go test -count=1 -race -timeout 30m ./internal/httpapi/... ./internal/swerex/... ./internal/workspaces/... \
   ./internal/worker/... ./internal/runs/... ./internal/agent/... ./internal/waitpoints/... ./internal/apikeys/... \
-  ./internal/store/... ./internal/sandbox/network/...
+  ./internal/store/... ./internal/sandbox/network/... ./internal/e2b/...
 
 echo "test: TypeScript"
 scripts/ts-check.sh
