@@ -19,6 +19,7 @@ import (
 	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/config"
 	"github.com/helmr/helmr/internal/e2b"
+	"github.com/helmr/helmr/internal/e2b/envd"
 	"github.com/helmr/helmr/internal/httpapi"
 	"github.com/helmr/helmr/internal/otlp"
 	"github.com/helmr/helmr/internal/runs"
@@ -151,7 +152,10 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 	if v != nil {
 		wsvc.Vault = v
 	}
-	e2bAPI := e2b.New(e2b.Config{Workspaces: wsvc, Sandboxes: st, Auth: keys, Logger: log})
+	// The in-sandbox API (envd) finds each request's sandbox in what the
+	// E2B API resolved for it (e2b.ResolveSandbox).
+	envdAPI := envd.New(envd.Config{Workspaces: wsvc, Resolve: e2b.ResolveSandbox, Log: log})
+	e2bAPI := e2b.New(e2b.Config{Workspaces: wsvc, Sandboxes: st, Auth: keys, Logger: log, Envd: envdAPI, EnvdVersion: envd.EnvdVersion})
 	api := httpapi.New(httpapi.Config{Runs: svc, Deployments: st, Workspaces: wsvc, WorkerToken: cfg.WorkerToken, Logger: log, Vault: v, Waits: waits,
 		APIKeys: keys, Sessions: sessions, Checkpoints: st, Blobs: blobs, Schedules: scheds, E2B: e2bAPI,
 		Doctor: func(context.Context) any { rep, _ := checkHost(cfg); return rep }})
@@ -211,6 +215,9 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 			<-schedDone
 			<-e2bDone
 			<-listenDone
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			envdAPI.Close(cctx)
+			cancel()
 			wsvc.CloseTerminals()
 			spans.Close()
 		}}, nil

@@ -100,10 +100,33 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusNotImplemented, "the in-sandbox API (envd: commands, files) is not served by this Helmr yet")
 			return
 		}
-		a.cfg.Envd.ServeHTTP(w, r)
+		// The in-sandbox API finds the sandbox this request may use (or
+		// why it may not) in its context: see ResolveSandbox.
+		ws, err := a.SandboxWorkspace(r)
+		ctx := context.WithValue(r.Context(), resolvedKey{}, resolved{id: r.Header.Get("E2b-Sandbox-Id"), ws: ws, err: err})
+		a.cfg.Envd.ServeHTTP(w, r.WithContext(ctx))
 		return
 	}
 	a.mux.ServeHTTP(w, r)
+}
+
+type resolvedKey struct{}
+
+type resolved struct {
+	id  string
+	ws  workspaces.Workspace
+	err error
+}
+
+// ResolveSandbox is the in-sandbox API's way to the workspace of sandbox
+// id: what ServeHTTP resolved for the request in ctx (SandboxWorkspace),
+// errdefs.ErrNotFound for any other id.
+func ResolveSandbox(ctx context.Context, id string) (workspaces.Workspace, error) {
+	r, ok := ctx.Value(resolvedKey{}).(resolved)
+	if !ok || r.id != id {
+		return workspaces.Workspace{}, errdefs.NotFoundf("sandbox %s", id)
+	}
+	return r.ws, r.err
 }
 
 // handler is a route's logic for an authenticated principal.

@@ -1,8 +1,9 @@
 """The published E2B SDK (e2b 2.63.0, scripts/python-adapters.sh) against
 Helmr's E2B-compatible control-plane API on a real helmr dev: create,
 get_info, set_timeout, list with a metadata filter, kill, and the errors
-the SDK raises as its own exceptions. The in-sandbox calls (commands,
-files) need envd, which is not served yet: none are made."""
+the SDK raises as its own exceptions; and the in-sandbox calls (envd) in
+a real sandbox: commands with their output and exit codes, a background
+command killed, and files written, read, listed and removed."""
 
 from __future__ import annotations
 
@@ -67,6 +68,45 @@ class E2BControlPlaneTest(unittest.TestCase):
             sbx.kill()
         with self.assertRaises(NotFoundException):
             Sandbox.get_info(sbx.sandbox_id)
+
+    def test_commands_and_files(self):
+        from e2b import Sandbox
+        from e2b import CommandExitException
+
+        sbx = Sandbox.create(template="notes", timeout=300)
+        try:
+            out = []
+            r = sbx.commands.run("echo hi from $HOSTNAME; echo err >&2", on_stdout=out.append)
+            self.assertEqual(r.exit_code, 0)
+            self.assertIn("hi from helmr-sandbox", r.stdout)
+            self.assertEqual(r.stderr.strip(), "err")
+            self.assertTrue(any("hi from" in o for o in out), out)
+            with self.assertRaises(CommandExitException) as cm:
+                sbx.commands.run("exit 3")
+            self.assertEqual(cm.exception.exit_code, 3)
+
+            bg = sbx.commands.run("sleep 600", background=True)
+            self.assertIn(bg.pid, [p.pid for p in sbx.commands.list()])
+            self.assertTrue(bg.kill())
+
+            sbx.files.write("notes/hello.txt", "hello e2b")
+            self.assertEqual(sbx.files.read("notes/hello.txt"), "hello e2b")
+            sbx.files.write("notes/blob.bin", b"\x00\xff\x10")
+            self.assertEqual(bytes(sbx.files.read("notes/blob.bin", format="bytes")), b"\x00\xff\x10")
+            names = sorted(e.name for e in sbx.files.list("notes"))
+            self.assertEqual(names, ["blob.bin", "hello.txt"])
+            self.assertTrue(sbx.files.exists("notes/hello.txt"))
+            sbx.files.remove("notes/hello.txt")
+            self.assertFalse(sbx.files.exists("notes/hello.txt"))
+            # What commands ran is in the workspace's trajectory.
+            import urllib.request
+
+            req = urllib.request.Request(f"{self.dev.url}/v1/workspaces/{sbx.sandbox_id}/trajectory?project=workspace&env=dev",
+                                         headers={"Authorization": f"Bearer {self.dev.api_key}"})
+            with urllib.request.urlopen(req) as resp:
+                self.assertIn("echo hi from", resp.read().decode())
+        finally:
+            sbx.kill()
 
     def test_errors(self):
         from e2b import Sandbox
