@@ -23,6 +23,7 @@ import (
 	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox/network/nettest"
+	"github.com/helmr/helmr/internal/testenv"
 )
 
 // credHosts are the test hosts of the egress credential tests, in a
@@ -73,9 +74,7 @@ func randomToken(t *testing.T) string {
 func newCredHosts(t *testing.T) *credHosts {
 	t.Helper()
 	git, err := exec.LookPath("git")
-	if err != nil {
-		t.Skip("the git server needs git on the host: ", err)
-	}
+	testenv.Require(t, err == nil, "the git server needs git on the host (scripts/setup.sh installs it)")
 	execPath, err := exec.Command(git, "--exec-path").Output()
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/testenv"
 )
 
 // ttyRun is a terminal exec under test: what it printed so far, a way to
@@ -90,9 +91,7 @@ func (r *ttyRun) typeIn(t *testing.T, s string) {
 
 func TestTTYExecEchoesResizesExits(t *testing.T) {
 	bash, err := osexec.LookPath("bash")
-	if err != nil {
-		t.Skip("no bash on this host")
-	}
+	testenv.Require(t, err == nil, "no bash on this host")
 	run := startTTY(t, []string{bash, "--norc", "--noprofile", "-i"}, sandbox.WinSize{Rows: 24, Cols: 80})
 	var s sandbox.Sender
 	select {
