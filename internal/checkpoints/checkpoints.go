@@ -36,6 +36,11 @@ type Checkpoint struct {
 	// Size is the sealed blob's size in bytes.
 	Size      int64     `json:"size"`
 	CreatedAt time.Time `json:"createdAt"`
+	// RestoredAt is when a worker restored the run from the checkpoint;
+	// nil while the run is parked on it. A restored checkpoint is kept
+	// until the run ends or parks again: should the run's worker be lost,
+	// the retry restores it (the run's memory when it parked).
+	RestoredAt *time.Time `json:"restoredAt,omitempty"`
 }
 
 // Validate reports whether c is complete enough to store.
@@ -93,6 +98,8 @@ type Store interface {
 	GetCheckpoint(ctx context.Context, id string) (Checkpoint, error)
 	// ListCheckpoints lists the checkpoints matching f, oldest first.
 	ListCheckpoints(ctx context.Context, f Filter) ([]Checkpoint, error)
+	// RestoredCheckpoint sets the checkpoint's RestoredAt.
+	RestoredCheckpoint(ctx context.Context, id string, at time.Time) error
 	DeleteCheckpoint(ctx context.Context, id string) error
 }
 

@@ -106,6 +106,7 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 		return nil, err
 	}
 	svc.Checkpoints = st
+	svc.DropCheckpoints = func(ctx context.Context, runID string) { dropCheckpoints(ctx, st, blobs, runID, log) }
 	scheds := schedules.NewService(st, st, svc, log)
 	svc.Ended = func(ctx context.Context, r runs.Run) {
 		if err := waits.CancelForRun(ctx, r); err != nil {
@@ -383,7 +384,8 @@ func devKeyFile(path, what string, log *slog.Logger) error {
 }
 
 // dropCheckpoints deletes the checkpoints of a run that ended (a parked run
-// canceled while it waited): nothing will restore them.
+// canceled while it waited, or one restored that finished) or that is
+// retried afresh: nothing will restore them.
 func dropCheckpoints(ctx context.Context, st checkpoints.Store, blobs checkpoints.Blobs, runID string, log *slog.Logger) {
 	cks, err := st.ListCheckpoints(ctx, checkpoints.Filter{RunID: runID})
 	if err != nil {

@@ -247,9 +247,9 @@ func (w Worker) Park(ctx context.Context, runID string, req worker.ParkRequest) 
 	return err
 }
 
-// DropCheckpoint implements worker.ControlPlane.
-func (w Worker) DropCheckpoint(ctx context.Context, runID, checkpointID string) error {
-	_, err := w.C.do(ctx, http.MethodDelete, checkpointPath(runID, checkpointID), nil, nil, nil)
+// RestoredCheckpoint implements worker.ControlPlane.
+func (w Worker) RestoredCheckpoint(ctx context.Context, runID, checkpointID string) error {
+	_, err := w.C.do(ctx, http.MethodPost, checkpointPath(runID, checkpointID)+"/restored", nil, nil, nil)
 	return err
 }
 

@@ -3,6 +3,8 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/helmr/helmr/internal/apikeys"
 	"github.com/helmr/helmr/internal/client"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/testenv"
 )
@@ -263,4 +266,101 @@ func TestLostWorkerRetries(t *testing.T) {
 		final.Attempts[0].Error.Class != runs.ClassGuestRuntime || !strings.Contains(final.Attempts[0].Error.Message, "stopped reporting") {
 		t.Errorf("attempts = %+v, want attempt 1 lost with worker %s", final.Attempts, lost)
 	}
+}
+
+// TestLostWorkerRestoresCheckpoint: a run parked and restored on worker A
+// goes on working; A is killed (SIGKILL) and another worker, B, is
+// started. Once the control plane gives A up, the run's retry restores the
+// same checkpoint on B: the memory it had when it parked (a nonce drawn
+// before the wait) is intact, the answer is given again, the events say
+// what was lost and kept, and the checkpoint is gone once the run ends.
+func TestLostWorkerRestoresCheckpoint(t *testing.T) {
+	testenv.RequireRoot(t)
+	requireTier(t, "gvisor")
+	testenv.BaseRootfs(t)
+	bin := testenv.Binaries(t)
+	tmp := t.TempDir()
+	unmountUnder(t, tmp)
+	key := newCheckpointKey(t)
+	base := append(environ(t), "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
+		"HELMR_WORKER_TOKEN=test-worker-token", "HELMR_PROJECT=", "HELMR_OWNER_TOKEN="+ownerToken, "HELMR_API_KEY="+ownerToken,
+		"HELMR_WORKER_TTL=2s", "HELMR_HEARTBEAT=300ms", "HELMR_STATE_DIR="+testenv.StateRoot(t))
+	cpDir := filepath.Join(tmp, "cp")
+	server := start(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+cpDir, "HELMR_ADDR=127.0.0.1:0"),
+		"Helmr control plane at ", "server")
+	worker := func(name string) *exec.Cmd {
+		w := exec.Command(filepath.Join(bin, "helmr"), "worker", "--control-url", server)
+		w.Env = append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, name), "HELMR_RUNTIME=gvisor", "HELMR_WARM=0",
+			"HELMR_PARK_AFTER=1s", "HELMR_CHECKPOINT_ENCRYPTION_KEY="+key)
+		if err := w.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.Process.Kill(); _ = w.Wait() })
+		return w
+	}
+	first := worker("worker-a")
+	d := &dev{t: t, bin: bin, env: append(slices.Clip(base), "HELMR_URL="+server), dataDir: cpDir, url: server, api: client.New(server, ownerToken)}
+	d.deploy("internal/e2e/testdata/waits")
+	r := d.trigger("waits", "relapse", `{"afterMs":6000}`)
+	var ck, nonce string
+	logged := func(prefix string) string {
+		for _, ev := range d.events(r.ID) {
+			var l runs.LogData
+			if ev.Type == runs.EventLog && json.Unmarshal(ev.Data, &l) == nil && strings.HasPrefix(l.Line, prefix) {
+				return l.Line
+			}
+		}
+		return ""
+	}
+	waitFor(t, 90*time.Second, func() bool {
+		for _, ev := range d.events(r.ID) {
+			var sd runs.SystemData
+			if ev.Type == runs.EventSystem && json.Unmarshal(ev.Data, &sd) == nil && strings.HasPrefix(sd.Message, "parked: checkpoint ") {
+				ck = sd.Attrs["checkpoint"]
+			}
+		}
+		return ck != ""
+	})
+	if line := logged("nonce "); line != "" {
+		nonce = strings.TrimSuffix(strings.Fields(line)[1], ",")
+	}
+	if nonce == "" {
+		t.Fatalf("no nonce logged before the wait: %s", systemMessages(d.events(r.ID)))
+	}
+	d.mustHelmr("approve", r.ID, "--data-json", `{"ok":true}`)
+	// Restored on A and working: A is lost.
+	var lost string
+	waitFor(t, 90*time.Second, func() bool {
+		cur, err := d.api.GetRun(context.Background(), r.ID)
+		lost = cur.WorkerID
+		return err == nil && cur.Status == runs.StatusRunning && logged("answered, working") != ""
+	})
+	worker("worker-b")
+	_ = first.Process.Kill()
+	_ = first.Wait()
+	final := d.waitDone(r.ID, 2*time.Minute)
+	msgs := systemMessages(d.events(r.ID))
+	if final.Status != runs.StatusCompleted || final.WorkerID == lost {
+		t.Fatalf("run after its worker died = %s %s on %s (lost %s) %+v; events %s", final.Status, final.Output, final.WorkerID, lost, final.Error, msgs)
+	}
+	want := `{"answer":{"data":{"ok":true},"ok":true},"file":"` + nonce + `","nonce":"` + nonce + `"}`
+	if got := canonicalJSON(t, final.Output); got != want {
+		t.Errorf("output = %s, want %s (the memory of before the park)", got, want)
+	}
+	if len(final.Attempts) != 1 || final.Attempts[0].WorkerID != lost || final.Attempts[0].Error == nil ||
+		!strings.Contains(final.Attempts[0].Error.Message, "kept: checkpoint "+ck) {
+		t.Errorf("attempts = %+v, want attempt 1 lost with worker %s, checkpoint %s kept", final.Attempts, lost, ck)
+	}
+	for _, w := range []string{"restoring checkpoint " + ck, "sandbox restored from checkpoint " + ck} {
+		if strings.Count(msgs, w) < 1 {
+			t.Errorf("events lack %q:\n%s", w, msgs)
+		}
+	}
+	if n := strings.Count(msgs, "sandbox restored from checkpoint "+ck); n != 2 {
+		t.Errorf("restored %d times from %s, want 2 (on A, then on B):\n%s", n, ck, msgs)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		_, err := readBlob(t, d.env, cpDir, ck)
+		return errors.Is(err, errdefs.ErrNotFound)
+	})
 }

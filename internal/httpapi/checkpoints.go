@@ -106,15 +106,16 @@ func (s *Server) workerPark(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// workerDropCheckpoint deletes a checkpoint of a run the worker holds.
-func (s *Server) workerDropCheckpoint(w http.ResponseWriter, r *http.Request) error {
+// workerRestoredCheckpoint records that a run the worker holds was
+// restored from a checkpoint.
+func (s *Server) workerRestoredCheckpoint(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.checkpointBlobs(); err != nil {
 		return err
 	}
 	if _, err := s.heldRun(r); err != nil {
 		return err
 	}
-	if err := s.control.DropCheckpoint(r.Context(), r.PathValue("id"), r.PathValue("ck")); err != nil {
+	if err := s.control.RestoredCheckpoint(r.Context(), r.PathValue("id"), r.PathValue("ck")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -123,7 +123,8 @@ func TestWorkerCheckpointRoutes(t *testing.T) {
 // TestParkAndRequeue: a worker parks a WAITING run (checkpoint uploaded,
 // then recorded); the run stays WAITING with a "parked" event and is not
 // failed when its worker goes silent; approving it queues it again, and
-// its next lease carries the checkpoint, which the restoring worker drops.
+// its next lease carries the checkpoint, which the restoring worker marks
+// restored (it is kept until the run ends or parks again).
 func TestParkAndRequeue(t *testing.T) {
 	e := newAPI(t)
 	if st, d := e.call("POST", "/v1/deployments", deployment(goodTask("a"))); st != http.StatusCreated {
@@ -163,11 +164,20 @@ func TestParkAndRequeue(t *testing.T) {
 	if st != http.StatusOK || restore["id"] != "ck_01" || restore["execId"] != float64(4) {
 		t.Fatalf("lease = %d %v, want the run with restore ck_01", st, lease)
 	}
-	if st, body := e.call("DELETE", "/v1/worker/runs/"+runID+"/checkpoints/ck_01", nil, w...); st != http.StatusNoContent {
-		t.Errorf("drop checkpoint = %d %v", st, body)
+	if st, body := e.call("POST", "/v1/worker/runs/"+runID+"/checkpoints/ck_01/restored", nil, w...); st != http.StatusNoContent {
+		t.Errorf("restored = %d %v", st, body)
 	}
-	if _, err := e.blobs.Get(t.Context(), "ck_01"); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Errorf("blob after drop: %v, want gone", err)
+	if st, body := e.call("POST", "/v1/worker/runs/"+runID+"/checkpoints/ck_none/restored", nil, w...); st != http.StatusNotFound {
+		t.Errorf("restored (unknown checkpoint) = %d %v, want 404", st, body)
+	}
+	// Kept, restored, for a retry should this worker be lost.
+	if ck, err := e.st.GetCheckpoint(t.Context(), "ck_01"); err != nil || ck.RestoredAt == nil {
+		t.Errorf("checkpoint after the restore = %+v, %v; want it kept, restored", ck, err)
+	}
+	if rc, err := e.blobs.Get(t.Context(), "ck_01"); err != nil {
+		t.Errorf("blob after the restore: %v, want kept", err)
+	} else {
+		rc.Close()
 	}
 	_, evs := e.call("GET", "/v1/runs/"+runID+"/events", nil)
 	text := fmt.Sprint(evs)

@@ -296,7 +296,7 @@ func (s *Server) routes() []route {
 		{"PUT /v1/worker/ops/{id}/data", AccessWorker, s.workerOpDeliver},
 		{"PUT /v1/worker/runs/{id}/checkpoints/{ck}", AccessWorker, s.workerPutCheckpoint},
 		{"GET /v1/worker/runs/{id}/checkpoints/{ck}", AccessWorker, s.workerGetCheckpoint},
-		{"DELETE /v1/worker/runs/{id}/checkpoints/{ck}", AccessWorker, s.workerDropCheckpoint},
+		{"POST /v1/worker/runs/{id}/checkpoints/{ck}/restored", AccessWorker, s.workerRestoredCheckpoint},
 		{"POST /v1/worker/runs/{id}/park", AccessWorker, s.workerPark},
 		{"PUT /v1/worker/workspaces/{id}/snapshots/{seq}", AccessWorker, s.workerPutSnapshot},
 		{"GET /v1/worker/workspaces/{id}/snapshots/{seq}", AccessWorker, s.workerGetSnapshot},

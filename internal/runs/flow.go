@@ -191,11 +191,26 @@ func (s *Service) retry(ctx context.Context, id string, o Outcome, now time.Time
 	if o.Error != nil {
 		msg = fmt.Sprintf(" (%s: %s)", o.Error.Class, o.Error.Message)
 	}
+	// A run whose worker was lost after it was restored from a
+	// checkpoint is restored from it again: its memory when it parked.
+	// Any other retry starts afresh, so its lease must carry no
+	// checkpoint.
+	from := "from a fresh sandbox"
+	if cur.WorkspaceID != "" {
+		from += " on its workspace"
+	}
+	attrs := map[string]string{"attempt": fmt.Sprint(attempt), "nextAttempt": fmt.Sprint(attempt + 1),
+		"maxAttempts": fmt.Sprint(cur.Retry.MaxAttempts), "retryInMs": fmt.Sprint(delay.Milliseconds())}
+	if ck := s.lastCheckpoint(ctx, id); ck != nil && o.lost {
+		from = fmt.Sprintf("restoring checkpoint %s, the run's memory and workspace when it parked on waitpoint %s (what it did after that restore is done again)", ck.ID, ck.WaitpointID)
+		attrs["checkpoint"] = ck.ID
+	} else if ck != nil && s.DropCheckpoints != nil {
+		s.DropCheckpoints(ctx, id)
+	}
 	if err := s.Note(ctx, id, SystemData{
-		Message: fmt.Sprintf("attempt %d of %d failed%s; attempt %d starts in %s, from a fresh sandbox on the same workspace",
-			attempt, cur.Retry.MaxAttempts, msg, attempt+1, delay.Round(time.Millisecond)),
-		Attrs: map[string]string{"attempt": fmt.Sprint(attempt), "nextAttempt": fmt.Sprint(attempt + 1),
-			"maxAttempts": fmt.Sprint(cur.Retry.MaxAttempts), "retryInMs": fmt.Sprint(delay.Milliseconds())},
+		Message: fmt.Sprintf("attempt %d of %d failed%s; attempt %d starts in %s, %s",
+			attempt, cur.Retry.MaxAttempts, msg, attempt+1, delay.Round(time.Millisecond), from),
+		Attrs: attrs,
 	}); err != nil {
 		return Run{}, false, err
 	}

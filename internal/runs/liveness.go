@@ -33,7 +33,7 @@ func (s *Service) FailLostRuns(ctx context.Context) (int, error) {
 		if live[r.WorkerID] {
 			return "", false
 		}
-		return fmt.Sprintf("worker %s stopped reporting (no heartbeat for %s) while running this run; its sandbox's state is unknown", r.WorkerID, s.WorkerTTL), true
+		return fmt.Sprintf("worker %s stopped reporting (no heartbeat for %s) while the run was %s; %s", r.WorkerID, s.WorkerTTL, r.Status, s.lostState(ctx, r)), true
 	})
 }
 

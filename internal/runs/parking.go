@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/helmr/helmr/internal/checkpoints"
 )
@@ -15,18 +17,55 @@ type CheckpointLister interface {
 	ListCheckpoints(ctx context.Context, f checkpoints.Filter) ([]checkpoints.Checkpoint, error)
 }
 
-// parked reports whether run id has a checkpoint: its worker let it go, so
-// a silent or restarted worker does not fail it.
+// parked reports whether run id has a checkpoint not yet restored: its
+// worker let it go, so a silent or restarted worker does not fail it.
 func (s *Service) parked(ctx context.Context, id string) bool {
+	ck := s.lastCheckpoint(ctx, id)
+	return ck != nil && ck.RestoredAt == nil
+}
+
+// lastCheckpoint is run id's latest checkpoint (the one its lease
+// restores), or nil.
+func (s *Service) lastCheckpoint(ctx context.Context, id string) *checkpoints.Checkpoint {
 	if s.Checkpoints == nil {
-		return false
+		return nil
 	}
 	cks, err := s.Checkpoints.ListCheckpoints(ctx, checkpoints.Filter{RunID: id})
 	if err != nil {
 		s.log.Warn("look up a run's checkpoints", "run_id", id, "err", err)
-		return false
+		return nil
 	}
-	return len(cks) > 0
+	if len(cks) == 0 {
+		return nil
+	}
+	return &cks[len(cks)-1]
+}
+
+// lostState says what a run whose worker was lost kept and lost, for
+// the failure's message: a sandbox's memory is gone with its worker;
+// what was recorded (a checkpoint, the workspace's files on their host
+// or in its last snapshot, the run's events) is not.
+func (s *Service) lostState(ctx context.Context, r Run) string {
+	lost := "lost: the sandbox's memory and any output not yet reported"
+	if r.Status == StatusWaiting {
+		lost += ", and a checkpoint the worker may have been taking to park the run (a park is recorded only once its checkpoint is stored)"
+	}
+	var kept []string
+	if ck := s.lastCheckpoint(ctx, r.ID); ck != nil {
+		at := ck.CreatedAt.UTC().Format(time.RFC3339)
+		if ck.RestoredAt == nil {
+			kept = append(kept, fmt.Sprintf("checkpoint %s (parked %s on waitpoint %s), which the worker was restoring", ck.ID, at, ck.WaitpointID))
+		} else {
+			kept = append(kept, fmt.Sprintf("checkpoint %s (the run's memory and workspace when it parked %s on waitpoint %s)", ck.ID, at, ck.WaitpointID))
+		}
+	}
+	if r.WorkspaceID != "" {
+		kept = append(kept, fmt.Sprintf("workspace %s's files on its host, or its last snapshot should the host be gone", r.WorkspaceID))
+	}
+	if len(kept) == 0 {
+		return lost
+	}
+	return lost + "; kept: " + strings.Join(kept, "; ")
 }
 
 // ReleaseSlot frees the queue slot of a WAITING run that was parked, and
@@ -77,6 +116,9 @@ func (s *Service) Unpark(ctx context.Context, wpID, status string) (int, error) 
 	}
 	n := 0
 	for _, ck := range cks {
+		if ck.RestoredAt != nil {
+			continue // the run was restored from it already
+		}
 		r, err := s.store.GetRun(ctx, ck.RunID)
 		if err != nil || r.Status != StatusWaiting {
 			continue

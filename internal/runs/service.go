@@ -50,6 +50,10 @@ type Service struct {
 	// Checkpoints, if set, tells parked runs (see Requeue): WAITING runs
 	// no worker holds. Set before use.
 	Checkpoints CheckpointLister
+	// DropCheckpoints, if set, deletes run runID's checkpoints (records
+	// and blobs): a retry that starts from a fresh sandbox calls it, so
+	// that its lease carries none. Set before use.
+	DropCheckpoints func(ctx context.Context, runID string)
 
 	// Ended, if set, is called after a run reached a terminal state through
 	// Cancel or Finish (the waitpoint service cancels the run's waits).
@@ -498,6 +502,10 @@ type Outcome struct {
 	// Notes are recorded as system events before the final status (for
 	// example: the sandbox hit its process limit).
 	Notes []SystemData `json:"notes,omitempty"`
+
+	// lost: the run's worker was lost (not the task's doing), so a retry
+	// restores the run's last checkpoint when it has one.
+	lost bool
 }
 
 // Finish moves a started run to its terminal status. A run cancelled
@@ -536,7 +544,7 @@ func (s *Service) Finish(ctx context.Context, id string, o Outcome) (Run, error)
 // more. helmr dev calls it at start-up: its only worker is in-process, so a
 // run it left unfinished was cut off by the previous process's end.
 func (s *Service) FailOrphans(ctx context.Context, message string) (int, error) {
-	return s.failStarted(ctx, func(Run) (string, bool) { return message, true })
+	return s.failStarted(ctx, func(r Run) (string, bool) { return message + "; " + s.lostState(ctx, r), true })
 }
 
 // failStarted fails, as guest_runtime, each started run (STARTING,
@@ -559,7 +567,7 @@ func (s *Service) failStarted(ctx context.Context, pick func(Run) (string, bool)
 				if !ok {
 					continue
 				}
-				_, err := s.Finish(ctx, r.ID, Outcome{Status: StatusFailed, Error: &Error{Class: ClassGuestRuntime, Message: msg}})
+				_, err := s.Finish(ctx, r.ID, Outcome{Status: StatusFailed, Error: &Error{Class: ClassGuestRuntime, Message: msg}, lost: true})
 				if err != nil && !errors.Is(err, errdefs.ErrConflict) {
 					return n, err
 				}

@@ -49,7 +49,7 @@ func (db *DB) RunStats(ctx context.Context, now time.Time) (runs.Stats, error) {
 		return st, fmt.Errorf("count started runs: %w", err)
 	}
 	err = db.read().queryRow(ctx, `SELECT COUNT(DISTINCT c.run_id) FROM checkpoints c JOIN runs r ON r.id = c.run_id
-		WHERE r.status = 'WAITING' AND r.holds_slot = 0`).Scan(&st.Parked)
+		WHERE r.status = 'WAITING' AND r.holds_slot = 0 AND c.restored_at IS NULL`).Scan(&st.Parked)
 	if err != nil {
 		return st, fmt.Errorf("count parked runs: %w", err)
 	}

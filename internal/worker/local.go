@@ -325,8 +325,18 @@ func (c *Local) Park(ctx context.Context, runID string, req ParkRequest) error {
 		return fmt.Errorf("park run %s: checkpoint %s was not uploaded: %w", runID, ck.ID, err)
 	}
 	rc.Close()
+	older, err := c.Checkpoints.ListCheckpoints(ctx, checkpoints.Filter{RunID: runID})
+	if err != nil {
+		return err
+	}
 	if err := c.Checkpoints.CreateCheckpoint(ctx, ck); err != nil {
 		return fmt.Errorf("park run %s: %w: %w", runID, errdefs.ErrInvalid, err)
+	}
+	// The new checkpoint supersedes the one the run was restored from.
+	for _, o := range older {
+		if err := errors.Join(c.Checkpoints.DeleteCheckpoint(ctx, o.ID), c.Blobs.Delete(ctx, o.ID)); err != nil {
+			return fmt.Errorf("park run %s: drop checkpoint %s it supersedes: %w", runID, o.ID, err)
+		}
 	}
 	if err := c.Runs.Note(ctx, runID, req.Note); err != nil {
 		return err
@@ -347,8 +357,9 @@ func (c *Local) Park(ctx context.Context, runID string, req ParkRequest) error {
 	return err
 }
 
-// DropCheckpoint implements ControlPlane.
-func (c *Local) DropCheckpoint(ctx context.Context, runID, checkpointID string) error {
+// RestoredCheckpoint implements ControlPlane: the run is no longer parked
+// on checkpointID, which is kept (see checkpoints.Checkpoint.RestoredAt).
+func (c *Local) RestoredCheckpoint(ctx context.Context, runID, checkpointID string) error {
 	if c.Blobs == nil || c.Checkpoints == nil {
 		return errNoBlobs
 	}
@@ -357,12 +368,9 @@ func (c *Local) DropCheckpoint(ctx context.Context, runID, checkpointID string) 
 		return err
 	}
 	if ck.RunID != runID {
-		return fmt.Errorf("drop checkpoint %s of run %s: %w", checkpointID, runID, errdefs.ErrNotFound)
+		return fmt.Errorf("restored checkpoint %s of run %s: %w", checkpointID, runID, errdefs.ErrNotFound)
 	}
-	if err := c.Checkpoints.DeleteCheckpoint(ctx, checkpointID); err != nil {
-		return err
-	}
-	return c.Blobs.Delete(ctx, checkpointID)
+	return c.Checkpoints.RestoredCheckpoint(ctx, checkpointID, time.Now())
 }
 
 // snapshotTarget is workspace wsID if it is live and on the host of

@@ -56,8 +56,8 @@ func (w *Worker) resume(ctx context.Context, l Lease, p prepared, files map[stri
 		}
 		return failed(runs.ClassGuestRuntime, "report start: %v", err)
 	}
-	if err := w.cfg.Control.DropCheckpoint(ctx, l.Run.ID, ck.ID); err != nil {
-		w.log.Warn("drop a restored checkpoint", "run_id", l.Run.ID, "checkpoint", ck.ID, "err", err)
+	if err := w.cfg.Control.RestoredCheckpoint(ctx, l.Run.ID, ck.ID); err != nil {
+		w.log.Warn("record a checkpoint restored", "run_id", l.Run.ID, "checkpoint", ck.ID, "err", err)
 	}
 	return w.runTask(ctx, l, b, p, sec, &ck)
 }

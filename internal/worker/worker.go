@@ -122,9 +122,10 @@ type ControlPlane interface {
 	// checkpoint, the run is parked (no worker holds it; when its wait is
 	// over it is queued again, and its lease carries the checkpoint).
 	Park(ctx context.Context, runID string, req ParkRequest) error
-	// DropCheckpoint deletes a checkpoint (record and blob) of a run the
-	// worker holds, once restored or refused.
-	DropCheckpoint(ctx context.Context, runID, checkpointID string) error
+	// RestoredCheckpoint records that a run the worker holds was restored
+	// from checkpoint checkpointID: the run is no longer parked, and the
+	// checkpoint is kept for a retry should this worker be lost.
+	RestoredCheckpoint(ctx context.Context, runID, checkpointID string) error
 	// PutWorkspaceSnapshot stores a sealed snapshot of workspace wsID,
 	// read from r to its end, as the workspace's snapshot seq, provided
 	// the workspace is on the worker's host and its latest snapshot is

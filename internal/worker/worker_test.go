@@ -524,7 +524,7 @@ func (f *fakeControl) GetCheckpoint(context.Context, string, string) (io.ReadClo
 
 func (f *fakeControl) Park(context.Context, string, ParkRequest) error { return errNoWaits }
 
-func (f *fakeControl) DropCheckpoint(context.Context, string, string) error { return errNoWaits }
+func (f *fakeControl) RestoredCheckpoint(context.Context, string, string) error { return errNoWaits }
 
 func (f *fakeControl) PutWorkspaceSnapshot(ctx context.Context, _, wsID string, seq int64, r io.Reader) (workspaces.Snapshot, error) {
 	if f.snaps == nil {

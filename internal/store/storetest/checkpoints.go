@@ -75,6 +75,17 @@ func testCheckpointRoundTrip(t *testing.T, s Store) {
 	if _, err := s.ListCheckpoints(ctx, checkpoints.Filter{}); err == nil {
 		t.Error("ListCheckpoints(no filter) = nil error")
 	}
+	restored := base.Add(3 * time.Second)
+	if err := s.RestoredCheckpoint(ctx, second.ID, restored); err != nil {
+		t.Fatalf("RestoredCheckpoint() = %v", err)
+	}
+	if got, err := s.GetCheckpoint(ctx, second.ID); err != nil || got.RestoredAt == nil || !got.RestoredAt.Equal(restored) {
+		t.Errorf("GetCheckpoint(restored) = %+v, %v; want restored at %s", got, err, restored)
+	}
+	if got, _ := s.GetCheckpoint(ctx, first.ID); got.RestoredAt != nil {
+		t.Errorf("GetCheckpoint(other) restored at %s, want nil", got.RestoredAt)
+	}
+	wantErr(t, "RestoredCheckpoint(unknown)", s.RestoredCheckpoint(ctx, "ck_none", restored), errdefs.ErrNotFound)
 	if err := s.DeleteCheckpoint(ctx, first.ID); err != nil {
 		t.Fatalf("DeleteCheckpoint() = %v", err)
 	}

@@ -62,7 +62,14 @@ func testRunStats(t *testing.T, s Store) {
 	if err := s.CreateCheckpoint(ctx, newCheckpoint(parked.ID, "ck_1", at(30))); err != nil {
 		t.Fatal(err)
 	}
-	leased(2, runs.StatusRunning, runs.StatusWaiting) // its sandbox up
+	// Restored from a checkpoint it keeps, waiting again in its sandbox.
+	restored := leased(2, runs.StatusRunning, runs.StatusWaiting)
+	if err := s.CreateCheckpoint(ctx, newCheckpoint(restored.ID, "ck_2", at(20))); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RestoredCheckpoint(ctx, "ck_2", at(25)); err != nil {
+		t.Fatal(err)
+	}
 	leased(3)                                         // STARTING
 	leased(4, runs.StatusRunning, runs.StatusWaiting, runs.StatusQueued)
 	leased(5, runs.StatusRunning, runs.StatusCompleted)

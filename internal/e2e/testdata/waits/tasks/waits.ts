@@ -54,3 +54,22 @@ export const quick = task({
   sandbox: sb,
   run: async () => "done",
 });
+
+// relapse is approval that goes on working after the answer (afterMs), so
+// its worker can be lost after the restore: it is retried from its
+// checkpoint. Its nonce, drawn before the wait, shows whose memory the
+// retry has.
+export const relapse = task({
+  id: "relapse",
+  sandbox: sb,
+  retry: { maxAttempts: 2, minTimeoutInMs: 100 },
+  run: async (payload: { afterMs: number }, ctx) => {
+    const nonce = Math.random().toString(36).slice(2);
+    await writeFile("nonce.txt", nonce);
+    console.log(`nonce ${nonce}, asking a human`);
+    const answer = await ctx.wait.human.result<{ ok: boolean }>({ displayText: "Go on?" });
+    console.log(`answered, working ${payload.afterMs} ms`);
+    await new Promise((r) => setTimeout(r, payload.afterMs));
+    return { answer, nonce, file: await readFile("nonce.txt", "utf8") };
+  },
+});
