@@ -144,7 +144,7 @@ func (s *Service) moveNote(ws workspaces.Workspace, host string, parked bool) *S
 	from := "its checkpoint"
 	attrs := map[string]string{"workspace": ws.ID, "fromHost": host}
 	if !parked {
-		from = fmt.Sprintf("snapshot %d (%d bytes sealed, %s)", ws.Snapshot.Seq, ws.Snapshot.Size, ws.Snapshot.CreatedAt.Format("2006-01-02 15:04:05Z07:00"))
+		from = fmt.Sprintf("snapshot %d (%d bytes sealed, %s; what was written on that host after it is lost)", ws.Snapshot.Seq, ws.Snapshot.Size, ws.Snapshot.CreatedAt.Format("2006-01-02 15:04:05Z07:00"))
 		attrs["snapshot"] = fmt.Sprint(ws.Snapshot.Seq)
 	}
 	return &SystemData{
@@ -181,7 +181,10 @@ func (s *Service) MoveStrandedRuns(ctx context.Context) (int, error) {
 				s.log.Warn("look up a stranded run's workspace", "run_id", r.ID, "workspace_id", r.WorkspaceID, "err", err)
 				continue
 			}
-			parked := s.parked(ctx, r.ID)
+			// A queued run with a checkpoint (parked, or restored and
+			// retried after its worker was lost) restores it, workspace
+			// and all.
+			parked := s.lastCheckpoint(ctx, r.ID) != nil
 			if !movable(ws, host, live, parked) {
 				continue
 			}
