@@ -22,6 +22,7 @@ type helmrTimes struct {
 	resume []time.Duration // approve -> the task's next log line
 	park   []time.Duration // checkpoint + seal + upload (the parked event's checkpointMs + uploadMs)
 	upload []time.Duration // seal + upload alone
+	size   int64           // the sealed checkpoint's bytes (the last run's)
 }
 
 // measureHelmr starts helmr dev on the gVisor tier with one slot, parking
@@ -68,6 +69,7 @@ func measureHelmr(bin string, n int, extra ...string) (helmrTimes, error) {
 			out.resume = append(out.resume, d)
 			out.park = append(out.park, p.checkpoint+p.upload)
 			out.upload = append(out.upload, p.upload)
+			out.size = p.size
 		}
 	}
 	return out, nil
@@ -79,6 +81,7 @@ type parked struct {
 	cursor               int64 // the last event's seq
 	// checkpoint and upload are the worker's figures in the parked event.
 	checkpoint, upload time.Duration
+	size               int64 // the sealed checkpoint's bytes
 }
 
 // parkedRun triggers the wait task and polls its events until it is parked.
@@ -109,6 +112,7 @@ func parkedRun(c *client.Client) (parked, error) {
 				ck, _ := strconv.Atoi(sd.Attrs["checkpointMs"])
 				up, _ := strconv.Atoi(sd.Attrs["uploadMs"])
 				p.checkpoint, p.upload = time.Duration(ck)*time.Millisecond, time.Duration(up)*time.Millisecond
+				p.size, _ = strconv.ParseInt(sd.Attrs["size"], 10, 64)
 			}
 		}
 		if p.message != "" {

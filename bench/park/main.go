@@ -114,7 +114,8 @@ func compareS3(bin string, n int, dir helmrTimes) error {
 	if err != nil {
 		return fmt.Errorf("blobs in S3: %w", err)
 	}
-	fmt.Printf("blobs in S3 (%s at %s) vs the data directory, same run, n=%d\n", url, os.Getenv("HELMR_TEST_S3_ENDPOINT"), n)
+	fmt.Printf("blobs in S3 (%s at %s) vs the data directory, same run, n=%d; sealed checkpoint %.1f MiB (data dir), %.1f MiB (S3)\n",
+		url, os.Getenv("HELMR_TEST_S3_ENDPOINT"), n, mib(dir.size), mib(s3.size))
 	worst := 0.0
 	for _, m := range []struct {
 		what     string
@@ -137,13 +138,14 @@ func compareS3(bin string, n int, dir helmrTimes) error {
 		verdict = "MISS"
 	}
 	fmt.Printf("  worst ratio S3/data dir %.2fx (target <= %.2fx): %s\n", worst, s3Target, verdict)
-	return storesAlone(n, url, prefix)
+	return storesAlone(n, url, prefix, s3.size)
 }
 
 // storesAlone times the two blob stores alone, for scale: a Put of a
-// checkpoint-sized blob (16 MiB, random) into blobs.Dir and into the S3
+// blob of random bytes the size of the parked checkpoints (size) and of
+// 16 MiB (an uncompressed checkpoint's) into blobs.Dir and into the S3
 // server, through the same code the control plane runs.
-func storesAlone(n int, url, prefix string) error {
+func storesAlone(n int, url, prefix string, size int64) error {
 	ctx := context.Background()
 	tmp, err := os.MkdirTemp("", "helmr-bench-blobs-")
 	if err != nil {
@@ -159,26 +161,28 @@ func storesAlone(n int, url, prefix string) error {
 	if err != nil {
 		return err
 	}
-	data := make([]byte, 16<<20)
-	_, _ = rand.Read(data)
-	put := func(st blobs.Store) func() (time.Duration, error) {
-		return func() (time.Duration, error) {
-			t0 := time.Now()
-			_, err := st.Put(ctx, "ck_bench", struct{ io.Reader }{bytes.NewReader(data)})
-			return time.Since(t0), err
+	defer func() { _ = s3s.Delete(ctx, "ck_bench") }()
+	for _, sz := range []int64{max(size, 1), 16 << 20} {
+		data := make([]byte, sz)
+		_, _ = rand.Read(data)
+		put := func(st blobs.Store) func() (time.Duration, error) {
+			return func() (time.Duration, error) {
+				t0 := time.Now()
+				_, err := st.Put(ctx, "ck_bench", struct{ io.Reader }{bytes.NewReader(data)})
+				return time.Since(t0), err
+			}
 		}
+		d, err := sample(n, put(dir))
+		if err != nil {
+			return err
+		}
+		o, err := sample(n, put(s3s))
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  the stores alone, Put of %.1f MiB: data dir median %.1f ms, S3 median %.1f ms (%.2fx): the floor of the upload part\n",
+			mib(sz), ms(median(d)), ms(median(o)), float64(median(o))/float64(max(median(d), time.Microsecond)))
 	}
-	d, err := sample(n, put(dir))
-	if err != nil {
-		return err
-	}
-	o, err := sample(n, put(s3s))
-	if err != nil {
-		return err
-	}
-	_ = s3s.Delete(ctx, "ck_bench")
-	fmt.Printf("  the stores alone, Put of 16 MiB: data dir median %.1f ms, S3 median %.1f ms (%.2fx): the floor of the upload part\n",
-		ms(median(d)), ms(median(o)), float64(median(o))/float64(max(median(d), time.Microsecond)))
 	return nil
 }
 
@@ -216,5 +220,7 @@ func list(d []time.Duration) string {
 	}
 	return strings.Join(s, " ") + " ms"
 }
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

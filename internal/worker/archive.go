@@ -2,6 +2,8 @@ package worker
 
 import (
 	"archive/tar"
+	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -12,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/klauspost/compress/s2"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,9 +24,18 @@ import (
 //	checkpoint/<file>    the runtime's checkpoint image (flat directory)
 //	workspace.extents    the workspace disk image, sparse (see writeExtents)
 //
+// compressed as an S2 stream (klauspost/compress/s2) before it is sealed.
 // The workspace image is mostly holes (a sparse file the size of the
 // quota): only its data extents are stored, as [offset u64][length u64]
 // [bytes] records after the image's size (u64), all big-endian.
+//
+// Why S2: a checkpoint's memory pages and a workspace disk's metadata
+// shrink to about a quarter (bench/park's node sandbox: 16 MiB to 4 MiB)
+// at over 1 GB/s on one core, and every byte saved is a byte the upload,
+// the blob store (an S3 server takes some 5 ms a MiB here) and the
+// restore's download do not carry. zstd's fastest level shrinks a little
+// more at three times the CPU. readArchive also reads the plain tar of
+// checkpoints parked before archives were compressed.
 const (
 	manifestName = "manifest.json"
 	imagePrefix  = "checkpoint/"
@@ -71,9 +83,20 @@ func dataExtents(f *os.File, size int64) ([]extent, error) {
 	return out, nil
 }
 
-// writeArchive writes the archive of a parked run to w; without
+// s2Magic starts an S2 stream (its stream identifier chunk); a plain tar
+// archive starts with its first entry's name.
+var s2Magic = []byte("\xff\x06\x00\x00S2sTwO")
+
+// writeArchive writes the archive of a parked run to w, compressed; without
 // workspaceImage, that of a paused workspace (the checkpoint only).
 func writeArchive(w io.Writer, m parkManifest, imageDir, workspaceImage string) error {
+	zw := s2.NewWriter(w)
+	err := writeTar(zw, m, imageDir, workspaceImage)
+	return errors.Join(err, zw.Close())
+}
+
+// writeTar writes the archive's tar to w.
+func writeTar(w io.Writer, m parkManifest, imageDir, workspaceImage string) error {
 	tw := tar.NewWriter(w)
 	mdata, _ := json.Marshal(m)
 	if err := addBytes(tw, manifestName, mdata); err != nil {
@@ -169,7 +192,12 @@ func addExtents(tw *tar.Writer, p string) error {
 func readArchive(r io.Reader, imageDir, workspaceImage string) (parkManifest, error) {
 	var m parkManifest
 	var sawManifest, sawImage, sawWorkspace bool
-	tr := tar.NewReader(r)
+	br := bufio.NewReader(r)
+	var src io.Reader = br
+	if head, _ := br.Peek(len(s2Magic)); bytes.Equal(head, s2Magic) {
+		src = s2.NewReader(br)
+	}
+	tr := tar.NewReader(src)
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {

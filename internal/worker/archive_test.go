@@ -112,3 +112,41 @@ func sameContent(t *testing.T, a, b io.Reader) bool {
 		}
 	}
 }
+
+// TestArchiveCompressed: writeArchive compresses the tar (a compressible
+// checkpoint image shrinks), and readArchive still reads a plain tar, as
+// checkpoints parked before archives were compressed are.
+func TestArchiveCompressed(t *testing.T) {
+	image := t.TempDir()
+	pages := bytes.Repeat([]byte("a page of a node heap "), 100_000) // 2.2 MB
+	if err := os.WriteFile(filepath.Join(image, "pages.img"), pages, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := parkManifest{SandboxID: "sbx_3"}
+	var packed, plain bytes.Buffer
+	if err := writeArchive(&packed, m, image, ""); err != nil {
+		t.Fatalf("writeArchive() = %v", err)
+	}
+	if err := writeTar(&plain, m, image, ""); err != nil {
+		t.Fatalf("writeTar() = %v", err)
+	}
+	if !bytes.HasPrefix(packed.Bytes(), s2Magic) || packed.Len() > plain.Len()/10 {
+		t.Errorf("writeArchive() wrote %d bytes starting %q; want an S2 stream under a tenth of the tar's %d bytes",
+			packed.Len(), packed.Bytes()[:min(packed.Len(), 10)], plain.Len())
+	}
+	for name, a := range map[string][]byte{"compressed": packed.Bytes(), "plain tar": plain.Bytes()} {
+		out := t.TempDir()
+		got, err := readArchive(bytes.NewReader(a), out, "")
+		if err != nil || got.SandboxID != "sbx_3" {
+			t.Errorf("readArchive(%s) = %+v, %v", name, got, err)
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(out, "pages.img")); err != nil || !bytes.Equal(b, pages) {
+			t.Errorf("readArchive(%s): pages.img = %d bytes, %v; want %d", name, len(b), err, len(pages))
+		}
+	}
+	// A compressed archive cut short is refused, not read as complete.
+	if _, err := readArchive(bytes.NewReader(packed.Bytes()[:packed.Len()-16]), t.TempDir(), ""); err == nil {
+		t.Error("readArchive(compressed, cut short) = nil error")
+	}
+}
