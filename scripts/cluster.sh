@@ -154,8 +154,12 @@ netns_name() { echo "helmr-$HASH-h$1"; }
 
 ready() { curl -fsS -m 3 -o /dev/null "$1/readyz"; }
 
-# lb_up K: the balancer's health check counts replica K up.
-lb_up() { curl -fsS -m 3 "$LB_STATS/;csv" | awk -F, -v s="r$1" '$1=="replicas" && $2==s && $18 ~ /^UP/ {ok=1} END {exit !ok}'; }
+# lb_up K: the balancer's health checks count replica K up in both
+# backends.
+lb_up() {
+  curl -fsS -m 3 "$LB_STATS/;csv" |
+    awk -F, -v s="r$1" '($1=="replicas" || $1=="terminals") && $2==s && $18 ~ /^UP/ {n++} END {exit n != 2}'
+}
 
 start_replica() {
   local k=$1
@@ -249,10 +253,28 @@ defaults
 frontend api
     bind 127.0.0.1:$LB_PORT
     bind $NET_PREFIX.1:$LB_PORT
+    # A workspace's terminals live in the memory of the replica that
+    # opened them: all of a workspace's terminal requests go to one.
+    use_backend terminals if { path_reg ^/v1/workspaces/[^/]+/terminals }
     default_backend replicas
 
 backend replicas
-    balance roundrobin
+    # Round robin; an E2B sandbox's in-sandbox calls (its processes and
+    # watches live in one replica's memory) by their E2b-Sandbox-Id.
+    balance hdr(E2b-Sandbox-Id)
+    hash-type consistent
+    option httpchk GET /readyz
+    http-check expect status 200
+    default-server check inter 1s fall 2 rise 1
+CFG
+    for k in $(seq "$REPLICAS"); do
+      echo "    server r$k 127.0.0.1:$(eval echo "\$REPLICA_PORT_$k")"
+    done
+    cat <<CFG
+
+backend terminals
+    balance uri depth 3
+    hash-type consistent
     option httpchk GET /readyz
     http-check expect status 200
     default-server check inter 1s fall 2 rise 1
