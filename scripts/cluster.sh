@@ -57,12 +57,15 @@ usage() {
 }
 
 # free_port prints a TCP port on 127.0.0.1 that nothing listens on and
-# that this run has not handed out yet.
+# that this run has not handed out yet, below the kernel's ephemeral
+# range (so no outgoing connection takes it before its server binds it).
 taken=" "
 free_port() {
-  local p
+  local p lo
+  lo=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  ((lo > 12000)) || lo=32768
   for _ in $(seq 200); do
-    p=$((20000 + RANDOM % 30000))
+    p=$((10000 + RANDOM % (lo - 10000)))
     if [[ $taken != *" $p "* ]] && ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then
       taken="$taken$p "
       echo "$p"
@@ -374,8 +377,18 @@ cmd_up() {
   database_url=$(HELMR_PG_DIR=$dir/pg HELMR_PG_PORT=$pg_port "$here/postgres-test.sh" --url)
   ln -sf ../pg/server.log "$dir/logs/postgres.log"
   log "S3 (SeaweedFS) in $dir/s3"
-  local s3env
-  s3env=$(HELMR_S3_DIR=$dir/s3 "$here/s3-test.sh")
+  # s3-test.sh picks its ports in the ephemeral range, where one may be
+  # taken before weed binds it: it then fails, and a second try picks
+  # others.
+  local s3env="" try
+  for try in 1 2 3; do
+    s3env=$(HELMR_S3_DIR=$dir/s3 "$here/s3-test.sh") && break
+    s3env=""
+    log "the S3 server did not start (try $try of 3; its log: $dir/logs/s3-try$try.log)"
+    cp "$dir/s3/weed.log" "$dir/logs/s3-try$try.log" 2>/dev/null || true
+    HELMR_S3_DIR=$dir/s3 "$here/s3-test.sh" --stop >&2 || true
+  done
+  [[ -n $s3env ]] || die "the S3 server did not start; see $dir/logs/s3-try*.log"
   eval "$s3env"
   ln -sf ../s3/weed.log "$dir/logs/s3.log"
 
