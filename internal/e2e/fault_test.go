@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -26,80 +24,6 @@ import (
 	"github.com/helmr/helmr/internal/testenv"
 	"github.com/helmr/helmr/internal/workspaces"
 )
-
-// cluster is a multi-host Helmr that scripts/cluster.sh started for a
-// test: PostgreSQL, the S3 server, control-plane replicas behind a load
-// balancer, and workers each in its own network namespace.
-type cluster struct {
-	t      *testing.T
-	script string
-	dir    string
-	env    []string          // the test's environment plus the cluster's exports
-	vars   map[string]string // the exports
-}
-
-// startCluster runs `scripts/cluster.sh up` with the settings in extra
-// (HELMR_* variables the cluster's processes take), and `down` at the
-// end of the test.
-func startCluster(t *testing.T, workers, replicas int, runtime string, extra ...string) *cluster {
-	t.Helper()
-	root := repoRoot(t)
-	c := &cluster{t: t, script: filepath.Join(root, "scripts", "cluster.sh"), dir: filepath.Join(t.TempDir(), "cluster"), vars: map[string]string{}}
-	base := append(environ(t), "HELMR_BIN="+filepath.Join(testenv.Binaries(t), "helmr"), "HELMR_CACHE_DIR="+testenv.CacheDir())
-	base = append(base, extra...)
-	cmd := exec.Command(c.script, "up", "--dir", c.dir, "--workers", strconv.Itoa(workers), "--replicas", strconv.Itoa(replicas), "--runtime", runtime)
-	cmd.Env = base
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	t.Cleanup(func() {
-		down := exec.Command(c.script, "down", "--dir", c.dir)
-		down.Env = base
-		if out, err := down.CombinedOutput(); err != nil {
-			t.Errorf("cluster.sh down: %v\n%s", err, out)
-		}
-	})
-	if err != nil {
-		t.Fatalf("cluster.sh up: %v\n%s", err, stderr.String())
-	}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "export "), "=")
-		if ok {
-			c.vars[k] = strings.Trim(v, `'"`)
-		}
-	}
-	for _, k := range []string{"HELMR_URL", "HELMR_API_KEY", "HELMR_CLUSTER_DIR"} {
-		if c.vars[k] == "" {
-			t.Fatalf("cluster.sh up printed no %s:\n%s", k, out)
-		}
-	}
-	c.env = base
-	for k, v := range c.vars {
-		c.env = append(c.env, k+"="+v)
-	}
-	return c
-}
-
-// do runs `scripts/cluster.sh args...` and returns its output.
-func (c *cluster) do(args ...string) (string, error) {
-	cmd := exec.Command(c.script, append(args, "--dir", c.dir)...)
-	cmd.Env = c.env
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("cluster.sh %s: %w: %s", strings.Join(args, " "), err, out)
-	}
-	return string(out), nil
-}
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Clean(filepath.Join(wd, "..", ".."))
-}
 
 // faultLoad is what the fault test submitted, and what it saw.
 type faultLoad struct {
@@ -134,11 +58,10 @@ func TestFaultsUnderLoad(t *testing.T) {
 		}
 		loadFor = time.Duration(n) * time.Second
 	}
-	c := startCluster(t, 3, 2, "gvisor",
+	c := upCluster(t, []string{"--workers", "3", "--replicas", "2", "--runtime", "gvisor"},
 		"HELMR_WORKER_TTL=3s", "HELMR_HEARTBEAT=500ms", "HELMR_PARK_AFTER=1s", "HELMR_SLOTS=3")
-	env := append(slices.Clip(c.env), "HELMR_PROJECT=", "HELMR_PROFILE="+filepath.Join(t.TempDir(), "profile.json"))
-	api := client.New(c.vars["HELMR_URL"], c.vars["HELMR_API_KEY"])
-	d := &dev{t: t, bin: testenv.Binaries(t), env: env, url: c.vars["HELMR_URL"], api: api}
+	d := c.cli(testenv.Binaries(t))
+	api := d.api
 	d.deploy("internal/e2e/testdata/faults")
 	ctx := t.Context()
 	var spaces []string
@@ -369,10 +292,7 @@ func approveParked(ctx context.Context, api *client.Client, load *faultLoad) {
 // again; once, a replica; once, it restarts PostgreSQL. Each fault is
 // sent on done as it is made.
 func injectFaults(ctx context.Context, t *testing.T, c *cluster, done chan<- string) {
-	workers, _ := strconv.Atoi(c.vars["HELMR_CLUSTER_WORKERS"])
-	if workers == 0 {
-		workers = 3
-	}
+	workers, _ := strconv.Atoi(c.exports["HELMR_CLUSTER_WORKERS"])
 	step := 0
 	for {
 		select {
@@ -391,20 +311,20 @@ func injectFaults(ctx context.Context, t *testing.T, c *cluster, done chan<- str
 			fault = []string{"worker", strconv.Itoa(1 + rand.IntN(workers))}
 		}
 		if fault[0] == "postgres" {
-			if _, err := c.do("restart", "postgres"); err != nil {
-				t.Errorf("restart postgres: %v", err)
+			if _, errOut, err := c.tryScript("restart", "postgres"); err != nil {
+				t.Errorf("restart postgres: %v: %s", err, errOut)
 				return
 			}
 			done <- "postgres restarted"
 			continue
 		}
-		if _, err := c.do("kill", fault[0], fault[1]); err != nil {
-			t.Errorf("kill %s: %v", strings.Join(fault, " "), err)
+		if _, errOut, err := c.tryScript("kill", fault[0], fault[1]); err != nil {
+			t.Errorf("kill %s: %v: %s", strings.Join(fault, " "), err, errOut)
 			return
 		}
 		time.Sleep(time.Duration(500+rand.IntN(1500)) * time.Millisecond)
-		if _, err := c.do("start", fault[0], fault[1]); err != nil {
-			t.Errorf("start %s: %v", strings.Join(fault, " "), err)
+		if _, errOut, err := c.tryScript("start", fault[0], fault[1]); err != nil {
+			t.Errorf("start %s: %v: %s", strings.Join(fault, " "), err, errOut)
 			return
 		}
 		done <- fault[0] + " " + fault[1] + " killed and restarted"
@@ -463,18 +383,9 @@ func nonceBeforePark(evs []runs.Event) string {
 // containers in their state directories.
 func stopWorkersAndFindOrphans(t *testing.T, c *cluster) []string {
 	t.Helper()
-	workers, _ := strconv.Atoi(c.vars["HELMR_CLUSTER_WORKERS"])
+	workers, _ := strconv.Atoi(c.exports["HELMR_CLUSTER_WORKERS"])
 	for k := 1; k <= workers; k++ {
-		out, err := c.do("pids", "worker", strconv.Itoa(k))
-		if err != nil {
-			t.Errorf("pids of worker %d: %v", k, err)
-			continue
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(out))
-		if err != nil {
-			t.Errorf("pids of worker %d printed %q", k, out)
-			continue
-		}
+		pid := c.workerPID(k)
 		_ = syscall.Kill(pid, syscall.SIGTERM)
 		for i := 0; i < 300 && syscall.Kill(pid, 0) == nil; i++ {
 			time.Sleep(100 * time.Millisecond)

@@ -178,6 +178,9 @@ func (s *Service) retry(ctx context.Context, id string, o Outcome, now time.Time
 	if err != nil || cur.Retry == nil || !retries(*cur.Retry, o.Status, o.Error) {
 		return Run{}, false, nil
 	}
+	if h := o.held(); h != nil && (cur.WorkerID != h.WorkerID || max(cur.Attempt, 1) != max(h.Attempt, 1)) {
+		return Run{}, false, nil // the transition below refuses it, naming why
+	}
 	attempt := max(cur.Attempt, 1)
 	if attempt >= cur.Retry.MaxAttempts {
 		if cur.Retry.MaxAttempts > 1 {
@@ -218,6 +221,7 @@ func (s *Service) retry(ctx context.Context, id string, o Outcome, now time.Time
 		From: []Status{StatusStarting, StatusRunning, StatusWaiting}, To: StatusQueued, Time: now,
 		Retry: &Retry{At: now.Add(delay), Failed: Attempt{Attempt: attempt, Status: o.Status, Error: o.Error,
 			WorkerID: cur.WorkerID, StartedAt: cur.StartedAt, FinishedAt: now}},
+		Held: o.held(),
 	})
 	if err != nil {
 		return Run{}, false, err

@@ -3,6 +3,7 @@ package runs_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/helmr/helmr/internal/checkpoints"
 	"github.com/helmr/helmr/internal/deployments"
+	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/store/sqlite"
 	"github.com/helmr/helmr/internal/workers"
@@ -157,5 +159,60 @@ func TestLostRunRestoresCheckpoint(t *testing.T) {
 	}
 	if n := notes(w.ID); !strings.Contains(n, "from a fresh sandbox") {
 		t.Errorf("retry note of the waiting run: %s", n)
+	}
+}
+
+// TestStaleOutcomeRefused: a worker given up as lost whose outcome
+// arrives after the run was retried on another worker cannot end the
+// new attempt; the outcome of the attempt that holds the run can.
+func TestStaleOutcomeRefused(t *testing.T) {
+	ctx := context.Background()
+	task := goodTask("a")
+	task.Retry = &runs.RetryPolicy{MaxAttempts: 3, MinTimeoutMs: 1}
+	svc := flowService(t, task)
+	svc.WorkerTTL = time.Minute
+	caps := workers.Capabilities{CPUs: 2, MemoryBytes: 1 << 30}
+	r, _, err := svc.Trigger(ctx, runs.TriggerRequest{Project: "p", Env: "dev", TaskID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaseAs := func(worker string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			got, err := svc.Lease(ctx, worker, caps)
+			if err == nil && got.ID == r.ID {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s leased nothing: %v", worker, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	leaseAs("w1")
+	// w1 fails (its task threw): attempt 2 goes to w2.
+	if _, err := svc.Finish(ctx, r.ID, runs.Outcome{Status: runs.StatusFailed, Error: &runs.Error{Class: runs.ClassTaskProcess, Message: "boom"},
+		WorkerID: "w1", Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	leaseAs("w2")
+	// w1's report again (a retry of a request whose answer it lost).
+	_, err = svc.Finish(ctx, r.ID, runs.Outcome{Status: runs.StatusFailed, Error: &runs.Error{Class: runs.ClassTaskProcess, Message: "boom"},
+		WorkerID: "w1", Attempt: 1})
+	if !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("stale outcome = %v, want a conflict", err)
+	}
+	got, _ := svc.Get(ctx, r.ID)
+	if got.Status != runs.StatusStarting || got.Attempt != 2 || got.WorkerID != "w2" || len(got.Attempts) != 1 {
+		t.Fatalf("after the stale outcome: %s attempt %d on %s %+v, want attempt 2 starting on w2", got.Status, got.Attempt, got.WorkerID, got.Attempts)
+	}
+	// Even a success of the old attempt is refused; w2's is taken.
+	if _, err := svc.Finish(ctx, r.ID, runs.Outcome{Status: runs.StatusCompleted, Output: []byte(`1`), WorkerID: "w2", Attempt: 1}); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("outcome naming attempt 1 on w2 = %v, want a conflict", err)
+	}
+	if got, err := svc.Finish(ctx, r.ID, runs.Outcome{Status: runs.StatusCompleted, Output: []byte(`2`), WorkerID: "w2", Attempt: 2}); err != nil ||
+		got.Status != runs.StatusCompleted || string(got.Output) != "2" {
+		t.Errorf("w2's outcome = %s %s, %v; want COMPLETED 2", got.Status, got.Output, err)
 	}
 }

@@ -207,6 +207,16 @@ type Transition struct {
 	// again (a parked run whose wait is over), so that its time in the
 	// queue counts from then.
 	Due *time.Time
+	// Held, if set, makes the transition conditional on the run still
+	// being that attempt on that worker: a worker's late report of an
+	// attempt that was given up and retried must not end the next one.
+	Held *Hold
+}
+
+// Hold is one attempt of a run on one worker.
+type Hold struct {
+	WorkerID string
+	Attempt  int
 }
 
 // Filter selects runs for List. Empty fields match everything.

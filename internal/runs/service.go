@@ -502,10 +502,24 @@ type Outcome struct {
 	// Notes are recorded as system events before the final status (for
 	// example: the sandbox hit its process limit).
 	Notes []SystemData `json:"notes,omitempty"`
+	// WorkerID and Attempt, when the worker sets them, say which attempt
+	// on which worker ended: the outcome is refused (errdefs.ErrConflict)
+	// if the run has moved on, say a retry after this worker was given
+	// up as lost.
+	WorkerID string `json:"workerId,omitempty"`
+	Attempt  int    `json:"attempt,omitempty"`
 
 	// lost: the run's worker was lost (not the task's doing), so a retry
 	// restores the run's last checkpoint when it has one.
 	lost bool
+}
+
+// held is the attempt o is about, if it says.
+func (o Outcome) held() *Hold {
+	if o.WorkerID == "" {
+		return nil
+	}
+	return &Hold{WorkerID: o.WorkerID, Attempt: o.Attempt}
 }
 
 // Finish moves a started run to its terminal status. A run cancelled
@@ -530,7 +544,7 @@ func (s *Service) Finish(ctx context.Context, id string, o Outcome) (Run, error)
 	}
 	r, _, err := s.store.Transition(ctx, id, Transition{
 		From: []Status{StatusStarting, StatusRunning, StatusWaiting}, To: o.Status,
-		Output: o.Output, Error: o.Error, FinishedAt: &now, Time: now,
+		Output: o.Output, Error: o.Error, FinishedAt: &now, Time: now, Held: o.held(),
 	})
 	s.broker.Publish(id)
 	if err == nil {
@@ -567,7 +581,8 @@ func (s *Service) failStarted(ctx context.Context, pick func(Run) (string, bool)
 				if !ok {
 					continue
 				}
-				_, err := s.Finish(ctx, r.ID, Outcome{Status: StatusFailed, Error: &Error{Class: ClassGuestRuntime, Message: msg}, lost: true})
+				_, err := s.Finish(ctx, r.ID, Outcome{Status: StatusFailed, Error: &Error{Class: ClassGuestRuntime, Message: msg},
+					WorkerID: r.WorkerID, Attempt: r.Attempt, lost: true})
 				if err != nil && !errors.Is(err, errdefs.ErrConflict) {
 					return n, err
 				}

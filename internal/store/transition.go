@@ -31,6 +31,10 @@ func ApplyTransition(r *runs.Run, t runs.Transition) (runs.Event, error) {
 		return runs.Event{}, fmt.Errorf("transition run %s from %s to %s (want from %v): %w",
 			r.ID, r.Status, t.To, t.From, errdefs.ErrConflict)
 	}
+	if h := t.Held; h != nil && (r.WorkerID != h.WorkerID || max(r.Attempt, 1) != max(h.Attempt, 1)) {
+		return runs.Event{}, fmt.Errorf("transition run %s to %s: it is attempt %d on worker %q, not attempt %d on %q: %w",
+			r.ID, t.To, max(r.Attempt, 1), r.WorkerID, max(h.Attempt, 1), h.WorkerID, errdefs.ErrConflict)
+	}
 	data, err := json.Marshal(runs.StatusData{From: r.Status, To: t.To, Error: t.Error})
 	if err != nil {
 		return runs.Event{}, fmt.Errorf("encode status event: %w", err)

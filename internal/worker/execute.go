@@ -37,15 +37,57 @@ func (w *Worker) execute(ctx context.Context, l Lease) {
 	if o == nil {
 		return // canceled: the control plane already has the final state
 	}
+	// The outcome names this attempt on this worker, so that a late
+	// report cannot end a retry another worker runs.
+	o.WorkerID, o.Attempt = w.cfg.ID, max(l.Run.Attempt, 1)
 	// Report with a fresh context: a shutting-down worker still records
 	// how its runs ended.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := w.cfg.Control.Finish(rctx, l.Run.ID, *o); err != nil && !errors.Is(err, errdefs.ErrConflict) {
+	if err := w.report(context.WithoutCancel(ctx), func(ctx context.Context) error {
+		return w.cfg.Control.Finish(ctx, l.Run.ID, *o)
+	}); err != nil && !errors.Is(err, errdefs.ErrConflict) {
 		log.Error("report outcome failed", "err", err)
 	}
 	log.Info("run finished", "status", o.Status)
 	w.maybeCollect()
+}
+
+// reportFor bounds how long a worker tries to report a run's outcome
+// through control plane outages (a replica or the database restarting).
+const reportFor = 5 * time.Minute
+
+// report calls send until it succeeds, fails for good (the control plane
+// refused it: conflict, not found, invalid, unauthorized) or reportFor
+// passes, with a backoff: an outcome that is never reported leaves its
+// run started on a live worker, which nothing else would end.
+func (w *Worker) report(ctx context.Context, send func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, reportFor)
+	defer cancel()
+	backoff := 100 * time.Millisecond
+	for {
+		actx, acancel := context.WithTimeout(ctx, 15*time.Second)
+		err := send(actx)
+		acancel()
+		if err == nil || !transient(err) {
+			return err
+		}
+		w.log.Warn("report to the control plane failed; trying again", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// transient reports whether err may pass: not a refusal.
+func transient(err error) bool {
+	for _, final := range []error{errdefs.ErrConflict, errdefs.ErrNotFound, errdefs.ErrInvalid, errdefs.ErrUnauthenticated, errdefs.ErrForbidden, errdefs.ErrTooLarge} {
+		if errors.Is(err, final) {
+			return false
+		}
+	}
+	return true
 }
 
 func failed(class runs.FailureClass, format string, args ...any) *runs.Outcome {
