@@ -93,6 +93,32 @@ type Dialect struct {
 	// Types are the engine's words for the types the shared migrations
 	// name.
 	Types Types
+	// Retryable, if set, reports whether a statement or transaction that
+	// failed with err was not carried out because its connection was
+	// gone (the database restarting, or a pooled connection it closed),
+	// so that it may be sent again on another.
+	Retryable func(err error) bool
+}
+
+// Retries of a statement or transaction whose connection was gone: about
+// five seconds in all, long enough for a database to restart.
+const (
+	retries      = 7
+	retryBackoff = 50 * time.Millisecond
+)
+
+// again reports whether a call that failed with err (attempt n, from 0)
+// may be sent again, after waiting the backoff; false once ctx is over.
+func (d *Dialect) again(ctx context.Context, err error, n int) bool {
+	if err == nil || d.Retryable == nil || n >= retries || errors.As(err, new(errCommit)) || !d.Retryable(err) {
+		return false
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(retryBackoff << n):
+		return true
+	}
 }
 
 // conn runs statements in the dialect, on a pool or a transaction.
@@ -103,18 +129,50 @@ type conn struct {
 		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 	}
 	d *Dialect
+	// pool: statements commit on their own, so one whose connection was
+	// gone may be sent again (not so in a transaction: write retries it
+	// whole).
+	pool bool
 }
 
 func (c conn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	return c.q.ExecContext(ctx, c.d.rebind(query), c.d.args(args)...)
+	for n := 0; ; n++ {
+		res, err := c.q.ExecContext(ctx, c.d.rebind(query), c.d.args(args)...)
+		if !c.pool || !c.d.again(ctx, err, n) {
+			return res, err
+		}
+	}
 }
 
 func (c conn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return c.q.QueryContext(ctx, c.d.rebind(query), c.d.args(args)...)
+	for n := 0; ; n++ {
+		rows, err := c.q.QueryContext(ctx, c.d.rebind(query), c.d.args(args)...)
+		if !c.pool || !c.d.again(ctx, err, n) {
+			return rows, err
+		}
+	}
 }
 
-func (c conn) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
-	return c.q.QueryRowContext(ctx, c.d.rebind(query), c.d.args(args)...)
+// row is the one row of queryRow, read when scanned.
+type row struct {
+	c     conn
+	ctx   context.Context
+	query string
+	args  []any
+}
+
+// Scan runs the query and scans its row into dest, as sql.Row.Scan does.
+func (r row) Scan(dest ...any) error {
+	for n := 0; ; n++ {
+		err := r.c.q.QueryRowContext(r.ctx, r.query, r.args...).Scan(dest...)
+		if !r.c.pool || errors.Is(err, sql.ErrNoRows) || !r.c.d.again(r.ctx, err, n) {
+			return err
+		}
+	}
+}
+
+func (c conn) queryRow(ctx context.Context, query string, args ...any) row {
+	return row{c: c, ctx: ctx, query: c.d.rebind(query), args: c.d.args(args)}
 }
 
 // changed runs a statement and returns how many rows it changed.
@@ -153,12 +211,30 @@ func (t txConn) notify(ctx context.Context, id string) error {
 
 // read is the read pool; writer is the write pool, for a statement that
 // commits on its own.
-func (db *DB) read() conn   { return conn{q: db.r, d: db.d} }
-func (db *DB) writer() conn { return conn{q: db.w, d: db.d} }
+func (db *DB) read() conn   { return conn{q: db.r, d: db.d, pool: true} }
+func (db *DB) writer() conn { return conn{q: db.w, d: db.d, pool: true} }
 
 // write runs fn in a transaction on the write pool (BEGIN IMMEDIATE on
-// SQLite's writer) and commits it when fn returns nil.
+// SQLite's writer) and commits it when fn returns nil. A transaction
+// whose connection was gone before it committed is run again, fn and
+// all: nothing of it was kept.
 func (db *DB) write(ctx context.Context, fn func(tx txConn) error) error {
+	for n := 0; ; n++ {
+		err := db.writeOnce(ctx, fn)
+		if !db.d.again(ctx, err, n) {
+			return err
+		}
+	}
+}
+
+// errCommit marks a failed commit: whether it took is unknown, so it is
+// never retried.
+type errCommit struct{ err error }
+
+func (e errCommit) Error() string { return "commit: " + e.err.Error() }
+func (e errCommit) Unwrap() error { return e.err }
+
+func (db *DB) writeOnce(ctx context.Context, fn func(tx txConn) error) error {
 	sqlTx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -168,7 +244,7 @@ func (db *DB) write(ctx context.Context, fn func(tx txConn) error) error {
 		return err
 	}
 	if err := sqlTx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		return errCommit{err}
 	}
 	return nil
 }

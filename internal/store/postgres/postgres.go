@@ -8,12 +8,15 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -88,6 +91,7 @@ func (s *Store) dialect() *store.Dialect {
 		HasTag:     "tags @> ARRAY[?::text]",
 		Lock:       lock,
 		Notify:     s.notify,
+		Retryable:  retryable,
 		Types: store.Types{
 			Postgres: true,
 			Time:     "timestamptz", Blob: "bytea", Real: "double precision", BigInt: "bigint",
@@ -95,6 +99,26 @@ func (s *Store) dialect() *store.Dialect {
 			Strings: "text[] NOT NULL DEFAULT '{}'",
 		},
 	}
+}
+
+// retryable reports whether err says the statement never ran because its
+// connection was gone: the server was shutting down or starting up
+// (SQLSTATE 57P01-57P03), could not be reached, or pgx knows nothing was
+// sent. An error after the statement reached a live server is not.
+func retryable(err error) bool {
+	if errors.Is(err, driver.ErrBadConn) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
+			return true
+		}
+		return false
+	}
+	var connect *pgconn.ConnectError
+	return errors.As(err, &connect) || pgconn.SafeToRetry(err)
 }
 
 // lock serializes writers until tx ends: migrations and deploys to a
