@@ -259,6 +259,10 @@ frontend api
     # A workspace's terminals live in the memory of the replica that
     # opened them: all of a workspace's terminal requests go to one.
     use_backend terminals if { path_reg ^/v1/workspaces/[^/]+/terminals }
+    # A worker's requests all go to one replica (by the worker id it
+    # sends): the operations it takes, their data and results live in
+    # that replica's memory.
+    use_backend workers if { path_beg /v1/worker/ }
     default_backend replicas
 
 backend replicas
@@ -266,6 +270,21 @@ backend replicas
     # watches live in one replica's memory) by their E2b-Sandbox-Id.
     balance hdr(E2b-Sandbox-Id)
     hash-type consistent
+    option httpchk GET /readyz
+    http-check expect status 200
+    default-server check inter 1s fall 2 rise 1
+CFG
+    for k in $(seq "$REPLICAS"); do
+      echo "    server r$k 127.0.0.1:$(eval echo "\$REPLICA_PORT_$k")"
+    done
+    cat <<CFG
+
+backend workers
+    balance hdr(Helmr-Worker-Id)
+    hash-type consistent
+    # A worker that goes away (its long poll closed) is seen by the
+    # replica at once: an operation is not handed to a dead poll.
+    option abortonclose
     option httpchk GET /readyz
     http-check expect status 200
     default-server check inter 1s fall 2 rise 1
@@ -423,7 +442,8 @@ cmd_up() {
     echo "HELMR_MASTER_KEY=$master_key"
     echo "HELMR_OWNER_TOKEN=$OWNER_TOKEN"
     echo "HELMR_WORKER_TOKEN=$worker_token"
-    for s in HELMR_WORKER_TTL HELMR_ENV_CONCURRENCY; do [[ -n ${!s:-} ]] && echo "$s=${!s}"; done
+    # The control plane checks its worker TTL against the heartbeat.
+    for s in HELMR_WORKER_TTL HELMR_HEARTBEAT HELMR_ENV_CONCURRENCY; do [[ -n ${!s:-} ]] && echo "$s=${!s}"; done
   } >"$dir/etc/server.conf"
   {
     echo "# helmr worker (each host): written by scripts/cluster.sh"

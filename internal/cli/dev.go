@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
@@ -140,6 +141,10 @@ func runWorker(ctx context.Context, a *App, controlURL string) error {
 	log := a.logger()
 	c := client.New(controlURL, a.cfg.WorkerToken)
 	c.HTTP.Timeout = 60 * time.Second
+	// A worker's operations, their data and results are in the memory
+	// of the replica it takes them from: a load balancer keeps all of a
+	// worker's requests on one replica by this header.
+	c.Header = http.Header{client.WorkerHeader: {id}}
 	reg := metrics.NewRegistry()
 	w, err := newWorker(a.cfg, false, log, client.Worker{C: c}, controlURL, id, metrics.NewWorker(reg))
 	if err != nil {

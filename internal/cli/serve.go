@@ -132,6 +132,10 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 	// every replica authenticates them.
 	sessions := apikeys.NewSessions(st, keys, cfg.SessionTTL, log)
 	ops := workspaces.NewOps()
+	ops.Lost = func(ctx context.Context, workerID string) bool {
+		lost, err := svc.WorkerLost(ctx, workerID)
+		return err == nil && lost
+	}
 	if desc == "postgres" {
 		// Replicas share one database: an operation asked of this one
 		// may run on a worker that long-polls another.

@@ -29,6 +29,22 @@ type Client struct {
 	BaseURL string
 	Token   string // bearer token (worker token for worker calls)
 	HTTP    *http.Client
+	// Header is sent with every request: a worker names itself in
+	// WorkerHeader, so that a load balancer sends all its requests to one
+	// replica.
+	Header http.Header
+}
+
+// WorkerHeader names the worker a request comes from.
+const WorkerHeader = "Helmr-Worker-Id"
+
+// setHeaders adds c.Header to req.
+func (c *Client) setHeaders(req *http.Request) {
+	for k, vs := range c.Header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
 }
 
 // New returns a client for baseURL.
@@ -70,6 +86,9 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		u += "?" + query.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err == nil {
+		c.setHeaders(req)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -108,6 +127,9 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 // is an *APIError.
 func (c *Client) stream(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, body)
+	if err == nil {
+		c.setHeaders(req)
+	}
 	if err != nil {
 		return nil, err
 	}

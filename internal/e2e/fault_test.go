@@ -172,7 +172,9 @@ func TestFaultsUnderLoad(t *testing.T) {
 			}
 		case "writer":
 			key := load.writes[id]
-			got, err := api.ReadFile(ctx, load.spaces[id], "files/"+key+".txt")
+			rctx, cancel := context.WithTimeout(ctx, time.Minute)
+			got, err := api.ReadFile(rctx, load.spaces[id], "files/"+key+".txt")
+			cancel()
 			if err != nil || string(got) != key {
 				lostFiles++
 				t.Errorf("workspace %s lost completed run %s's file: %q, %v", load.spaces[id], id, got, err)

@@ -17,6 +17,21 @@ func (s *Service) Heartbeat(ctx context.Context, workerID string, caps workers.C
 	return s.workers.UpsertWorker(ctx, workers.Worker{ID: workerID, Capabilities: caps, LastSeen: s.now()})
 }
 
+// WorkerLost reports whether worker id has not reported within WorkerTTL
+// (or never did): what it took will not be answered.
+func (s *Service) WorkerLost(ctx context.Context, id string) (bool, error) {
+	ws, err := s.workers.ListWorkers(ctx, s.now().Add(-s.WorkerTTL))
+	if err != nil {
+		return false, err
+	}
+	for _, w := range ws {
+		if w.ID == id {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 // FailLostRuns fails, as guest_runtime, every started run whose worker has
 // not sent a heartbeat (or asked for work) within the service's WorkerTTL:
 // its sandbox's state is unknown, and nothing would ever finish it.

@@ -22,19 +22,19 @@ func (db *DB) QueueOp(ctx context.Context, id, host string, op []byte, at time.T
 }
 
 // ClaimQueuedOp implements workspaces.OpQueue.
-func (db *DB) ClaimQueuedOp(ctx context.Context, id string, at time.Time) (bool, error) {
-	n, err := db.writer().changed(ctx, `UPDATE op_queue SET taken_at = ? WHERE id = ? AND taken_at IS NULL`, Time(at), id)
+func (db *DB) ClaimQueuedOp(ctx context.Context, id, by string, at time.Time) (bool, error) {
+	n, err := db.writer().changed(ctx, `UPDATE op_queue SET taken_at = ?, taken_by = ? WHERE id = ? AND taken_at IS NULL`, Time(at), by, id)
 	return err == nil && n == 1, err
 }
 
 // TakeQueuedOp implements workspaces.OpQueue: replicas polling at once
 // each take a different operation.
-func (db *DB) TakeQueuedOp(ctx context.Context, host string, at time.Time) (id string, op []byte, err error) {
+func (db *DB) TakeQueuedOp(ctx context.Context, host, by string, at time.Time) (id string, op []byte, err error) {
 	var data string
-	err = db.writer().queryRow(ctx, `UPDATE op_queue SET taken_at = ? WHERE id = (
+	err = db.writer().queryRow(ctx, `UPDATE op_queue SET taken_at = ?, taken_by = ? WHERE id = (
 			SELECT id FROM op_queue WHERE taken_at IS NULL AND (host = '' OR host = ?)
 			ORDER BY queued_at, id LIMIT 1`+db.d.SkipLocked+`)
-		RETURNING id, op`, Time(at), host).Scan(&id, &data)
+		RETURNING id, op`, Time(at), by, host).Scan(&id, &data)
 	if err != nil {
 		return "", nil, orMissing(err, workspaces.ErrNoOp)
 	}
@@ -68,13 +68,14 @@ func (db *DB) changeQueuedOp(ctx context.Context, id, query string, args ...any)
 }
 
 // QueuedResult implements workspaces.OpQueue.
-func (db *DB) QueuedResult(ctx context.Context, id string) ([]byte, bool, error) {
+func (db *DB) QueuedResult(ctx context.Context, id string) ([]byte, bool, string, error) {
 	var res []byte
-	err := db.read().queryRow(ctx, `SELECT result FROM op_queue WHERE id = ?`, id).Scan(jsonCol{(*json.RawMessage)(&res)})
+	var by string
+	err := db.read().queryRow(ctx, `SELECT result, taken_by FROM op_queue WHERE id = ?`, id).Scan(jsonCol{(*json.RawMessage)(&res)}, &by)
 	if err != nil {
-		return nil, false, wrap(err, errdefs.ErrNotFound, "queued workspace operation %s", id)
+		return nil, false, "", wrap(err, errdefs.ErrNotFound, "queued workspace operation %s", id)
 	}
-	return res, res != nil, nil
+	return res, res != nil, by, nil
 }
 
 // QueuedOutputs implements workspaces.OpQueue.

@@ -142,7 +142,7 @@ func (c *Local) RunSecrets(ctx context.Context, runID string) (map[string]runs.B
 }
 
 // NextOp implements ControlPlane.
-func (c *Local) NextOp(ctx context.Context, _, host string) (workspaces.Op, error) {
+func (c *Local) NextOp(ctx context.Context, workerID, host string) (workspaces.Op, error) {
 	if c.Ops == nil {
 		<-ctx.Done()
 		return workspaces.Op{}, workspaces.ErrNoOp
@@ -153,7 +153,7 @@ func (c *Local) NextOp(ctx context.Context, _, host string) (workspaces.Op, erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	op, err := c.Ops.Next(ctx, host)
+	op, err := c.Ops.NextFor(ctx, workerID, host)
 	if err == nil && op.Workspace.Host != host && c.Workspaces != nil {
 		// A new workspace, or one whose host is gone: its files are on
 		// this worker's host from now on.

@@ -355,6 +355,7 @@ type memQueue struct {
 
 type memOp struct {
 	host    string
+	by      string
 	data    []byte
 	taken   bool
 	result  []byte
@@ -371,23 +372,23 @@ func (q *memQueue) QueueOp(_ context.Context, id, host string, op []byte, _ time
 	return nil
 }
 
-func (q *memQueue) ClaimQueuedOp(_ context.Context, id string, _ time.Time) (bool, error) {
+func (q *memQueue) ClaimQueuedOp(_ context.Context, id, by string, _ time.Time) (bool, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	op, ok := q.ops[id]
 	if !ok || op.taken {
 		return false, nil
 	}
-	op.taken = true
+	op.taken, op.by = true, by
 	return true, nil
 }
 
-func (q *memQueue) TakeQueuedOp(_ context.Context, host string, _ time.Time) (string, []byte, error) {
+func (q *memQueue) TakeQueuedOp(_ context.Context, host, by string, _ time.Time) (string, []byte, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, id := range q.fifo {
 		if op, ok := q.ops[id]; ok && !op.taken && (op.host == "" || op.host == host) {
-			op.taken = true
+			op.taken, op.by = true, by
 			return id, op.data, nil
 		}
 	}
@@ -417,14 +418,14 @@ func (q *memQueue) AppendQueuedOutput(_ context.Context, id string, out []byte) 
 	return nil
 }
 
-func (q *memQueue) QueuedResult(_ context.Context, id string) ([]byte, bool, error) {
+func (q *memQueue) QueuedResult(_ context.Context, id string) ([]byte, bool, string, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	op, ok := q.ops[id]
-	if !ok || op.result == nil {
-		return nil, false, nil
+	if !ok {
+		return nil, false, "", nil
 	}
-	return op.result, true, nil
+	return op.result, op.result != nil, op.by, nil
 }
 
 func (q *memQueue) QueuedOutputs(_ context.Context, id string, after int64) ([]QueuedOutput, error) {

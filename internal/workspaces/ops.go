@@ -93,20 +93,21 @@ var ErrNoOp = errors.New("no workspace operation")
 type OpQueue interface {
 	// QueueOp stores op (JSON) for a worker of host (empty: any worker).
 	QueueOp(ctx context.Context, id, host string, op []byte, at time.Time) error
-	// ClaimQueuedOp takes the queued operation id; false when another
-	// replica's worker took it first (or it was dropped).
-	ClaimQueuedOp(ctx context.Context, id string, at time.Time) (bool, error)
-	// TakeQueuedOp takes the oldest queued operation a worker of host may
-	// run; ErrNoOp when there is none.
-	TakeQueuedOp(ctx context.Context, host string, at time.Time) (id string, op []byte, err error)
+	// ClaimQueuedOp takes the queued operation id for worker by; false
+	// when another replica's worker took it first (or it was dropped).
+	ClaimQueuedOp(ctx context.Context, id, by string, at time.Time) (bool, error)
+	// TakeQueuedOp takes, for worker by, the oldest queued operation a
+	// worker of host may run; ErrNoOp when there is none.
+	TakeQueuedOp(ctx context.Context, host, by string, at time.Time) (id string, op []byte, err error)
 	// FinishQueuedOp stores the result (JSON) of a taken operation;
 	// errdefs.ErrNotFound once dropped.
 	FinishQueuedOp(ctx context.Context, id string, result []byte) error
 	// AppendQueuedOutput stores a piece of its output (JSON); errdefs.ErrNotFound
 	// once dropped.
 	AppendQueuedOutput(ctx context.Context, id string, out []byte) error
-	// QueuedResult returns the result, once there is one.
-	QueuedResult(ctx context.Context, id string) ([]byte, bool, error)
+	// QueuedResult returns the result, once there is one, and the worker
+	// that took the operation ("" while none has).
+	QueuedResult(ctx context.Context, id string) (result []byte, done bool, takenBy string, err error)
 	// QueuedOutputs returns the pieces of output after seq, in order.
 	QueuedOutputs(ctx context.Context, id string, after int64) ([]QueuedOutput, error)
 	// DropQueuedOp removes the operation and its output.
@@ -163,6 +164,11 @@ type Ops struct {
 	// Poll is how often the shared queue is read for results
 	// (DefaultOpPoll); workers read it for operations every 4 Poll.
 	Poll time.Duration
+	// Lost, if set, reports whether a worker has stopped reporting (it
+	// died, or lost the control plane): an operation it took fails
+	// instead of waiting for a result that will not come. Checked every
+	// LostCheck.
+	Lost func(ctx context.Context, workerID string) bool
 
 	mu        sync.Mutex
 	queue     []*pending
@@ -187,6 +193,8 @@ type pending struct {
 	// may take it. remote: taken from the shared queue for another
 	// replica's request: its output and result go back there.
 	shared, remote bool
+	// takenBy is the worker of this replica that took it, if it said.
+	takenBy string
 }
 
 // OpOutput is a piece of a streamed operation's output: whole lines
@@ -197,8 +205,8 @@ type OpOutput struct {
 }
 
 type waiter struct {
-	host string
-	got  chan *pending
+	host, worker string
+	got          chan *pending
 }
 
 // NewOps returns an empty operation queue.
@@ -290,6 +298,10 @@ func (o *Ops) DoStream(ctx context.Context, op Op, output func(stream string, da
 	return o.do(ctx, op, output, 0)
 }
 
+// LostCheck is how often a waiting operation's request asks whether the
+// worker that took it is lost (see Ops.Lost).
+const LostCheck = time.Second
+
 // ErrNotTaken: no worker took the operation within DoWithin's time.
 var ErrNotTaken = errors.New("no worker took the operation")
 
@@ -323,6 +335,7 @@ func (o *Ops) do(ctx context.Context, op Op, output func(stream string, data []b
 	for w := range o.waiting {
 		if fits(w.host, op) {
 			delete(o.waiting, w)
+			p.takenBy = w.worker
 			o.taken[op.ID] = p
 			w.got <- p
 			handed = true
@@ -368,6 +381,12 @@ func (o *Ops) do(ctx context.Context, op Op, output func(stream string, data []b
 		tick = t.C
 	}
 	var seen int64
+	var lostTick <-chan time.Time
+	if o.Lost != nil {
+		t := time.NewTicker(LostCheck)
+		defer t.Stop()
+		lostTick = t.C
+	}
 	var deadline <-chan time.Time
 	if take > 0 {
 		t := time.NewTimer(take)
@@ -386,6 +405,19 @@ func (o *Ops) do(ctx context.Context, op Op, output func(stream string, data []b
 				return OpResult{}, fmt.Errorf("workspace %s: %w within %s", op.Workspace.ID, ErrNotTaken, take)
 			}
 			continue // taken: wait for its result
+		case <-lostTick:
+			o.mu.Lock()
+			_, local := o.taken[op.ID]
+			by := p.takenBy
+			o.mu.Unlock()
+			if !local && p.shared {
+				_, _, by, _ = o.Shared.QueuedResult(ctx, op.ID)
+			}
+			if by != "" && o.Lost(ctx, by) {
+				abandon()
+				return OpResult{}, errdefs.Unavailablef("workspace %s: worker %s, which took the operation, stopped reporting before it answered; what it did of it is unknown", op.Workspace.ID, by)
+			}
+			continue
 		case <-tick:
 		case <-changed:
 		}
@@ -398,7 +430,7 @@ func (o *Ops) do(ctx context.Context, op Op, output func(stream string, data []b
 		}
 		// Read the result first: output is stored before it, so what
 		// is read after it is all there is.
-		data, ok, err := o.Shared.QueuedResult(ctx, op.ID)
+		data, ok, _, err := o.Shared.QueuedResult(ctx, op.ID)
 		if err != nil {
 			continue
 		}
@@ -442,7 +474,7 @@ func (o *Ops) withdraw(ctx context.Context, p *pending) bool {
 		return true
 	}
 	// Claiming it here means no other replica's worker did.
-	ok, err := o.Shared.ClaimQueuedOp(ctx, p.op.ID, time.Now())
+	ok, err := o.Shared.ClaimQueuedOp(ctx, p.op.ID, "", time.Now())
 	if err == nil && ok {
 		return true
 	}
@@ -489,6 +521,13 @@ func fits(host string, op Op) bool {
 // Next returns an operation for a worker of host, waiting until one comes
 // or ctx ends (ErrNoOp).
 func (o *Ops) Next(ctx context.Context, host string) (Op, error) {
+	return o.NextFor(ctx, "", host)
+}
+
+// NextFor is Next for worker workerID: should that worker stop
+// reporting (see Lost) before it answers, the operation's request fails
+// rather than waiting for ever.
+func (o *Ops) NextFor(ctx context.Context, workerID, host string) (Op, error) {
 	var tick <-chan time.Time
 	if o.Shared != nil {
 		t := time.NewTicker(4 * o.poll())
@@ -498,7 +537,7 @@ func (o *Ops) Next(ctx context.Context, host string) (Op, error) {
 	// With a shared queue, read it at once, then on each tick or notice.
 	queued, readNow := o.queued(), o.Shared != nil
 	for {
-		op, w, err := o.nextLocal(ctx, host)
+		op, w, err := o.nextLocal(ctx, workerID, host)
 		if w == nil || err != nil {
 			return op, err
 		}
@@ -533,7 +572,7 @@ func (o *Ops) Next(ctx context.Context, host string) (Op, error) {
 			return p.op, nil
 		}
 		queued = o.queued()
-		id, data, err := o.Shared.TakeQueuedOp(ctx, host, time.Now())
+		id, data, err := o.Shared.TakeQueuedOp(ctx, host, workerID, time.Now())
 		if err != nil {
 			continue // none (or the database is away): wait on
 		}
@@ -547,7 +586,7 @@ func (o *Ops) Next(ctx context.Context, host string) (Op, error) {
 // host may run (claiming it in the shared queue, where another replica's
 // worker may have taken it first), or, if there is none, registers a
 // waiter for the next one and returns it.
-func (o *Ops) nextLocal(ctx context.Context, host string) (Op, *waiter, error) {
+func (o *Ops) nextLocal(ctx context.Context, workerID, host string) (Op, *waiter, error) {
 	for {
 		o.mu.Lock()
 		var p *pending
@@ -559,18 +598,19 @@ func (o *Ops) nextLocal(ctx context.Context, host string) (Op, *waiter, error) {
 			}
 		}
 		if p == nil {
-			w := &waiter{host: host, got: make(chan *pending, 1)}
+			w := &waiter{host: host, worker: workerID, got: make(chan *pending, 1)}
 			o.waiting[w] = struct{}{}
 			o.mu.Unlock()
 			return Op{}, w, nil
 		}
 		if !p.shared {
+			p.takenBy = workerID
 			o.taken[p.op.ID] = p
 			o.mu.Unlock()
 			return p.op, nil, nil
 		}
 		o.mu.Unlock()
-		ok, err := o.Shared.ClaimQueuedOp(ctx, p.op.ID, time.Now())
+		ok, err := o.Shared.ClaimQueuedOp(ctx, p.op.ID, workerID, time.Now())
 		if err != nil {
 			o.mu.Lock()
 			o.queue = append(o.queue, p) // still queued, for others
@@ -579,6 +619,7 @@ func (o *Ops) nextLocal(ctx context.Context, host string) (Op, *waiter, error) {
 		}
 		if ok {
 			o.mu.Lock()
+			p.takenBy = workerID
 			o.taken[p.op.ID] = p
 			o.mu.Unlock()
 			return p.op, nil, nil

@@ -195,3 +195,49 @@ func TestDoWithin(t *testing.T) {
 		t.Errorf("DoWithin(taken) = %+v, %v; want the worker's result", res, err)
 	}
 }
+
+// TestOpsTakerLost: a worker takes an operation and is lost before it
+// answers (killed): the request fails, naming it, instead of waiting for
+// ever; through a shared queue too, where the worker long-polls another
+// replica. An operation whose worker is alive waits on.
+func TestOpsTakerLost(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		q := newMemQueue()
+		lost := map[string]bool{"w-dead": true}
+		mk := func() *Ops {
+			o := NewOps()
+			o.Lost = func(_ context.Context, id string) bool { return lost[id] }
+			if shared {
+				o.Shared = q
+			}
+			return o
+		}
+		a := mk()
+		b := a // the worker long-polls the replica asked, or another
+		if shared {
+			b = mk()
+		}
+		ctx := t.Context()
+		for _, worker := range []string{"w-dead", "w-alive"} {
+			taken := make(chan string, 1)
+			go func() {
+				op, err := b.NextFor(ctx, worker, "h1")
+				if err != nil {
+					t.Errorf("NextFor(%s): %v", worker, err)
+					return
+				}
+				taken <- op.ID // and never answers
+			}()
+			rctx, cancel := context.WithTimeout(ctx, 4*LostCheck)
+			_, err := a.Do(rctx, Op{Workspace: Workspace{ID: "ws_1", Host: "h1"}})
+			cancel()
+			<-taken
+			if worker == "w-dead" && (!errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "worker w-dead, which took the operation, stopped reporting")) {
+				t.Errorf("shared=%v: Do taken by a lost worker = %v, want unavailable naming it", shared, err)
+			}
+			if worker == "w-alive" && !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("shared=%v: Do taken by a live worker = %v, want it to wait (until its context ends)", shared, err)
+			}
+		}
+	}
+}

@@ -26,23 +26,25 @@ func testOpQueue(t *testing.T, s Store) {
 	// h2 gets the any-host op_b first (queued before op_c), then op_c;
 	// never h1's op_a.
 	for _, want := range []string{"op_b", "op_c"} {
-		id, op, err := s.TakeQueuedOp(ctx, "h2", at(1))
+		id, op, err := s.TakeQueuedOp(ctx, "h2", "w2", at(1))
 		if err != nil || id != want || string(op) != `{"id":"`+want+`"}` {
 			t.Fatalf("TakeQueuedOp(h2) = %s %s %v, want %s", id, op, err, want)
 		}
 	}
-	if id, _, err := s.TakeQueuedOp(ctx, "h2", at(1)); !errors.Is(err, workspaces.ErrNoOp) {
+	if id, _, err := s.TakeQueuedOp(ctx, "h2", "w2", at(1)); !errors.Is(err, workspaces.ErrNoOp) {
 		t.Errorf("TakeQueuedOp(h2) once all are taken = %s %v, want ErrNoOp", id, err)
 	}
-	if ok, err := s.ClaimQueuedOp(ctx, "op_b", at(2)); ok || err != nil {
+	if ok, err := s.ClaimQueuedOp(ctx, "op_b", "w1", at(2)); ok || err != nil {
 		t.Errorf("ClaimQueuedOp(taken) = %v %v, want false", ok, err)
 	}
-	if ok, err := s.ClaimQueuedOp(ctx, "op_a", at(2)); !ok || err != nil {
+	if ok, err := s.ClaimQueuedOp(ctx, "op_a", "w1", at(2)); !ok || err != nil {
 		t.Errorf("ClaimQueuedOp(op_a) = %v %v, want true", ok, err)
 	}
-
-	if _, ok, err := s.QueuedResult(ctx, "op_b"); ok || err != nil {
-		t.Errorf("QueuedResult before the result = %v %v", ok, err)
+	// Each says who took it.
+	for id, want := range map[string]string{"op_a": "w1", "op_b": "w2", "op_c": "w2"} {
+		if _, ok, by, err := s.QueuedResult(ctx, id); ok || err != nil || by != want {
+			t.Errorf("QueuedResult(%s) before the result = %v, taken by %q, %v; want none yet, taken by %s", id, ok, by, err, want)
+		}
 	}
 	for _, piece := range []string{"one", "two", "three"} {
 		if err := s.AppendQueuedOutput(ctx, "op_b", []byte(piece)); err != nil {
@@ -52,7 +54,7 @@ func testOpQueue(t *testing.T, s Store) {
 	if err := s.FinishQueuedOp(ctx, "op_b", []byte(`{"exec":{"exitCode":3}}`)); err != nil {
 		t.Fatal(err)
 	}
-	res, ok, err := s.QueuedResult(ctx, "op_b")
+	res, ok, _, err := s.QueuedResult(ctx, "op_b")
 	if !ok || err != nil || string(res) != `{"exec":{"exitCode":3}}` {
 		t.Errorf("QueuedResult = %s %v %v", res, ok, err)
 	}
@@ -69,7 +71,7 @@ func testOpQueue(t *testing.T, s Store) {
 	}
 	wantErr(t, "FinishQueuedOp(dropped)", s.FinishQueuedOp(ctx, "op_b", []byte(`{}`)), errdefs.ErrNotFound)
 	wantErr(t, "AppendQueuedOutput(dropped)", s.AppendQueuedOutput(ctx, "op_b", []byte(`x`)), errdefs.ErrNotFound)
-	_, _, err = s.QueuedResult(ctx, "op_b")
+	_, _, _, err = s.QueuedResult(ctx, "op_b")
 	wantErr(t, "QueuedResult(dropped)", err, errdefs.ErrNotFound)
 	if outs, err := s.QueuedOutputs(ctx, "op_b", 0); err != nil || len(outs) != 0 {
 		t.Errorf("QueuedOutputs(dropped) = %+v %v, want none", outs, err)
@@ -83,7 +85,7 @@ func testOpQueue(t *testing.T, s Store) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"op_a", "op_c"} {
-		_, _, err := s.QueuedResult(ctx, id)
+		_, _, _, err := s.QueuedResult(ctx, id)
 		wantErr(t, "QueuedResult(swept "+id+")", err, errdefs.ErrNotFound)
 	}
 	if outs, _ := s.QueuedOutputs(ctx, "op_a", 0); len(outs) != 0 {
