@@ -120,6 +120,11 @@ func startControlPlane(ctx context.Context, cfg config.Config, dev bool, log *sl
 			}
 		}
 	}
+	svc.Retried = func(ctx context.Context, r runs.Run) {
+		if err := waits.CancelForRetry(ctx, r); err != nil {
+			log.Warn("cancel the waitpoints of a retried attempt", "run_id", r.ID, "err", err)
+		}
+	}
 	// A parked run waits without a worker: when its wait is over, it is
 	// queued for a worker to restore.
 	waits.Resolved = func(ctx context.Context, w waitpoints.Waitpoint) {

@@ -226,6 +226,9 @@ func (s *Service) retry(ctx context.Context, id string, o Outcome, now time.Time
 	if err != nil {
 		return Run{}, false, err
 	}
+	if s.Retried != nil {
+		s.Retried(context.WithoutCancel(ctx), r)
+	}
 	s.broker.Publish(id)
 	s.broker.PublishQueue()
 	return r, true, nil

@@ -59,6 +59,10 @@ type Service struct {
 	// Cancel or Finish (the waitpoint service cancels the run's waits).
 	// Set before use.
 	Ended func(ctx context.Context, r Run)
+	// Retried, if set, is called after a failed attempt of r was queued
+	// to be tried again (the waitpoint service cancels the waits of the
+	// attempt given up: the next one waits anew). Set before use.
+	Retried func(ctx context.Context, r Run)
 	// ChildWaits, if set, makes and completes the waitpoints of parents
 	// that wait for their children (see children.go). Set before use.
 	ChildWaits ChildWaits

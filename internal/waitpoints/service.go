@@ -323,13 +323,24 @@ func (s *Service) Reject(ctx context.Context, runID, reason string) (Waitpoint, 
 // CancelForRun cancels the waiting waitpoints of a run that ended: nothing
 // will wait on them any more.
 func (s *Service) CancelForRun(ctx context.Context, r runs.Run) error {
+	return s.cancelWaits(ctx, r, "the run ended ("+string(r.Status)+")")
+}
+
+// CancelForRetry cancels the waits of the attempt of r that was given up
+// (its worker lost, or its task failed): its next attempt waits anew,
+// and an approval must reach that wait, not a dead one.
+func (s *Service) CancelForRetry(ctx context.Context, r runs.Run) error {
+	return s.cancelWaits(ctx, r, fmt.Sprintf("attempt %d of the run was given up; attempt %d waits anew", max(r.Attempt-1, 1), r.Attempt))
+}
+
+func (s *Service) cancelWaits(ctx context.Context, r runs.Run, reason string) error {
 	page, err := s.store.ListWaitpoints(ctx, Filter{Project: r.Project, Env: r.Env, RunID: r.ID, Status: StatusWaiting, Limit: 1000})
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, w := range page.Waitpoints {
-		_, err := s.resolve(ctx, w.ID, Resolution{Status: StatusCanceled, Reason: "the run ended (" + string(r.Status) + ")", Time: s.now()})
+		_, err := s.resolve(ctx, w.ID, Resolution{Status: StatusCanceled, Reason: reason, Time: s.now()})
 		if err != nil && !errors.Is(err, errdefs.ErrConflict) {
 			errs = append(errs, err)
 		}

@@ -306,3 +306,26 @@ func dump(evs []runs.Event) string {
 	}
 	return b.String()
 }
+
+// TestRetryCancelsWaits: a run's attempt waiting for a human is given up
+// (its worker lost) and retried: the abandoned wait is canceled, saying
+// why, so that an approval reaches the next attempt's wait; another
+// run's wait is left alone.
+func TestRetryCancelsWaits(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	r := f.running(t)
+	old := f.token(t, waitpoints.CreateRequest{Kind: waitpoints.KindHuman, RunID: r.ID, DisplayText: "ship?"})
+	other := f.token(t, waitpoints.CreateRequest{Kind: waitpoints.KindHuman, RunID: "run_other", DisplayText: "ship?"})
+	r.Attempt = 2 // as queued again
+	if err := f.waits.CancelForRetry(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := f.waits.Get(ctx, old.ID)
+	if got.Status != waitpoints.StatusCanceled || !strings.Contains(got.Reason, "attempt 1 of the run was given up; attempt 2 waits anew") {
+		t.Errorf("abandoned wait = %s %q, want CANCELED saying why", got.Status, got.Reason)
+	}
+	if got, _ := f.waits.Get(ctx, other.ID); got.Status != waitpoints.StatusWaiting {
+		t.Errorf("another run's wait = %s, want WAITING", got.Status)
+	}
+}

@@ -179,6 +179,42 @@ func TestSweep(t *testing.T) {
 	}
 }
 
+// TestCloseUnmounts: a sandbox without a network makes runsc mount a
+// null network namespace in its root; Close, once the sandboxes are
+// gone, leaves no mount behind, and a sandbox after it starts again.
+func TestCloseUnmounts(t *testing.T) {
+	rt := newRuntime(t)
+	rootfs := sandboxtest.BaseRootFS(t)
+	start := func(id string) sandbox.Sandbox {
+		sb, err := rt.Start(context.Background(), sandbox.Spec{ID: id, RootLayers: []string{rootfs}, WorkspaceHost: t.TempDir()})
+		if err != nil {
+			t.Fatalf("Start(%s) = %v", id, err)
+		}
+		return sb
+	}
+	null := filepath.Join(rt.cfg.runscRoot(), "null-netns")
+	sb := start("closing-1")
+	if err := sb.Destroy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !mounted(t, null) {
+		t.Fatalf("runsc left no %s mounted: this runsc does not do what Close undoes", null)
+	}
+	if err := rt.Close(context.Background()); err != nil {
+		t.Fatalf("Close() = %v", err)
+	}
+	if mounted(t, null) {
+		t.Errorf("%s is still mounted after Close", null)
+	}
+	if err := rt.Close(context.Background()); err != nil {
+		t.Errorf("Close() again = %v", err)
+	}
+	if err := start("closing-2").Destroy(context.Background()); err != nil {
+		t.Errorf("a sandbox after Close: %v", err)
+	}
+	_ = rt.Close(context.Background())
+}
+
 // mounted reports whether path is a mountpoint in this mount namespace.
 func mounted(t *testing.T, path string) bool {
 	t.Helper()

@@ -292,6 +292,19 @@ func (r *Runtime) sweep(ctx context.Context) {
 	}
 }
 
+// Close implements the worker's runtime closer: once the worker's
+// sandboxes are gone, it unmounts the network namespace runsc leaves
+// mounted in its root for sandboxes without a network (null-netns), so
+// that a stopped worker leaves no mount behind. runsc makes it again
+// for the next such sandbox.
+func (r *Runtime) Close(context.Context) error {
+	p := filepath.Join(r.cfg.runscRoot(), "null-netns")
+	if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("gvisor tier: unmount %s: %w", p, err)
+	}
+	return nil
+}
+
 // logWriter turns the container's output into log records, one per line,
 // and keeps the last few for error messages.
 type logWriter struct {
