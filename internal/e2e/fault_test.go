@@ -121,7 +121,7 @@ func TestFaultsUnderLoad(t *testing.T) {
 	}
 
 	// Count.
-	var completed, retried, lost, dups, gaps, badMemory, lostFiles int
+	var completed, retried, lost, dups, gaps, badMemory, lostFiles, approvedParked int
 	load.mu.Lock()
 	defer load.mu.Unlock()
 	for id, task := range load.ids {
@@ -164,6 +164,7 @@ func TestFaultsUnderLoad(t *testing.T) {
 			if !load.approved[id] {
 				continue
 			}
+			approvedParked++
 			want := nonceBeforePark(evs)
 			var out struct{ Nonce string }
 			if err := json.Unmarshal(r.Output, &out); err != nil || want == "" || out.Nonce != want {
@@ -187,8 +188,8 @@ func TestFaultsUnderLoad(t *testing.T) {
 	orphans := stopWorkersAndFindOrphans(t, c)
 	t.Logf("fault test: %s of load; faults: %s", loadFor, strings.Join(faults, ", "))
 	fmt.Printf("fault test: runs submitted %d, completed %d, retried %d, lost %d, duplicate completions %d, event gaps %d, "+
-		"approved runs with wrong memory %d, workspace files lost %d, orphans %d; faults injected: %d (%s)\n",
-		load.submitted.Load(), completed, retried, lost, dups, gaps, badMemory, lostFiles, len(orphans), len(faults), strings.Join(faults, ", "))
+		"approved parked runs %d (with wrong memory %d), workspace files lost %d, orphans %d; faults injected: %d (%s)\n",
+		load.submitted.Load(), completed, retried, lost, dups, gaps, approvedParked, badMemory, lostFiles, len(orphans), len(faults), strings.Join(faults, ", "))
 	if lost+dups+gaps+badMemory+lostFiles+len(orphans) > 0 {
 		t.Errorf("lost %d, duplicates %d, gaps %d, wrong memory %d, files lost %d, orphans %d %v", lost, dups, gaps, badMemory, lostFiles, len(orphans), orphans)
 	}
