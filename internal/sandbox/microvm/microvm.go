@@ -228,6 +228,9 @@ func ChooseAccel(qemu, kernel, initramfs string) (accel, why string) {
 	return accel, why
 }
 
+// Initramfs is the path of the guests' initramfs.
+func (r *Runtime) Initramfs() string { return r.initramfs }
+
 // Accel is the accelerator this runtime's guests run with: AccelKVM (a
 // hardware boundary) or AccelTCG (emulation, not a security boundary).
 func (r *Runtime) Accel() string { return r.accel }

@@ -164,9 +164,20 @@ func probeKVM(qemu, kernel, initramfs string) (bool, string) {
 	if _, err := os.Stat("/sys/module/kvm_pvm"); err == nil {
 		hv = " (a PVM hypervisor: it boots only PVM guest kernels)"
 	}
+	ok, why := ProbeBoot(qemu, AccelKVM, kernel, initramfs)
+	if ok {
+		return true, "/dev/kvm boots the guest kernel"
+	}
+	return false, "/dev/kvm does not boot a stock kernel" + hv + ": " + why
+}
+
+// ProbeBoot boots kernel with initramfs (the tier's: helmr-agent as init)
+// under accel with the probe argument, and reports whether the init
+// answered before powering the VM off, or why not.
+func ProbeBoot(qemu, accel, kernel, initramfs string) (bool, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	v := &vm{qemu: qemu, accel: AccelKVM, kernel: kernel, initramfs: initramfs,
+	v := &vm{qemu: qemu, accel: accel, kernel: kernel, initramfs: initramfs,
 		cmdline: []string{guest.VMProbeArg}, memMiB: 256, cpus: 1}
 	cmd, files, err := v.command(ctx)
 	if err != nil {
@@ -177,14 +188,14 @@ func probeKVM(qemu, kernel, initramfs string) (bool, string) {
 		f.Close()
 	}
 	if strings.Contains(string(out), guest.VMProbeOK) {
-		return true, "/dev/kvm boots the guest kernel"
+		return true, ""
 	}
 	last := strings.TrimSpace(string(out))
 	if i := strings.LastIndexByte(last, '\n'); i >= 0 {
 		last = last[i+1:]
 	}
 	if ctx.Err() != nil {
-		last = "no answer in 20s"
+		return false, "no answer in 20s"
 	}
-	return false, fmt.Sprintf("/dev/kvm does not boot a stock kernel%s: %v %s", hv, err, last)
+	return false, fmt.Sprintf("%v: %s", err, last)
 }

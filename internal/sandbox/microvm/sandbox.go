@@ -28,6 +28,7 @@ import (
 const (
 	startupTimeout = 120 * time.Second
 	destroyTimeout = 10 * time.Second
+	syncTimeout    = 3 * time.Second
 )
 
 // Sandbox is a running microVM.
@@ -265,6 +266,13 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 	defer cancel()
 	var errs []error
 	if s.qemu != nil {
+		// The workspace is mounted synchronous in the guest; a sync first
+		// still settles what the guest's kernel holds before QEMU dies.
+		if s.alive() == nil {
+			sctx, scancel := context.WithTimeout(ctx, syncTimeout)
+			_, _ = s.client.Exec(sctx, sandbox.ExecRequest{Argv: []string{"sync"}}, 0, 0)
+			scancel()
+		}
 		_ = s.qemu.Process.Kill()
 		select {
 		case <-s.exited:

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/helmr/helmr/internal/sandbox"
 	"github.com/helmr/helmr/internal/sandbox/disk"
 	"github.com/helmr/helmr/internal/sandbox/microvm/guestfmt"
@@ -32,6 +34,11 @@ type workspace struct {
 func newWorkspace(spec sandbox.Spec, img string, minSize int64) (*workspace, error) {
 	if err := sandbox.ChownTree(spec.WorkspaceHost, int(spec.UID), int(spec.GID)); err != nil {
 		return nil, fmt.Errorf("workspace ownership: %w", err)
+	}
+	// A workspace on a file system of its own (the worker's quota disk)
+	// keeps its size: the guest's disk is as large as the host's.
+	if size, ok := ownFSSize(spec.WorkspaceHost); ok {
+		minSize = size
 	}
 	owner := [2]int{int(spec.UID), int(spec.GID)}
 	if err := guestfmt.DirImage(img, spec.WorkspaceHost, minSize, &owner); err != nil {
@@ -102,4 +109,18 @@ func (w *workspace) copyBack(dir string) error {
 		}
 		return nil
 	})
+}
+
+// ownFSSize returns the size of the file system mounted at dir, if dir is
+// a mount point.
+func ownFSSize(dir string) (int64, bool) {
+	var st, parent unix.Stat_t
+	if unix.Stat(dir, &st) != nil || unix.Stat(filepath.Dir(dir), &parent) != nil || st.Dev == parent.Dev {
+		return 0, false
+	}
+	var fs unix.Statfs_t
+	if unix.Statfs(dir, &fs) != nil {
+		return 0, false
+	}
+	return int64(fs.Blocks) * fs.Bsize, true
 }
