@@ -7,7 +7,10 @@
 //	helmr-agent vminit [-v]        a microVM's init (PID 1; also when started
 //	                               as PID 1 with no arguments, as the kernel
 //	                               starts /init): mounts, modules and disks,
-//	                               then init mode on the virtio-serial port
+//	                               then the sandbox's agent (vmsandbox) on
+//	                               the virtio-serial port
+//	helmr-agent vmsandbox [-v]     a microVM's sandbox agent, started by
+//	                               vminit: init mode on fd 3
 //
 // Build it static: CGO_ENABLED=0 go build ./cmd/helmr-agent.
 package main
@@ -60,6 +63,10 @@ func run(args []string) error {
 			return fmt.Errorf("vminit runs only as a VM's init (PID 1)")
 		}
 		return guest.RunVM(log)
+	}
+	if args[0] == guest.VMSandboxMode {
+		// The VM's init started this agent with the stream on fd 3.
+		return guest.RunVMSandbox(os.NewFile(uintptr(*fd), "vm-port"), log)
 	}
 	conn, err := openStream(*fd)
 	if err != nil {

@@ -3,7 +3,6 @@ package guest
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -40,11 +39,12 @@ const vmDeviceWait = 10 * time.Second
 
 // RunVM is the agent as a VM's init (PID 1). It moves off the initramfs's
 // rootfs (which pivot_root refuses) onto a bind mount of it, mounts /proc,
-// /sys and /dev, loads the modules, mounts the disks and then serves the
-// worker on the virtio-serial port like the process tier's agent
-// (RunInit with Prepare): Setup builds the sandbox's root from the disks
-// and pivots into it. Whatever happens, it powers the VM off when it
-// returns: init exiting would panic the kernel.
+// /sys and /dev, loads the modules, mounts the disks, makes the sandbox's
+// cgroup (vmCgroup: the limits the host put on the kernel command line)
+// and starts the sandbox's agent (RunVMSandbox) in it, in a PID and mount
+// namespace of its own, with the virtio-serial port as its stream; then it
+// waits for that agent to end. Whatever happens, it powers the VM off when
+// it returns: init exiting would panic the kernel.
 func RunVM(log *slog.Logger) error {
 	defer vmPowerOff()
 	if err := vmBase(); err != nil {
@@ -60,12 +60,23 @@ func RunVM(log *slog.Logger) error {
 	if err := mountDisks(log); err != nil {
 		return err
 	}
-	conn, err := openPort(VMPort)
+	port, err := openPort(VMPort)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	return RunInit(conn, Prepare, log)
+	defer port.Close()
+	limits := vmBoot()
+	if limits.WorkspaceOwner != nil {
+		if err := chownWorkspace(*limits.WorkspaceOwner); err != nil {
+			return err
+		}
+	}
+	cg, err := vmCgroup(limits)
+	if err != nil {
+		return err
+	}
+	defer cg.Close()
+	return runSandboxAgent(port, cg, log)
 }
 
 // vmBase leaves rootfs for a bind mount of it (pivot_root needs a root
@@ -214,7 +225,7 @@ func findDisks() map[string]string {
 }
 
 // openPort opens the virtio-serial port called name.
-func openPort(name string) (io.ReadWriteCloser, error) {
+func openPort(name string) (*os.File, error) {
 	deadline := time.Now().Add(vmDeviceWait)
 	for {
 		ents, _ := os.ReadDir("/sys/class/virtio-ports")

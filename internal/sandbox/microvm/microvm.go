@@ -63,6 +63,7 @@ import (
 	"sync"
 
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/disk"
 	"github.com/helmr/helmr/internal/sandbox/microvm/guestfmt"
 )
 
@@ -76,6 +77,10 @@ const (
 	DefaultQEMUUID = 64055
 	// DefaultMemory is a guest's memory when the spec sets none.
 	DefaultMemory = 512 << 20
+	// guestMemOverhead is the guest's memory beyond the sandbox's: its
+	// kernel, init and page tables live outside the sandbox's cgroup,
+	// which alone is limited to the spec's memory.
+	guestMemOverhead = 96 << 20
 	// MinMemory is the least memory a guest boots with.
 	MinMemory = 128 << 20
 	// DefaultPidsLimit is the sandbox's process limit when the spec sets none.
@@ -270,7 +275,7 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox
 
 // normalize fills spec's defaults and refuses what this pass lacks.
 func (r *Runtime) normalize(spec *sandbox.Spec) error {
-	if err := spec.Normalize(r.cfg.DefaultPids); err != nil {
+	if err := spec.NormalizeWithImage(r.cfg.DefaultPids); err != nil {
 		return err
 	}
 	switch {
@@ -280,8 +285,10 @@ func (r *Runtime) normalize(spec *sandbox.Spec) error {
 		return errors.New("the microvm tier takes no extra mounts yet")
 	case spec.Network.Attaches():
 		return errors.New("the microvm tier has no network yet (loopback only)")
-	case spec.WorkspaceHost == "":
+	case spec.WorkspaceHost == "" && spec.WorkspaceImage == "":
 		return errors.New("the microvm tier needs a workspace")
+	case spec.WorkspaceImage != "" && disk.Attached(spec.WorkspaceImage):
+		return fmt.Errorf("workspace image %s is mounted on the host", spec.WorkspaceImage)
 	}
 	return nil
 }

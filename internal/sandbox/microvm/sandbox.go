@@ -50,7 +50,10 @@ type Sandbox struct {
 	destroyErr  error
 }
 
-var _ sandbox.Sandbox = (*Sandbox)(nil)
+var (
+	_ sandbox.Sandbox = (*Sandbox)(nil)
+	_ sandbox.Shells  = (*Sandbox)(nil)
+)
 
 func newSandbox(r *Runtime, spec sandbox.Spec) *Sandbox {
 	return &Sandbox{
@@ -134,6 +137,11 @@ func (s *Sandbox) makeDisks() ([]vmDisk, error) {
 		}
 		disks = append(disks, vmDisk{name: "helmr", path: img, readOnly: true})
 	}
+	if s.spec.WorkspaceImage != "" {
+		// The guest's init gives the image's tree to the sandbox's user
+		// (owner, below), as newWorkspace does to a directory.
+		return append(disks, vmDisk{name: guest.VMWorkspaceDisk, path: s.spec.WorkspaceImage}), nil
+	}
 	ws, err := newWorkspace(s.spec, filepath.Join(s.dir, "workspace.ext4"), s.rt.cfg.WorkspaceSize)
 	if err != nil {
 		return nil, err
@@ -154,15 +162,20 @@ func (s *Sandbox) startQEMU(disks []vmDisk, agentEnd *os.File) error {
 	if s.spec.CPU > 1 {
 		cpus = int(s.spec.CPU + 0.999)
 	}
-	cg, err := newCgroup(s.rt.cfg.CgroupRoot, s.rt.cfg.CgroupParent, s.spec.ID, mem, s.spec.CPU)
+	cg, err := newCgroup(s.rt.cfg.CgroupRoot, s.rt.cfg.CgroupParent, s.spec.ID, mem+guestMemOverhead, s.spec.CPU)
 	if err != nil {
 		s.log.Warn("no cgroup for qemu", "err", err)
 	}
 	s.cg = cg
+	limits := guest.VMBoot{Memory: mem, Pids: s.spec.PidsLimit, MilliCPUs: int64(s.spec.CPU * 1000),
+		WorkspaceOwner: &[2]uint32{s.spec.UID, s.spec.GID}}
+	if s.spec.WorkspaceImage == "" {
+		limits.WorkspaceOwner = nil // newWorkspace made the image so
+	}
 	v := &vm{
 		qemu: s.rt.cfg.QEMUPath, accel: s.rt.accel, kernel: s.rt.cfg.Kernel.Bzimage,
-		initramfs: s.rt.initramfs, memMiB: mem >> 20, cpus: cpus, disks: disks,
-		agent: agentEnd, uid: s.rt.cfg.UID, gid: s.rt.cfg.GID,
+		initramfs: s.rt.initramfs, memMiB: (mem + guestMemOverhead) >> 20, cpus: cpus, disks: disks,
+		cmdline: limits.Args(), agent: agentEnd, uid: s.rt.cfg.UID, gid: s.rt.cfg.GID,
 	}
 	// QEMU's life is the sandbox's, not the request's: only Destroy ends it.
 	cmd, files, err := v.command(context.Background())
@@ -249,9 +262,26 @@ func (s *Sandbox) WriteFile(ctx context.Context, f sandbox.File) error {
 	return s.client.PlaceFile(ctx, f)
 }
 
-// Stats implements sandbox.Sandbox. The guest's kernel enforces memory
-// and process limits inside the VM and tells the host nothing of them.
-func (s *Sandbox) Stats() sandbox.Stats { return sandbox.Stats{} }
+// Shell implements sandbox.Shells: the guest's agent holds the sessions.
+// An open without a Cwd starts in the workspace.
+func (s *Sandbox) Shell(ctx context.Context, req sandbox.ShellRequest) (sandbox.ShellResult, error) {
+	if err := s.alive(); err != nil {
+		return sandbox.ShellResult{}, err
+	}
+	if req.Op == sandbox.ShellOpen && req.Cwd == "" {
+		req.Cwd = s.spec.Workspace
+	}
+	return s.client.Shell(ctx, req)
+}
+
+// Stats implements sandbox.Sandbox. The guest's kernel enforces the
+// limits on the sandbox's cgroup inside the VM; of what it does, the host
+// learns only the OOM kills, which the kernel logs on the console (see
+// consoleLog). A refused fork is not reported (PidsLimitHit stays false)
+// and CPU time is the guest's own account.
+func (s *Sandbox) Stats() sandbox.Stats {
+	return sandbox.Stats{OOMKilled: s.console.oomKilled()}
+}
 
 // Destroy implements sandbox.Sandbox: QEMU is killed and waited for, the
 // workspace copied back to the host directory, the sandbox's directory and
@@ -310,6 +340,25 @@ type consoleLog struct {
 
 	mu   sync.Mutex
 	tail []string
+	oom  bool
+}
+
+// oomKillLine is in the line the guest's kernel logs (at error level,
+// printed on a quiet console) for every process the OOM killer ends:
+// "Memory cgroup out of memory: Killed process N (node) ..." (or "Out
+// of memory: ..." when the guest as a whole ran out). Only the
+// kernel and the VM's init write to the console: the sandbox's processes
+// have no console device.
+const oomKillLine = "of memory: Killed process "
+
+// oomKilled reports whether the guest's kernel has OOM-killed a process.
+func (c *consoleLog) oomKilled() bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.oom
 }
 
 func newConsoleLog(log *slog.Logger, path string) *consoleLog {
@@ -333,6 +382,9 @@ func (c *consoleLog) Write(p []byte) (int, error) {
 		}
 		c.log.Debug("guest console", "line", string(c.line))
 		c.mu.Lock()
+		if strings.Contains(string(c.line), oomKillLine) {
+			c.oom = true
+		}
 		c.tail = append(c.tail, string(c.line))
 		if len(c.tail) > 8 {
 			c.tail = c.tail[1:]
