@@ -65,13 +65,21 @@ func RunVM(log *slog.Logger) error {
 		return err
 	}
 	defer port.Close()
-	limits := vmBoot()
-	if limits.WorkspaceOwner != nil {
-		if err := chownWorkspace(*limits.WorkspaceOwner); err != nil {
+	boot := vmBoot()
+	if boot.WorkspaceOwner != nil {
+		if err := chownWorkspace(*boot.WorkspaceOwner); err != nil {
 			return err
 		}
 	}
-	cg, err := vmCgroup(limits)
+	if boot.netErr != nil {
+		return fmt.Errorf("vm init: %w", boot.netErr)
+	}
+	if boot.Net != nil {
+		if err := boot.Net.up(); err != nil {
+			return err
+		}
+	}
+	cg, err := vmCgroup(boot)
 	if err != nil {
 		return err
 	}

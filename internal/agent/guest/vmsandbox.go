@@ -47,6 +47,10 @@ type VMBoot struct {
 	// WorkspaceOwner, if set, is the uid and gid the init gives the
 	// workspace disk's tree to before the sandbox starts.
 	WorkspaceOwner *[2]uint32
+	// Net, if set, is the sandbox's network interface.
+	Net *VMNet
+
+	netErr error // a Net the init could not parse
 }
 
 // Args are the kernel command line arguments that carry l.
@@ -59,18 +63,29 @@ func (l VMBoot) Args() []string {
 	if o := l.WorkspaceOwner; o != nil {
 		args = append(args, fmt.Sprintf("%s%d:%d", vmArgOwner, o[0], o[1]))
 	}
+	if l.Net != nil {
+		args = append(args, l.Net.arg())
+	}
 	return args
 }
 
 // vmBoot reads VMBoot from the kernel command line.
 func vmBoot() VMBoot {
-	var l VMBoot
 	b, _ := os.ReadFile("/proc/cmdline")
-	for _, w := range strings.Fields(string(b)) {
+	return parseVMBoot(string(b))
+}
+
+// parseVMBoot reads VMBoot from a kernel command line.
+func parseVMBoot(cmdline string) VMBoot {
+	var l VMBoot
+	for _, w := range strings.Fields(cmdline) {
 		for prefix, dst := range map[string]*int64{vmArgMemory: &l.Memory, vmArgPids: &l.Pids, vmArgCPU: &l.MilliCPUs} {
 			if v, ok := strings.CutPrefix(w, prefix); ok {
 				*dst, _ = strconv.ParseInt(v, 10, 64)
 			}
+		}
+		if v, ok := strings.CutPrefix(w, vmArgNet); ok {
+			l.Net, l.netErr = parseVMNet(v)
 		}
 		if v, ok := strings.CutPrefix(w, vmArgOwner); ok {
 			var o [2]uint32

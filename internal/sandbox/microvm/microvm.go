@@ -14,41 +14,55 @@
 //
 //   - makes the disks (package guestfmt): one cached read-only ext4 image
 //     per root layer, /opt/helmr from spec.HelmrHost, and the workspace:
-//     until the worker hands the tier its workspace disk image itself,
-//     the workspace directory is copied into an ext4 image at Start and
-//     the image's tree is copied back into the directory when the sandbox
-//     ends (Destroy), so the host sees the sandbox's workspace writes only
-//     then (see workspace.go);
+//     spec.WorkspaceImage (the worker's quota disk, unmounted) attached
+//     in place, or, for a workspace directory, a copy of it in an image
+//     of the tier's, copied back into the directory when the sandbox ends
+//     (Destroy). Either way the host sees the sandbox's workspace writes
+//     once it is destroyed, never while it runs (see workspace.go);
+//   - with a network in the spec, a wire (network.NewWire): a datagram
+//     socket pair whose far end is the worker's user-space stack, the one
+//     behind the other tiers' TAP, so that egress policy, reports and
+//     credential injection apply unchanged. The guest's end is QEMU's
+//     virtio-net device (-netdev dgram on the descriptor);
 //   - starts QEMU `-M microvm` with no default devices, the guest's console
 //     on QEMU's stdout (into the sandbox's log), the disks as
 //     virtio-blk-device, the agent's stream as a virtio-serial port on one
-//     end of a socketpair, vCPUs and memory from the spec, QEMU's seccomp
+//     end of a socketpair, vCPUs and memory from the spec (plus the
+//     guest kernel's own), the sandbox's limits, network and workspace
+//     owner on the kernel command line (guest.VMBoot), QEMU's seccomp
 //     sandbox on (-sandbox on,obsolete=deny,elevateprivileges=deny,
 //     spawn=deny,resourcecontrol=deny), as Config.UID:GID (a uid of its
 //     own, no supplementary groups), in a host cgroup of its own bounding
 //     its memory (guest RAM plus QEMU's overhead), CPU and threads. Every
 //     host resource reaches QEMU as an inherited descriptor, never a path;
-//   - sends the agent the process tier's init (agent.Init) over the port:
-//     the guest's init (helmr-agent as PID 1, guest.RunVM) builds the
-//     root as an overlay of the layer disks with a tmpfs upper layer of
-//     spec.RootSizeBytes, binds the workspace disk and /opt/helmr, sets
-//     hostname, hosts and resolver files, brings loopback up and serves.
-//     Start returns once it answers ready.
+//   - sends the agent the process tier's init (agent.Init) over the port.
+//     The guest's init (helmr-agent as PID 1, guest.RunVM) has set eth0
+//     up, mounted cgroup2 and made the sandbox's cgroup with the spec's
+//     memory.max, pids.max and cpu.max, and started the sandbox's agent
+//     (guest.RunVMSandbox) in it, as PID 1 of fresh PID, mount, UTS and
+//     IPC namespaces; that agent builds the root as an overlay of the
+//     layer disks with a tmpfs upper layer of spec.RootSizeBytes, binds
+//     the workspace disk and /opt/helmr, sets hostname, hosts and
+//     resolver files, binds /proc's kernel knobs (sys, sysrq-trigger,
+//     ...) read-only and serves. Start returns once it answers ready.
+//
+// Limits are the guest kernel's: the host learns of an OOM kill from the
+// kernel's line on the console (Stats.OOMKilled), not of a refused fork
+// (Stats.PidsLimitHit stays false); CPU time is the guest's own account.
 //
 // A QEMU crash or a guest kernel panic (panic=-1 with -no-reboot: QEMU
 // exits) ends the agent's stream: running and later Execs fail with
 // sandbox.ErrGuestRuntime, naming QEMU's exit and the console's last lines.
-// Destroy kills QEMU, copies the workspace back and removes the sandbox's
-// directory and cgroup.
+// Destroy kills QEMU, copies a workspace directory back, closes the
+// network and removes the sandbox's directory and cgroup.
 //
-// Not in this pass (where they plug in): networking (a virtio-net device
-// on a TAP in the sandbox's network namespace, given by network.Create as
-// the gVisor tier does; the init already loads virtio_net and would bring
-// eth0 up), snapshots and checkpoints (QEMU migration to a file, as a
-// sandbox.Checkpointer on Runtime), Firecracker (a second vm.command
-// over guestfmt's vmlinux and the same disks, with vsock for the agent),
-// image build steps (spec.RootUpper) and extra mounts (spec.Mounts): Start
-// refuses them (sandbox.ErrInvalidSpec).
+// Not in this pass (where they plug in): snapshots and checkpoints (QEMU
+// migration to a file, as a sandbox.Checkpointer on Runtime), Firecracker
+// (a second vm.command over guestfmt's vmlinux and the same disks, with
+// vsock for the agent), image build steps (spec.RootUpper) and extra
+// mounts (spec.Mounts): Start refuses them (sandbox.ErrInvalidSpec). The
+// worker still hands the tier its quota disk mounted (a directory): taking
+// Spec.WorkspaceImage there instead saves the copies.
 package microvm
 
 import (
@@ -283,8 +297,6 @@ func (r *Runtime) normalize(spec *sandbox.Spec) error {
 		return errors.New("the microvm tier does not run image build steps yet")
 	case len(spec.Mounts) > 0:
 		return errors.New("the microvm tier takes no extra mounts yet")
-	case spec.Network.Attaches():
-		return errors.New("the microvm tier has no network yet (loopback only)")
 	case spec.WorkspaceHost == "" && spec.WorkspaceImage == "":
 		return errors.New("the microvm tier needs a workspace")
 	case spec.WorkspaceImage != "" && disk.Attached(spec.WorkspaceImage):

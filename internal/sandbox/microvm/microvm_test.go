@@ -64,10 +64,6 @@ var conformance = sandboxtest.Options{
 	GuestKernel:         true,
 	PidsLimitUnreported: true,
 	WorkspaceImage:      true,
-	Excluded: map[string]string{
-		"Egress": "no network device yet: a sandbox asking for a network is refused " +
-			"(ErrInvalidSpec); the virtio-net device on the sandbox's TAP is the next pass",
-	},
 }
 
 func TestConformance(t *testing.T) {

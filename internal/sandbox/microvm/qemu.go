@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/agent/guest"
+	"github.com/helmr/helmr/internal/sandbox/network"
 )
 
 // Accelerators QEMU runs guests with.
@@ -42,6 +43,9 @@ type vm struct {
 	// agent is the host end of the virtio-serial port's socket (the
 	// other end is QEMU's); nil for a probe.
 	agent *os.File
+	// net, if set, is the guest's end of the sandbox's network wire
+	// (network.NewWire): the virtio-net device's frames, one a datagram.
+	net *os.File
 	// uid and gid QEMU runs as; 0 keeps the caller's.
 	uid, gid uint32
 }
@@ -97,6 +101,11 @@ func (v *vm) command(ctx context.Context) (*exec.Cmd, []*os.File, error) {
 			"-device", "virtio-serial-device,max_ports=2",
 			"-chardev", "socket,id=agent,fd="+strconv.Itoa(fd(v.agent)),
 			"-device", "virtserialport,chardev=agent,name="+guest.VMPort)
+	}
+	if v.net != nil {
+		args = append(args,
+			"-netdev", "dgram,id=net0,local.type=fd,local.str="+strconv.Itoa(fd(v.net)),
+			"-device", "virtio-net-device,netdev=net0,mac="+network.GuestMAC.String())
 	}
 	for i, d := range v.disks {
 		// QEMU picks a set's descriptor by access mode and opens a

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/helmr/helmr/internal/agent/guest"
 	"github.com/helmr/helmr/internal/sandbox"
 	"github.com/helmr/helmr/internal/sandbox/microvm/guestfmt"
+	"github.com/helmr/helmr/internal/sandbox/network"
 )
 
 // Timeouts: for the guest to boot and its agent to answer (TCG boots in
@@ -45,6 +47,7 @@ type Sandbox struct {
 	console *consoleLog
 	client  *agent.Client
 	ws      *workspace
+	link    *network.Link // the sandbox's network, if its spec has one
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -167,15 +170,27 @@ func (s *Sandbox) startQEMU(disks []vmDisk, agentEnd *os.File) error {
 		s.log.Warn("no cgroup for qemu", "err", err)
 	}
 	s.cg = cg
-	limits := guest.VMBoot{Memory: mem, Pids: s.spec.PidsLimit, MilliCPUs: int64(s.spec.CPU * 1000),
+	boot := guest.VMBoot{Memory: mem, Pids: s.spec.PidsLimit, MilliCPUs: int64(s.spec.CPU * 1000),
 		WorkspaceOwner: &[2]uint32{s.spec.UID, s.spec.GID}}
 	if s.spec.WorkspaceImage == "" {
-		limits.WorkspaceOwner = nil // newWorkspace made the image so
+		boot.WorkspaceOwner = nil // newWorkspace made the image so
+	}
+	var wire *os.File
+	if s.spec.Network.Attaches() {
+		link, w, err := network.NewWire(s.spec.ID, s.spec.Network)
+		if err != nil {
+			return err
+		}
+		s.link, wire = link, w
+		defer wire.Close() // QEMU holds its own copy once started
+		boot.Net = &guest.VMNet{Addr: netip.PrefixFrom(network.GuestAddr, network.Subnet.Bits()),
+			Gateway: network.Gateway, GatewayMAC: network.GatewayMAC, Neighbours: []netip.Addr{network.Gateway, network.DNSAddr},
+			MTU: network.WireMTU}
 	}
 	v := &vm{
 		qemu: s.rt.cfg.QEMUPath, accel: s.rt.accel, kernel: s.rt.cfg.Kernel.Bzimage,
 		initramfs: s.rt.initramfs, memMiB: (mem + guestMemOverhead) >> 20, cpus: cpus, disks: disks,
-		cmdline: limits.Args(), agent: agentEnd, uid: s.rt.cfg.UID, gid: s.rt.cfg.GID,
+		cmdline: boot.Args(), agent: agentEnd, net: wire, uid: s.rt.cfg.UID, gid: s.rt.cfg.GID,
 	}
 	// QEMU's life is the sandbox's, not the request's: only Destroy ends it.
 	cmd, files, err := v.command(context.Background())
@@ -184,7 +199,7 @@ func (s *Sandbox) startQEMU(disks []vmDisk, agentEnd *os.File) error {
 	}
 	defer func() {
 		for _, f := range files {
-			if f != agentEnd {
+			if f != agentEnd && f != wire {
 				f.Close()
 			}
 		}
@@ -314,6 +329,11 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 	}
 	if s.ws != nil {
 		if err := s.ws.copyBack(s.dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.link != nil {
+		if err := s.link.Close(); err != nil {
 			errs = append(errs, err)
 		}
 	}
