@@ -34,8 +34,16 @@ command -v mkfs.ext4 >/dev/null || {
 
 # The versioned package the meta package depends on, e.g.
 # linux-image-6.1.0-56-cloud-amd64.
-pkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null |
-  sed -n 's/^ *Depends: \(linux-image-[0-9].*-cloud-amd64\)$/\1/p' | head -n1)
+cloud_kernel() {
+  apt-cache depends linux-image-cloud-amd64 2>/dev/null |
+    sed -n 's/^ *Depends: \(linux-image-[0-9].*-cloud-amd64\)$/\1/p' | head -n1
+}
+pkg=$(cloud_kernel)
+if [ -z "$pkg" ]; then
+  log "apt-get update (no package lists name the cloud kernel)"
+  apt-get update -qq >&2
+  pkg=$(cloud_kernel)
+fi
 [ -n "$pkg" ] || { log "apt knows no linux-image-cloud-amd64 (run apt-get update?)"; exit 1; }
 kver=${pkg#linux-image-}
 dir=$base/$kver
