@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -363,13 +364,14 @@ type consoleLog struct {
 	oom  bool
 }
 
-// oomKillLine is in the line the guest's kernel logs (at error level,
-// printed on a quiet console) for every process the OOM killer ends:
-// "Memory cgroup out of memory: Killed process N (node) ..." (or "Out
-// of memory: ..." when the guest as a whole ran out). Only the
-// kernel and the VM's init write to the console: the sandbox's processes
-// have no console device.
-const oomKillLine = "of memory: Killed process "
+// oomKillLine matches the line the guest's kernel logs (at error level,
+// printed on a quiet console, with its timestamp) for every process the
+// OOM killer ends: "[   12.345678] Memory cgroup out of memory: Killed
+// process N (node) ..." ("Out of memory: ..." when the guest as a whole
+// ran out). Only the kernel and the guest's agents write to the console
+// (the sandbox's processes have no console device), and the agents' log
+// lines start with "time=" and quote what a task chose.
+var oomKillLine = regexp.MustCompile(`^\[ *[0-9]+\.[0-9]+\] (Memory cgroup out|Out) of memory: Killed process `)
 
 // oomKilled reports whether the guest's kernel has OOM-killed a process.
 func (c *consoleLog) oomKilled() bool {
@@ -402,7 +404,7 @@ func (c *consoleLog) Write(p []byte) (int, error) {
 		}
 		c.log.Debug("guest console", "line", string(c.line))
 		c.mu.Lock()
-		if strings.Contains(string(c.line), oomKillLine) {
+		if oomKillLine.Match(c.line) {
 			c.oom = true
 		}
 		c.tail = append(c.tail, string(c.line))
