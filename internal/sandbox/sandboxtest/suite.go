@@ -56,40 +56,24 @@ type Options struct {
 	// (Spec.WorkspaceImage). The workspace checks then read the host's
 	// side after Destroy, and WorkspaceQuota hands the tier the image.
 	WorkspaceImage bool
-	// Excluded names sub-suites (Egress, ...) the tier does not meet yet,
-	// each with the reason: they are skipped with it, never run.
-	Excluded map[string]string
 }
 
 // RunWithOptions runs the conformance suite for a tier that differs from
 // the reference as opts says.
 func RunWithOptions(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime, rootfs string, opts Options) {
-	subs := []struct {
-		name string
-		run  func(t *testing.T)
-	}{
-		{"Basics", func(t *testing.T) { runBasics(t, start(t, newRuntime(t), rootfs, nil), opts) }},
-		{"Isolation", func(t *testing.T) { runIsolation(t, newRuntime, rootfs, opts) }},
-		{"MemoryLimit", func(t *testing.T) { testMemoryLimit(t, newRuntime(t), rootfs) }},
-		{"CPULimit", func(t *testing.T) { testCPULimit(t, newRuntime(t), rootfs) }},
-		{"PidsLimit", func(t *testing.T) { testPidsLimit(t, newRuntime(t), rootfs, opts) }},
-		{"Destroy", func(t *testing.T) { testDestroy(t, newRuntime(t), rootfs) }},
-		{"Abuse", func(t *testing.T) { testAbuse(t, newRuntime(t), rootfs) }},
-		{"WorkspaceQuota", func(t *testing.T) { testWorkspaceQuota(t, newRuntime(t), rootfs, opts) }},
-		{"WritableRoot", func(t *testing.T) { testWritableRoot(t, newRuntime, rootfs) }},
-		{"WriteFile", func(t *testing.T) { testWriteFile(t, newRuntime(t), rootfs) }},
-		{"Egress", func(t *testing.T) { testEgress(t, newRuntime, rootfs) }},
-		{"Checkpoint", func(t *testing.T) { testCheckpoint(t, newRuntime, rootfs) }},
-		{"Shells", func(t *testing.T) { testShells(t, newRuntime(t), rootfs) }},
-	}
-	for _, sub := range subs {
-		t.Run(sub.name, func(t *testing.T) {
-			if why, ok := opts.Excluded[sub.name]; ok {
-				t.Skipf("excluded for this tier: %s", why)
-			}
-			sub.run(t)
-		})
-	}
+	t.Run("Basics", func(t *testing.T) { runBasics(t, start(t, newRuntime(t), rootfs, nil), opts) })
+	t.Run("Isolation", func(t *testing.T) { runIsolation(t, newRuntime, rootfs, opts) })
+	t.Run("MemoryLimit", func(t *testing.T) { testMemoryLimit(t, newRuntime(t), rootfs) })
+	t.Run("CPULimit", func(t *testing.T) { testCPULimit(t, newRuntime(t), rootfs) })
+	t.Run("PidsLimit", func(t *testing.T) { testPidsLimit(t, newRuntime(t), rootfs, opts) })
+	t.Run("Destroy", func(t *testing.T) { testDestroy(t, newRuntime(t), rootfs) })
+	t.Run("Abuse", func(t *testing.T) { testAbuse(t, newRuntime(t), rootfs) })
+	t.Run("WorkspaceQuota", func(t *testing.T) { testWorkspaceQuota(t, newRuntime(t), rootfs, opts) })
+	t.Run("WritableRoot", func(t *testing.T) { testWritableRoot(t, newRuntime, rootfs) })
+	t.Run("WriteFile", func(t *testing.T) { testWriteFile(t, newRuntime(t), rootfs) })
+	t.Run("Egress", func(t *testing.T) { testEgress(t, newRuntime, rootfs) })
+	t.Run("Checkpoint", func(t *testing.T) { testCheckpoint(t, newRuntime, rootfs) })
+	t.Run("Shells", func(t *testing.T) { testShells(t, newRuntime(t), rootfs) })
 }
 
 // fixture is a started sandbox and the host directories behind it.
