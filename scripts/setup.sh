@@ -3,8 +3,9 @@
 # binaries in bin/ and @helmr/sdk's npm package beside them (helmr init
 # vendors it), the TypeScript dev dependencies, the console's browser tests
 # (Debian's chromium and console/e2e's npm packages), the built-in base
-# image (Debian bookworm + Node.js) and gVisor's runsc (built from the Go
-# module proxy). Idempotent; run as root.
+# image (Debian bookworm + Node.js), gVisor's runsc (built from the Go
+# module proxy) and the microVM tier's QEMU and guest kernel
+# (scripts/install-microvm.sh). Idempotent; run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +22,7 @@ command -v gcc >/dev/null || missing+=(gcc libc6-dev)     # cgo, which go test -
 command -v mkfs.ext4 >/dev/null || missing+=(e2fsprogs)   # workspace disks (HELMR_WORKSPACE_QUOTA)
 command -v ip >/dev/null || missing+=(iproute2)           # network tests' test hosts
 command -v chromium >/dev/null || missing+=(chromium)     # the console's browser tests (console/e2e)
+command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86) # the microVM tier
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   apt-get update -qq
@@ -45,3 +47,4 @@ fi
 
 scripts/build-base-rootfs.sh bookworm-node22
 scripts/install-runsc.sh >/dev/null
+scripts/install-microvm.sh >/dev/null

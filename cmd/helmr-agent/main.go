@@ -4,6 +4,13 @@
 //	helmr-agent init [-v]          process tier: stream on fd 3; set the
 //	                               sandbox up from the init frame, then serve
 //	helmr-agent serve --fd N [-v]  serve on fd N in a guest already set up
+//	helmr-agent vminit [-v]        a microVM's init (PID 1; also when started
+//	                               as PID 1 with no arguments, as the kernel
+//	                               starts /init): mounts, modules and disks,
+//	                               then the sandbox's agent (vmsandbox) on
+//	                               the virtio-serial port
+//	helmr-agent vmsandbox [-v]     a microVM's sandbox agent, started by
+//	                               vminit: init mode on fd 3
 //
 // Build it static: CGO_ENABLED=0 go build ./cmd/helmr-agent.
 package main
@@ -27,8 +34,11 @@ func main() {
 }
 
 func run(args []string) error {
+	if len(args) == 0 && os.Getpid() == 1 {
+		args = []string{"vminit"}
+	}
 	if len(args) == 0 {
-		return fmt.Errorf("usage: helmr-agent init | serve --fd N")
+		return fmt.Errorf("usage: helmr-agent init | serve --fd N | vminit")
 	}
 	if args[0] == guest.LimitExecMode {
 		// Runs between the agent's fork and the task's exec: no threads
@@ -48,6 +58,16 @@ func run(args []string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	stop := guest.ShieldSignals(log)
 	defer stop()
+	if args[0] == "vminit" {
+		if os.Getpid() != 1 {
+			return fmt.Errorf("vminit runs only as a VM's init (PID 1)")
+		}
+		return guest.RunVM(log)
+	}
+	if args[0] == guest.VMSandboxMode {
+		// The VM's init started this agent with the stream on fd 3.
+		return guest.RunVMSandbox(os.NewFile(uintptr(*fd), "vm-port"), log)
+	}
 	conn, err := openStream(*fd)
 	if err != nil {
 		return err

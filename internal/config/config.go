@@ -37,7 +37,7 @@ type Config struct {
 	RunscPath      string        // gVisor's runsc; default: $CacheDir/bin/runsc (scripts/install-runsc.sh)
 	StateDir       string        // the isolation tiers' state root; each keeps its own below it ($HELMR_STATE_DIR)
 	SandboxDir     string        // the process tier's state; default $StateDir/sandboxes; every parent must be searchable by others
-	Runtime        string        // isolation tier: auto, gvisor or process
+	Runtime        string        // isolation tier: auto, microvm, gvisor or process
 	Egress         string        // sandbox egress policy: open, none or allow:LIST (network.ParsePolicy)
 	WorkspaceQuota string        // size limit of each run's workspace (10Gi); 0: none
 	RootSize       string        // bound of a sandbox's writable root when its task declares none (1Gi)

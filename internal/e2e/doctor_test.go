@@ -84,8 +84,24 @@ func TestDoctor(t *testing.T) {
 	if !strings.Contains(human, "selects: "+rep.Selected) {
 		t.Errorf("doctor output %q does not say which tier it selects", human)
 	}
-	_, errOut, code = run([]string{"HELMR_RUNTIME=microvm"}, "doctor")
-	if code == 0 || !strings.Contains(errOut, "microvm is unavailable") {
-		t.Errorf("doctor with HELMR_RUNTIME=microvm = %d %q, want an error naming the tier", code, errOut)
+	// The microVM tier: where it runs, doctor says whether under KVM or
+	// under TCG, which is no security boundary and which auto never picks;
+	// where it does not, naming it is an error that names it.
+	vm := rep.Tiers[0]
+	out, errOut, code = run([]string{"HELMR_RUNTIME=microvm"}, "doctor")
+	switch {
+	case !vm.Available:
+		if code == 0 || !strings.Contains(errOut, "microvm is unavailable") {
+			t.Errorf("doctor with HELMR_RUNTIME=microvm = %d %q, want an error naming the tier", code, errOut)
+		}
+	case strings.Contains(vm.Reason, "under TCG"):
+		if !strings.Contains(vm.Reason, "NOT a security boundary") || rep.Selected == "microvm" {
+			t.Errorf("microvm under TCG: reason %q, auto selects %s; want the reason to say it is no boundary and auto to pass it by", vm.Reason, rep.Selected)
+		}
+		if code != 0 || !strings.Contains(out, "selects: microvm") {
+			t.Errorf("doctor with HELMR_RUNTIME=microvm = %d %q %q, want microvm selected by name", code, out, errOut)
+		}
+	case !strings.Contains(vm.Reason, "under KVM") || rep.Selected != "microvm":
+		t.Errorf("microvm available: reason %q, auto selects %s; want KVM and microvm", vm.Reason, rep.Selected)
 	}
 }

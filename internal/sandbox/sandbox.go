@@ -101,6 +101,14 @@ type Spec struct {
 	// A build sandbox (RootUpper set) may have none: its steps write the
 	// image, workspace path included.
 	WorkspaceHost string
+	// WorkspaceImage, in place of WorkspaceHost, is the workspace as an
+	// ext4 image file (package disk's), mounted nowhere: a tier whose
+	// guest has a kernel of its own attaches it as a block device, and
+	// the guest writes it in place. Nothing may mount it while the
+	// sandbox runs; the host sees the sandbox's writes once it is
+	// destroyed. Only such tiers take one (Spec.NormalizeWithImage);
+	// the others refuse it (ErrInvalidSpec).
+	WorkspaceImage string
 	// RootUpper, if set, makes the sandbox an image build step: what it
 	// changes in its root lands in this host directory, an overlayfs upper
 	// directory (whiteouts included) that can then serve as a layer,

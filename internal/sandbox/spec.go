@@ -27,8 +27,32 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 // Normalize fills the defaults every tier shares (workspace path,
 // hostname, pids limit, root size) and checks what every tier needs: a usable id, a
 // clean workspace path outside the reserved ones, IP DNS servers, existing
-// host directories, non-negative limits. Tiers add their own checks.
+// host directories, non-negative limits. Tiers add their own checks. It
+// refuses a WorkspaceImage: see NormalizeWithImage.
 func (s *Spec) Normalize(defaultPids int64) error {
+	if s.WorkspaceImage != "" {
+		return errors.New("this tier takes the workspace as a host directory, not an image")
+	}
+	return s.normalize(defaultPids)
+}
+
+// NormalizeWithImage is Normalize for a tier that takes the workspace as
+// an image (WorkspaceImage): one of WorkspaceImage, a regular file, and
+// WorkspaceHost.
+func (s *Spec) NormalizeWithImage(defaultPids int64) error {
+	if s.WorkspaceImage == "" {
+		return s.normalize(defaultPids)
+	}
+	if s.WorkspaceHost != "" {
+		return errors.New("WorkspaceHost and WorkspaceImage exclude each other")
+	}
+	if fi, err := os.Stat(s.WorkspaceImage); err != nil || !fi.Mode().IsRegular() || !filepath.IsAbs(s.WorkspaceImage) {
+		return fmt.Errorf("workspace image %q is not an absolute path to a file", s.WorkspaceImage)
+	}
+	return s.normalize(defaultPids)
+}
+
+func (s *Spec) normalize(defaultPids int64) error {
 	if !idPattern.MatchString(s.ID) {
 		return fmt.Errorf("id %q must match %s", s.ID, idPattern)
 	}
@@ -61,7 +85,7 @@ func (s *Spec) Normalize(defaultPids int64) error {
 		return errors.New("RootUpper and RootWork go together")
 	}
 	var dirs []string
-	if s.WorkspaceHost != "" || s.RootUpper == "" {
+	if s.WorkspaceImage == "" && (s.WorkspaceHost != "" || s.RootUpper == "") {
 		dirs = append(dirs, s.WorkspaceHost)
 	}
 	dirs = append(dirs, s.RootLayers...)

@@ -20,6 +20,12 @@ import (
 // until the worker closes conn. A failed prepare is reported once init has
 // come.
 func RunInit(conn io.ReadWriteCloser, prepare func() error, log *slog.Logger) error {
+	return runInit(conn, prepare, nil, log)
+}
+
+// runInit is RunInit with finish (nil to skip) run after Setup, in the
+// sandbox's root, before Harden drops the agent's capabilities.
+func runInit(conn io.ReadWriteCloser, prepare, finish func() error, log *slog.Logger) error {
 	reaper := NewReaper(log)
 	defer reaper.Stop()
 	srv := NewServer(conn, reaper, log)
@@ -41,6 +47,9 @@ func RunInit(conn io.ReadWriteCloser, prepare func() error, log *slog.Logger) er
 	}
 	if err == nil {
 		err = Setup(cfg, log)
+	}
+	if err == nil && finish != nil {
+		err = finish()
 	}
 	for _, fd := range fds {
 		_ = unix.Close(fd)

@@ -205,6 +205,7 @@ type Link struct {
 	id     string
 	cfg    *Config
 	fd     int
+	mtu    int
 	st     *stack.Stack
 	ep     stack.LinkEndpoint
 	netns  string // set if the link created (and so removes) the namespace
@@ -249,11 +250,19 @@ func attach(nsPath string, create bool, id string, cfg *Config) (l *Link, err er
 		}
 		return nil, fmt.Errorf("network: %w", err)
 	}
-	l = &Link{id: id, cfg: cfg, fd: fd, conns: map[net.Conn]struct{}{},
-		resolved: map[netip.Addr]time.Time{}, reported: map[string]bool{}}
+	nsPathIfCreated := ""
 	if create {
-		l.netns = nsPath
+		nsPathIfCreated = nsPath
 	}
+	return newLink(id, cfg, fd, mtu, nsPathIfCreated)
+}
+
+// newLink starts the worker's stack on fd, the far end of the sandbox's
+// interface, with frames of mtu bytes; the link removes netns, if set,
+// when it closes.
+func newLink(id string, cfg *Config, fd, mtu int, netns string) (*Link, error) {
+	l := &Link{id: id, cfg: cfg, fd: fd, mtu: mtu, netns: netns, conns: map[net.Conn]struct{}{},
+		resolved: map[netip.Addr]time.Time{}, reported: map[string]bool{}}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	if err := l.startStack(); err != nil {
 		l.Close()
@@ -264,7 +273,7 @@ func attach(nsPath string, create bool, id string, cfg *Config) (l *Link, err er
 
 func (l *Link) startStack() error {
 	ep, err := fdbased.New(&fdbased.Options{
-		FDs: []int{l.fd}, MTU: mtu, EthernetHeader: true,
+		FDs: []int{l.fd}, MTU: uint32(l.mtu), EthernetHeader: true,
 		Address: tcpip.LinkAddress(gatewayMAC), PacketDispatchMode: fdbased.Readv,
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package sandboxtest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -100,7 +101,10 @@ $r = syscall(310, 1, $local, 1, $remote, 1, 0); print "errno=", $!+0, "\n"; ` + 
 // testWorkspaceQuota: a task that writes past its workspace's quota (the
 // workspace on a disk of its own, as the worker gives it) gets ENOSPC,
 // the host holds no more than the quota for it, and the sandbox goes on.
-func testWorkspaceQuota(t *testing.T, rt sandbox.Runtime, rootfs string) {
+// A tier that takes the disk as an image (opts.WorkspaceImage) gets it
+// unmounted; the host's checks then mount it again once the sandbox is
+// destroyed.
+func testWorkspaceQuota(t *testing.T, rt sandbox.Runtime, rootfs string, opts Options) {
 	const quota = 32 << 20
 	tmp := t.TempDir()
 	ws := filepath.Join(tmp, "ws")
@@ -111,12 +115,19 @@ func testWorkspaceQuota(t *testing.T, rt sandbox.Runtime, rootfs string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := start(t, rt, rootfs, func(s *sandbox.Spec) { s.WorkspaceHost = ws })
 	t.Cleanup(func() {
 		if err := d.Close(); err != nil {
 			t.Error(err)
 		}
 	})
+	mutate := func(s *sandbox.Spec) { s.WorkspaceHost = ws }
+	if opts.WorkspaceImage {
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+		mutate = func(s *sandbox.Spec) { s.WorkspaceHost, s.WorkspaceImage = "", d.Image }
+	}
+	f := start(t, rt, rootfs, mutate)
 	got := f.Node(t, `const fs = require('fs');
 const chunk = Buffer.alloc(1 << 20, 120);
 let written = 0, code = 'none';
@@ -131,6 +142,18 @@ console.log(code, written <= `+strconv.Itoa(quota)+`, fs.readFileSync('/tmp/stil
 	if got != "ENOSPC true yes\n" {
 		t.Errorf("filling a %d MiB workspace: %q, want ENOSPC within the quota, /tmp still writable", quota>>20, got)
 	}
+	f.OK(t, "true")
+	if opts.WorkspaceImage {
+		if err := f.SB.Destroy(context.Background()); err != nil {
+			t.Fatalf("Destroy() = %v", err)
+		}
+		if d, err = disk.Mount(d.Image, ws, false); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Stat(filepath.Join(ws, "fill")); err != nil || fi.Size() < quota/2 {
+			t.Errorf("the sandbox's fill on the host after Destroy: %v, %v; want most of the quota", fi, err)
+		}
+	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(d.Image, &st); err != nil || st.Blocks*512 > quota {
 		t.Errorf("the workspace image holds %d bytes on the host (%v), over the %d-byte quota", st.Blocks*512, err, quota)
@@ -138,5 +161,4 @@ console.log(code, written <= `+strconv.Itoa(quota)+`, fs.readFileSync('/tmp/stil
 	if !d.Full() {
 		t.Error("the disk is not full after the sandbox filled it")
 	}
-	f.OK(t, "true")
 }

@@ -15,16 +15,24 @@ import (
 
 // runBasics checks the runtime contract's filesystem, identity and exec
 // features on one sandbox running as a non-root uid.
-func runBasics(t *testing.T, f *fixture) {
+func runBasics(t *testing.T, f *fixture, opts Options) {
+	parent := t // the fixture's test: it outlives the subtests
 	t.Run("WorkspaceIsCwdAndWritable", func(t *testing.T) {
 		if got := f.OK(t, "pwd"); got != f.Spec.Workspace+"\n" {
 			t.Errorf("pwd = %q, want %q", got, f.Spec.Workspace+"\n")
 		}
 		f.Node(t, `require('fs').writeFileSync('from-node.txt', 'written by node ' + process.version)`)
-		b, err := os.ReadFile(filepath.Join(f.Workspace, "from-node.txt"))
-		if err != nil || !strings.HasPrefix(string(b), "written by node v") {
-			t.Errorf("host read of from-node.txt = %q, %v; want the sandbox's write", b, err)
+		check := func(t testing.TB, when string) {
+			b, err := os.ReadFile(filepath.Join(f.Workspace, "from-node.txt"))
+			if err != nil || !strings.HasPrefix(string(b), "written by node v") {
+				t.Errorf("host read of from-node.txt %s = %q, %v; want the sandbox's write", when, b, err)
+			}
 		}
+		if !opts.WorkspaceImage {
+			check(t, "while the sandbox runs")
+			return
+		}
+		f.afterDestroy = append(f.afterDestroy, func() { check(parent, "after Destroy") })
 	})
 	t.Run("Devices", func(t *testing.T) {
 		got := f.Node(t, devicesJS)

@@ -49,19 +49,26 @@ type Options struct {
 	// guest kernel, which does not tell the host that a fork was refused;
 	// Stats().PidsLimitHit must then stay false rather than guess.
 	PidsLimitUnreported bool
+	// WorkspaceImage: the tier gives its guest the workspace as a block
+	// device, so the host sees the sandbox's workspace writes only once
+	// the sandbox is destroyed (a directory is copied in and out), and it
+	// takes the worker's quota disk as an unmounted image
+	// (Spec.WorkspaceImage). The workspace checks then read the host's
+	// side after Destroy, and WorkspaceQuota hands the tier the image.
+	WorkspaceImage bool
 }
 
 // RunWithOptions runs the conformance suite for a tier that differs from
 // the reference as opts says.
 func RunWithOptions(t *testing.T, newRuntime func(t *testing.T) sandbox.Runtime, rootfs string, opts Options) {
-	t.Run("Basics", func(t *testing.T) { runBasics(t, start(t, newRuntime(t), rootfs, nil)) })
+	t.Run("Basics", func(t *testing.T) { runBasics(t, start(t, newRuntime(t), rootfs, nil), opts) })
 	t.Run("Isolation", func(t *testing.T) { runIsolation(t, newRuntime, rootfs, opts) })
 	t.Run("MemoryLimit", func(t *testing.T) { testMemoryLimit(t, newRuntime(t), rootfs) })
 	t.Run("CPULimit", func(t *testing.T) { testCPULimit(t, newRuntime(t), rootfs) })
 	t.Run("PidsLimit", func(t *testing.T) { testPidsLimit(t, newRuntime(t), rootfs, opts) })
 	t.Run("Destroy", func(t *testing.T) { testDestroy(t, newRuntime(t), rootfs) })
 	t.Run("Abuse", func(t *testing.T) { testAbuse(t, newRuntime(t), rootfs) })
-	t.Run("WorkspaceQuota", func(t *testing.T) { testWorkspaceQuota(t, newRuntime(t), rootfs) })
+	t.Run("WorkspaceQuota", func(t *testing.T) { testWorkspaceQuota(t, newRuntime(t), rootfs, opts) })
 	t.Run("WritableRoot", func(t *testing.T) { testWritableRoot(t, newRuntime, rootfs) })
 	t.Run("WriteFile", func(t *testing.T) { testWriteFile(t, newRuntime(t), rootfs) })
 	t.Run("Egress", func(t *testing.T) { testEgress(t, newRuntime, rootfs) })
@@ -75,6 +82,8 @@ type fixture struct {
 	Spec      sandbox.Spec
 	Workspace string // host directory mounted at Spec.Workspace
 	TopLayer  string // host directory stacked on the base rootfs
+
+	afterDestroy []func() // checks of the host's side, once destroyed
 }
 
 // Defaults of the sandboxes the suite starts.
@@ -125,6 +134,9 @@ func start(t *testing.T, rt sandbox.Runtime, rootfs string, mutate func(*sandbox
 	t.Cleanup(func() {
 		if err := sb.Destroy(context.Background()); err != nil {
 			t.Errorf("Destroy() = %v", err)
+		}
+		for _, check := range f.afterDestroy {
+			check()
 		}
 	})
 	return f

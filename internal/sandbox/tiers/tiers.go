@@ -22,7 +22,8 @@ import (
 	"github.com/helmr/helmr/internal/sandbox"
 )
 
-// Auto is the policy that picks the strongest tier available here.
+// Auto is the policy that picks the strongest tier available here that is a
+// security boundary here (see Tier.AutoPick).
 const Auto = "auto"
 
 // DefaultStateRoot is where tiers keep their state unless configured.
@@ -82,6 +83,10 @@ type Tier struct {
 	// New starts the tier's runtime on h; nil when this build has no such
 	// tier yet.
 	New func(ctx context.Context, h Host) (sandbox.Runtime, error)
+	// AutoPick, if set, says whether Auto may pick the tier on h when it
+	// is available: a tier that runs but is no security boundary there (a
+	// microVM under emulation) is chosen only by name. Nil: it may.
+	AutoPick func(h Host) bool
 }
 
 // registry lists the tiers, strongest first.
@@ -147,6 +152,8 @@ func CheckPolicy(policy string) error {
 type Status struct {
 	Tier
 	Available bool
+	// AutoOK: Auto may pick the tier (it is available and a boundary here).
+	AutoOK bool
 	// Detail says what the tier runs on here, or why it cannot run.
 	Detail string
 }
@@ -175,6 +182,7 @@ func probe(t Tier, h Host) Status {
 		}
 	default:
 		s.Available, s.Detail = true, detail
+		s.AutoOK = t.AutoPick == nil || t.AutoPick(h)
 	}
 	return s
 }
@@ -198,7 +206,7 @@ func Select(ss []Status, policy string) (Tier, error) {
 	}
 	var best *Status
 	for i, s := range ss {
-		if s.Available && (best == nil || s.Strength > best.Strength) {
+		if s.Available && s.AutoOK && (best == nil || s.Strength > best.Strength) {
 			best = &ss[i]
 		}
 	}

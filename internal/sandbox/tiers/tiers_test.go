@@ -70,10 +70,13 @@ func TestSelect(t *testing.T) {
 	vm, gv, proc := tier("microvm", HardwareVM), tier("gvisor", UserKernel), tier("process", SharedKernel)
 	// Listed out of order: auto goes by strength, not position.
 	ss := []Status{
-		{Tier: proc, Available: true, Detail: "namespaces"},
+		{Tier: proc, Available: true, AutoOK: true, Detail: "namespaces"},
 		{Tier: vm, Detail: "no /dev/kvm"},
-		{Tier: gv, Available: true, Detail: "runsc at /x"},
+		{Tier: gv, Available: true, AutoOK: true, Detail: "runsc at /x"},
 	}
+	// A microVM under TCG runs but is no boundary: chosen by name only.
+	tcg := []Status{ss[0], {Tier: vm, Available: true, Detail: "QEMU microvm under TCG"}, ss[2]}
+	kvm := []Status{ss[0], {Tier: vm, Available: true, AutoOK: true, Detail: "QEMU microvm under KVM"}, ss[2]}
 	for _, c := range []struct {
 		statuses []Status
 		policy   string
@@ -87,6 +90,10 @@ func TestSelect(t *testing.T) {
 		{ss, "kvm", `unknown runtime "kvm"`, false},
 		{ss[:2], "auto", "process", true},
 		{ss[1:2], "auto", "no isolation tier works on this host", false},
+		{tcg, "auto", "gvisor", true},
+		{tcg, "microvm", "microvm", true},
+		{tcg[1:2], "auto", "no isolation tier works on this host", false},
+		{kvm, "auto", "microvm", true},
 	} {
 		got, err := Select(c.statuses, c.policy)
 		switch {
@@ -100,8 +107,13 @@ func TestSelect(t *testing.T) {
 
 func TestProbeNeedsAgent(t *testing.T) {
 	ok := Tier{Name: "t", Probe: func(Host) (string, error) { return "fine", nil }, New: processTier.New}
-	if s := probe(ok, Host{Agent: "/bin/agent"}); !s.Available || s.Detail != "fine" {
-		t.Errorf("probe(with agent) = %+v, want available: fine", s)
+	if s := probe(ok, Host{Agent: "/bin/agent"}); !s.Available || !s.AutoOK || s.Detail != "fine" {
+		t.Errorf("probe(with agent) = %+v, want available to auto: fine", s)
+	}
+	emulated := ok
+	emulated.AutoPick = func(Host) bool { return false }
+	if s := probe(emulated, Host{Agent: "/bin/agent"}); !s.Available || s.AutoOK {
+		t.Errorf("probe(tier auto must not pick) = %+v, want available, not for auto", s)
 	}
 	if s := probe(ok, Host{AgentErr: errNoAgent}); s.Available || s.Detail != errNoAgent.Error() {
 		t.Errorf("probe(no agent) = %+v, want unavailable: %v", s, errNoAgent)

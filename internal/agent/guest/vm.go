@@ -1,0 +1,262 @@
+package guest
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The microVM tier's guest contract (see internal/sandbox/microvm): the
+// kernel starts helmr-agent as /init from an initramfs that also holds
+// VMModulesDir (the kernel modules, loaded in the order VMModulesDir/order
+// lists). Disks are virtio-blk devices named by their serial: "helmr-<name>",
+// mounted at VMDisksDir/<name>, read-write and synchronous for
+// VMWorkspaceDisk and read-only for every other. The worker's stream is the virtio-serial port named
+// VMPort. After that the agent is the process tier's: it reads init and
+// sets the sandbox up (Setup) from the mounted disks.
+const (
+	VMModulesDir    = "/modules"
+	VMDisksDir      = "/run/helmr/disks"
+	VMStateDir      = "/run/helmr"
+	VMPort          = "helmr"
+	VMDiskPrefix    = "helmr-"
+	VMWorkspaceDisk = "workspace"
+	// VMProbeArg on the kernel command line makes the init print
+	// VMProbeOK on the console and power off: a boot probe.
+	VMProbeArg = "helmr.probe=1"
+	VMProbeOK  = "helmr-vm-probe-ok"
+)
+
+// vmDeviceWait bounds the wait for the port and disks to appear once
+// their drivers are loaded.
+const vmDeviceWait = 10 * time.Second
+
+// RunVM is the agent as a VM's init (PID 1). It moves off the initramfs's
+// rootfs (which pivot_root refuses) onto a bind mount of it, mounts /proc,
+// /sys and /dev, loads the modules, mounts the disks, makes the sandbox's
+// cgroup (vmCgroup: the limits the host put on the kernel command line)
+// and starts the sandbox's agent (RunVMSandbox) in it, in a PID and mount
+// namespace of its own, with the virtio-serial port as its stream; then it
+// waits for that agent to end. Whatever happens, it powers the VM off when
+// it returns: init exiting would panic the kernel.
+func RunVM(log *slog.Logger) error {
+	defer vmPowerOff()
+	if err := vmBase(); err != nil {
+		return err
+	}
+	if vmCmdline(VMProbeArg) {
+		fmt.Println(VMProbeOK)
+		return nil
+	}
+	if err := loadModules(VMModulesDir, log); err != nil {
+		return err
+	}
+	if err := mountDisks(log); err != nil {
+		return err
+	}
+	port, err := openPort(VMPort)
+	if err != nil {
+		return err
+	}
+	defer port.Close()
+	boot := vmBoot()
+	if boot.WorkspaceOwner != nil {
+		if err := chownWorkspace(*boot.WorkspaceOwner); err != nil {
+			return err
+		}
+	}
+	if boot.netErr != nil {
+		return fmt.Errorf("vm init: %w", boot.netErr)
+	}
+	if boot.Net != nil {
+		if err := boot.Net.up(); err != nil {
+			return err
+		}
+	}
+	cg, err := vmCgroup(boot)
+	if err != nil {
+		return err
+	}
+	defer cg.Close()
+	return runSandboxAgent(port, cg, log)
+}
+
+// vmBase leaves rootfs for a bind mount of it (pivot_root needs a root
+// that has a parent mount), mounts the kernel's file systems and points
+// stdio at the console.
+func vmBase() error {
+	if err := os.MkdirAll("/newroot", 0o755); err != nil {
+		return fmt.Errorf("vm init: %w", err)
+	}
+	if err := unix.Mount("/", "/newroot", "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("vm init: bind rootfs: %w", err)
+	}
+	if err := unix.Chdir("/newroot"); err != nil {
+		return fmt.Errorf("vm init: %w", err)
+	}
+	if err := unix.Mount(".", "/", "", unix.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("vm init: move root: %w", err)
+	}
+	if err := unix.Chroot("."); err != nil {
+		return fmt.Errorf("vm init: chroot: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fmt.Errorf("vm init: %w", err)
+	}
+	mounts := []struct{ src, dir, fstype, data string }{
+		{"proc", "/proc", "proc", ""},
+		{"sysfs", "/sys", "sysfs", ""},
+		{"devtmpfs", "/dev", "devtmpfs", "mode=0755"},
+		{"tmpfs", VMStateDir, "tmpfs", "mode=0700"},
+	}
+	for _, m := range mounts {
+		if err := os.MkdirAll(m.dir, 0o755); err != nil {
+			return fmt.Errorf("vm init: %w", err)
+		}
+		if err := unix.Mount(m.src, m.dir, m.fstype, unix.MS_NOSUID, m.data); err != nil {
+			return fmt.Errorf("vm init: mount %s: %w", m.dir, err)
+		}
+	}
+	if fd, err := unix.Open("/dev/console", unix.O_RDWR, 0); err == nil {
+		for _, n := range []int{0, 1, 2} {
+			_ = unix.Dup2(fd, n)
+		}
+		if fd > 2 {
+			_ = unix.Close(fd)
+		}
+	}
+	return nil
+}
+
+// vmCmdline reports whether the kernel command line holds word.
+func vmCmdline(word string) bool {
+	b, _ := os.ReadFile("/proc/cmdline")
+	for _, w := range strings.Fields(string(b)) {
+		if w == word {
+			return true
+		}
+	}
+	return false
+}
+
+// loadModules loads dir's modules in the order dir/order lists
+// (dependencies first) with finit_module; a module already loaded or
+// built in is fine.
+func loadModules(dir string, log *slog.Logger) error {
+	b, err := os.ReadFile(filepath.Join(dir, "order"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // a kernel with everything built in
+	}
+	if err != nil {
+		return fmt.Errorf("vm init: modules: %w", err)
+	}
+	for _, name := range strings.Fields(string(b)) {
+		f, err := os.Open(filepath.Join(dir, filepath.Base(name)))
+		if err != nil {
+			return fmt.Errorf("vm init: module %s: %w", name, err)
+		}
+		err = unix.FinitModule(int(f.Fd()), "", 0)
+		f.Close()
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("vm init: load module %s: %w", name, err)
+		}
+		log.Debug("module loaded", "module", name)
+	}
+	return nil
+}
+
+// mountDisks mounts every virtio disk whose serial is VMDiskPrefix+name
+// at VMDisksDir/name: ext4, read-only but for VMWorkspaceDisk (nodev,
+// nosuid). The host names the disks it attaches on the kernel command line
+// (helmr.disks=N), so that a disk whose driver is slow to probe is waited
+// for rather than missed.
+func mountDisks(log *slog.Logger) error {
+	want := 0
+	b, _ := os.ReadFile("/proc/cmdline")
+	for _, w := range strings.Fields(string(b)) {
+		if v, ok := strings.CutPrefix(w, "helmr.disks="); ok {
+			fmt.Sscanf(v, "%d", &want)
+		}
+	}
+	var disks map[string]string
+	deadline := time.Now().Add(vmDeviceWait)
+	for {
+		disks = findDisks()
+		if len(disks) >= want {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("vm init: %d of %d disks appeared", len(disks), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for name, dev := range disks {
+		dir := filepath.Join(VMDisksDir, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("vm init: %w", err)
+		}
+		flags, data := uintptr(unix.MS_RDONLY), "noload"
+		if name == VMWorkspaceDisk {
+			// Synchronous: the host may end the VM at any moment (QEMU
+			// killed), and what a process wrote must be on the disk by
+			// then, not in the guest's page cache.
+			flags, data = unix.MS_NODEV|unix.MS_NOSUID|unix.MS_SYNCHRONOUS|unix.MS_DIRSYNC, ""
+		}
+		if err := unix.Mount(dev, dir, "ext4", flags, data); err != nil {
+			return fmt.Errorf("vm init: mount disk %s (%s): %w", name, dev, err)
+		}
+		log.Debug("disk mounted", "disk", name, "device", dev)
+	}
+	return nil
+}
+
+// findDisks maps the helmr disks' names to their device nodes.
+func findDisks() map[string]string {
+	out := map[string]string{}
+	ents, _ := os.ReadDir("/sys/block")
+	for _, e := range ents {
+		serial, err := os.ReadFile(filepath.Join("/sys/block", e.Name(), "serial"))
+		if err != nil {
+			continue
+		}
+		if name, ok := strings.CutPrefix(strings.TrimSpace(string(serial)), VMDiskPrefix); ok && name != "" {
+			out[name] = "/dev/" + e.Name()
+		}
+	}
+	return out
+}
+
+// openPort opens the virtio-serial port called name.
+func openPort(name string) (*os.File, error) {
+	deadline := time.Now().Add(vmDeviceWait)
+	for {
+		ents, _ := os.ReadDir("/sys/class/virtio-ports")
+		for _, e := range ents {
+			b, err := os.ReadFile(filepath.Join("/sys/class/virtio-ports", e.Name(), "name"))
+			if err != nil || strings.TrimSpace(string(b)) != name {
+				continue
+			}
+			f, err := os.OpenFile("/dev/"+e.Name(), os.O_RDWR, 0)
+			if err != nil {
+				return nil, fmt.Errorf("vm init: open port %s: %w", name, err)
+			}
+			return f, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("vm init: no virtio-serial port %q", name)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// vmPowerOff syncs and powers the VM off.
+func vmPowerOff() {
+	unix.Sync()
+	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+}

@@ -1,0 +1,211 @@
+package guest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// VMSandboxMode is the helmr-agent mode the VM's init starts the
+// sandbox's agent in (RunVMSandbox), with the worker's stream on fd 3.
+const VMSandboxMode = "vmsandbox"
+
+// Kernel command line arguments by which the host gives the guest's init
+// the sandbox's limits (VMBoot.Args).
+const (
+	vmArgMemory = "helmr.memory="
+	vmArgPids   = "helmr.pids="
+	vmArgCPU    = "helmr.cpu="
+	vmArgOwner  = "helmr.workspace_owner="
+)
+
+// vmCgroupDir is the sandbox's cgroup in the guest.
+const (
+	vmCgroupRoot = "/sys/fs/cgroup"
+	vmCgroupDir  = vmCgroupRoot + "/sandbox"
+	cfsPeriod    = 100000
+)
+
+// VMBoot is what the host tells the guest's init on the kernel command
+// line: the sandbox's limits inside the VM, enforced by the guest's
+// kernel on a cgroup holding the sandbox's agent and everything it
+// starts: memory in bytes, processes (threads count), CPU in thousandths
+// of a CPU. Zero is no limit.
+type VMBoot struct {
+	Memory    int64
+	Pids      int64
+	MilliCPUs int64
+	// WorkspaceOwner, if set, is the uid and gid the init gives the
+	// workspace disk's tree to before the sandbox starts.
+	WorkspaceOwner *[2]uint32
+	// Net, if set, is the sandbox's network interface.
+	Net *VMNet
+
+	netErr error // a Net the init could not parse
+}
+
+// Args are the kernel command line arguments that carry l.
+func (l VMBoot) Args() []string {
+	args := []string{
+		vmArgMemory + strconv.FormatInt(l.Memory, 10),
+		vmArgPids + strconv.FormatInt(l.Pids, 10),
+		vmArgCPU + strconv.FormatInt(l.MilliCPUs, 10),
+	}
+	if o := l.WorkspaceOwner; o != nil {
+		args = append(args, fmt.Sprintf("%s%d:%d", vmArgOwner, o[0], o[1]))
+	}
+	if l.Net != nil {
+		args = append(args, l.Net.arg())
+	}
+	return args
+}
+
+// vmBoot reads VMBoot from the kernel command line.
+func vmBoot() VMBoot {
+	b, _ := os.ReadFile("/proc/cmdline")
+	return parseVMBoot(string(b))
+}
+
+// parseVMBoot reads VMBoot from a kernel command line.
+func parseVMBoot(cmdline string) VMBoot {
+	var l VMBoot
+	for _, w := range strings.Fields(cmdline) {
+		for prefix, dst := range map[string]*int64{vmArgMemory: &l.Memory, vmArgPids: &l.Pids, vmArgCPU: &l.MilliCPUs} {
+			if v, ok := strings.CutPrefix(w, prefix); ok {
+				*dst, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		if v, ok := strings.CutPrefix(w, vmArgNet); ok {
+			l.Net, l.netErr = parseVMNet(v)
+		}
+		if v, ok := strings.CutPrefix(w, vmArgOwner); ok {
+			var o [2]uint32
+			if _, err := fmt.Sscanf(v, "%d:%d", &o[0], &o[1]); err == nil {
+				l.WorkspaceOwner = &o
+			}
+		}
+	}
+	return l
+}
+
+// chownWorkspace gives the workspace disk's tree to owner (symlinks
+// themselves, not their targets).
+func chownWorkspace(owner [2]uint32) error {
+	root := filepath.Join(VMDisksDir, VMWorkspaceDisk)
+	err := filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(owner[0]), int(owner[1]))
+	})
+	if err != nil {
+		return fmt.Errorf("vm init: workspace owner: %w", err)
+	}
+	return nil
+}
+
+// vmCgroup mounts cgroup2, makes the sandbox's cgroup with l's limits and
+// returns it open, for the sandbox's agent to start in (CLONE_INTO_CGROUP:
+// no moment outside it). The guest's kernel kills a process of the cgroup
+// past its memory (and logs "Killed process" on the console, which the
+// host reads: sandbox.Stats.OOMKilled), refuses forks past its pids and
+// throttles it to its CPU share.
+func vmCgroup(l VMBoot) (*os.File, error) {
+	if err := unix.Mount("cgroup2", vmCgroupRoot, "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return nil, fmt.Errorf("vm init: mount cgroup2: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(vmCgroupRoot, "cgroup.subtree_control"), []byte("+memory +pids +cpu"), 0); err != nil {
+		return nil, fmt.Errorf("vm init: enable cgroup controllers: %w", err)
+	}
+	if err := os.Mkdir(vmCgroupDir, 0o755); err != nil {
+		return nil, fmt.Errorf("vm init: sandbox cgroup: %w", err)
+	}
+	files := map[string]string{"memory.swap.max": "0"}
+	if l.Memory > 0 {
+		files["memory.max"] = strconv.FormatInt(l.Memory, 10)
+	}
+	if l.Pids > 0 {
+		files["pids.max"] = strconv.FormatInt(l.Pids, 10)
+	}
+	if l.MilliCPUs > 0 {
+		files["cpu.max"] = strconv.FormatInt(l.MilliCPUs*cfsPeriod/1000, 10) + " " + strconv.Itoa(cfsPeriod)
+	}
+	for name, v := range files {
+		err := os.WriteFile(filepath.Join(vmCgroupDir, name), []byte(v), 0)
+		if err != nil && !(name == "memory.swap.max" && errors.Is(err, os.ErrNotExist)) {
+			return nil, fmt.Errorf("vm init: sandbox cgroup %s: %w", name, err)
+		}
+	}
+	f, err := os.Open(vmCgroupDir)
+	if err != nil {
+		return nil, fmt.Errorf("vm init: sandbox cgroup: %w", err)
+	}
+	return f, nil
+}
+
+// runSandboxAgent starts this binary in VMSandboxMode in cg, in fresh PID,
+// mount, UTS and IPC namespaces, with port as its stream, and waits for it.
+// In its PID namespace the sandbox's agent is PID 1 and its /proc shows
+// the sandbox's processes only, not the kernel's threads nor this init.
+func runSandboxAgent(port *os.File, cg *os.File, log *slog.Logger) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("vm init: %w", err)
+	}
+	p, err := os.StartProcess(self, []string{"helmr-agent", VMSandboxMode}, &os.ProcAttr{
+		Env:   []string{},
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, port},
+		Sys: &syscall.SysProcAttr{
+			Cloneflags:  unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC,
+			UseCgroupFD: true,
+			CgroupFD:    int(cg.Fd()),
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("vm init: start the sandbox's agent: %w", err)
+	}
+	st, err := p.Wait()
+	if err == nil && !st.Success() {
+		err = errors.New(st.String())
+	}
+	log.Info("sandbox agent ended", "err", err)
+	return err
+}
+
+// RunVMSandbox is the sandbox's agent in a VM (VMSandboxMode), started by
+// the VM's init in the sandbox's namespaces and cgroup: the process tier's
+// agent (RunInit with Prepare) on stream, with maskProc after Setup. Its
+// threads are reserved up front: they count in the cgroup's pids limit.
+func RunVMSandbox(stream io.ReadWriteCloser, log *slog.Logger) error {
+	ReserveThreads(ReservedThreads)
+	return runInit(stream, Prepare, maskProc, log)
+}
+
+// vmReadOnlyProc are the /proc files through which the guest's uid 0
+// would reach its kernel (sysctls, sysrq, irq affinity, bus and fs
+// settings): the process tier's user namespace keeps them the host's;
+// in a VM they are bound read-only over themselves, as container
+// runtimes do.
+var vmReadOnlyProc = []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"}
+
+// maskProc makes vmReadOnlyProc read-only in the sandbox's /proc.
+func maskProc() error {
+	for _, p := range vmReadOnlyProc {
+		if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err := bind(p, p, true); err != nil {
+			return fmt.Errorf("mask %s: %w", p, err)
+		}
+	}
+	return nil
+}

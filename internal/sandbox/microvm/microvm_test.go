@@ -1,0 +1,157 @@
+package microvm
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/microvm/guestfmt"
+	"github.com/helmr/helmr/internal/sandbox/sandboxtest"
+	"github.com/helmr/helmr/internal/testenv"
+)
+
+// agentPath is the helmr-agent built once for this package (TestMain).
+var agentPath string
+
+func TestMain(m *testing.M) { os.Exit(sandboxtest.MainWithAgent(m, &agentPath)) }
+
+// requiresMicroVM skips (fails on CI) unless root, QEMU and the guest
+// kernel scripts/install-microvm.sh installs are here.
+func requiresMicroVM(t testing.TB) guestfmt.Kernel {
+	t.Helper()
+	testenv.RequireRoot(t)
+	_, err := exec.LookPath("qemu-system-x86_64")
+	testenv.Require(t, err == nil, "qemu-system-x86_64 not installed: run scripts/install-microvm.sh")
+	k, err := guestfmt.FindKernel(testenv.CacheDir())
+	testenv.Require(t, err == nil, "no guest kernel: run scripts/install-microvm.sh")
+	return k
+}
+
+// newRuntime returns a Runtime with its own state directory. The layer
+// images it makes of the base root filesystem are kept in the cache
+// between tests (HELMR_CACHE_DIR/microvm/test-layers): making one takes
+// seconds.
+func newRuntime(t testing.TB) *Runtime {
+	t.Helper()
+	k := requiresMicroVM(t)
+	state := filepath.Join(testenv.StateRoot(t), "microvm")
+	rt, err := New(context.Background(), Config{
+		Kernel:    k,
+		AgentPath: agentPath,
+		StateDir:  state,
+		Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	t.Logf("microvm accelerator: %s (%s)", rt.Accel(), rt.accelWhy)
+	return rt
+}
+
+// conformance is where this tier differs from the process tier: task code
+// runs on the guest's kernel, which enforces the process limit itself and
+// tells the host nothing of it; the workspace is a block device of the
+// guest's, seen by the host once the sandbox ends.
+var conformance = sandboxtest.Options{
+	GuestKernel:         true,
+	PidsLimitUnreported: true,
+	WorkspaceImage:      true,
+}
+
+func TestConformance(t *testing.T) {
+	requiresMicroVM(t)
+	rootfs := sandboxtest.BaseRootFS(t)
+	sandboxtest.RunWithOptions(t, func(t *testing.T) sandbox.Runtime { return newRuntime(t) }, rootfs, conformance)
+}
+
+// TestBootExec boots one guest, runs a process, checks the runtime
+// contract's files and that the workspace reaches the host when the
+// sandbox ends.
+func TestBootExec(t *testing.T) {
+	rt := newRuntime(t)
+	rootfs := sandboxtest.BaseRootFS(t)
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "existing"), []byte("from the host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{ID: "boot-exec", RootLayers: []string{rootfs}, WorkspaceHost: ws, UID: 1000, GID: 1000,
+		Hostname: "vm-host", DNS: []string{"192.0.2.53"}, MemoryBytes: 512 << 20, CPU: 1}
+	start := time.Now()
+	sb, err := rt.Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	t.Logf("cold boot to agent ready: %v (%s)", time.Since(start), rt.Accel())
+	defer sb.Destroy(context.Background())
+	out := run(t, sb, "sh", "-c", "cat existing; hostname; cat /etc/resolv.conf; id -u; uname -r; echo made-in-vm > new; "+
+		"grep -c ' / overlay ' /proc/mounts; test -w /; echo root-writable")
+	want := []string{"from the host", "vm-host", "nameserver 192.0.2.53", "1000", rt.cfg.Kernel.Version, "1", "root-writable"}
+	if got := strings.Split(strings.TrimSpace(out), "\n"); !slices.Equal(got, want) {
+		t.Errorf("guest printed %q, want %q", got, want)
+	}
+	if err := sb.Destroy(context.Background()); err != nil {
+		t.Fatalf("Destroy() = %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "new")); err != nil || string(b) != "made-in-vm\n" {
+		t.Errorf("host workspace file new = %q, %v; want the guest's write", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(rt.cfg.sandboxes(), spec.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("sandbox dir after Destroy: %v, want gone", err)
+	}
+}
+
+// TestGuestPanic checks that a guest kernel panic fails Exec with
+// ErrGuestRuntime and that Destroy still cleans up.
+func TestGuestPanic(t *testing.T) {
+	rt := newRuntime(t)
+	spec := sandbox.Spec{ID: "panic", RootLayers: []string{sandboxtest.BaseRootFS(t)}, WorkspaceHost: t.TempDir(), MemoryBytes: 256 << 20}
+	sb, err := rt.Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	defer sb.Destroy(context.Background())
+	s := sb.(*Sandbox)
+	// The agent is the guest's init: killing QEMU's guest from the host
+	// side is the crash; a panic of the guest kernel ends QEMU the same
+	// way (panic=-1, -no-reboot).
+	if err := s.qemu.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-s.exited
+	_, err = sb.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"true"}})
+	if !errors.Is(err, sandbox.ErrGuestRuntime) {
+		t.Errorf("Exec after QEMU died = %v, want ErrGuestRuntime", err)
+	}
+	if err := sb.Destroy(context.Background()); err != nil {
+		t.Errorf("Destroy() = %v", err)
+	}
+}
+
+func run(t *testing.T, sb sandbox.Sandbox, argv ...string) string {
+	t.Helper()
+	var out, errOut strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := sb.Exec(ctx, sandbox.ExecRequest{
+		Argv: argv, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
+		OnOutput: func(stream string, data []byte) {
+			if stream == "stdout" {
+				out.Write(data)
+			} else {
+				errOut.Write(data)
+			}
+		},
+	})
+	if err != nil || st.Code != 0 {
+		t.Fatalf("Exec(%q) = %+v, %v; stderr %q", argv, st, err, errOut.String())
+	}
+	return out.String()
+}
