@@ -48,12 +48,27 @@ type dev struct {
 	kill    func()      // kills it (SIGKILL): no chance to clean up
 }
 
-// forEachTier runs fn as a subtest per isolation tier of this build (the
-// tier registry's).
+// forEachTier runs fn as a subtest per isolation tier that runs tasks
+// end to end (see e2eTiers).
 func forEachTier(t *testing.T, fn func(t *testing.T, tier string)) {
-	for _, tier := range tiers.Built() {
+	for _, tier := range e2eTiers() {
 		t.Run(tier, func(t *testing.T) { fn(t, tier) })
 	}
+}
+
+// e2eTiers are the tiers of this build (the tier registry's) that the
+// worker drives end to end. The microvm tier is not one yet: its
+// sandboxes pass the conformance suite (internal/sandbox/microvm), but
+// the worker does not yet hand it workspace images, park its runs or
+// start it from snapshots (issue 21).
+func e2eTiers() []string {
+	var out []string
+	for _, tier := range tiers.Built() {
+		if tier != "microvm" {
+			out = append(out, tier)
+		}
+	}
+	return out
 }
 
 // requireTier skips (fails on CI) when the host lacks what tier needs, as

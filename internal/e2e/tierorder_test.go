@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/runs"
-	"github.com/helmr/helmr/internal/sandbox/tiers"
 	"github.com/helmr/helmr/internal/testenv"
 )
 
@@ -15,7 +14,7 @@ import (
 // another tier (its own data dir, as the tests have) runs it on the same
 // root: gvisor then process, and process then gvisor.
 func TestTiersShareStateRoot(t *testing.T) {
-	built := tiers.Built()
+	built := e2eTiers()
 	for _, first := range built {
 		for _, second := range built {
 			if first == second {

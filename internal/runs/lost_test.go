@@ -137,6 +137,10 @@ func TestLostRunRestoresCheckpoint(t *testing.T) {
 		t.Errorf("checkpoints after a task failure = %+v (dropped %v), want none", cks, dropped)
 	}
 
+	if _, err := svc.Cancel(ctx, r.ID); err != nil {
+		t.Fatal(err)
+	}
+
 	// Waiting in its sandbox, no checkpoint recorded: the loss names a
 	// park in progress as lost, and the retry is fresh.
 	w, _, err := svc.Trigger(ctx, runs.TriggerRequest{Project: "p", Env: "dev", TaskID: "a"})
