@@ -70,7 +70,7 @@ func testRunStats(t *testing.T, s Store) {
 	if err := s.RestoredCheckpoint(ctx, "ck_2", at(25)); err != nil {
 		t.Fatal(err)
 	}
-	leased(3)                                         // STARTING
+	leased(3) // STARTING
 	leased(4, runs.StatusRunning, runs.StatusWaiting, runs.StatusQueued)
 	leased(5, runs.StatusRunning, runs.StatusCompleted)
 	queued := newRun("p", "dev", "a")

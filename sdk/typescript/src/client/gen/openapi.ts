@@ -1374,6 +1374,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
+        /** Worker: report how a run's attempt ended (status, output, error, notes). With workerId and attempt, the report is refused (409) when the run has moved on: a retry after the worker was given up as lost. A worker sends it again through outages until it lands or is refused. */
         post: operations["workerRunFinish"];
         delete?: never;
         options?: never;
@@ -1495,8 +1496,24 @@ export interface paths {
         /** Worker: upload a parked run's sealed checkpoint (AES-256-GCM chunks; the control plane never sees it in the clear), streamed as the body. */
         put: operations["workerPutCheckpoint"];
         post?: never;
-        /** Worker: delete a checkpoint (record and blob) of a run it holds, once restored or refused. */
-        delete: operations["workerDropCheckpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/worker/runs/{id}/checkpoints/{ck}/restored": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Worker: record that a run it holds was restored from checkpoint ck. The run is no longer parked; the checkpoint is kept until the run ends or parks again, so that a run whose worker is lost later is retried from it. */
+        post: operations["workerRestoredCheckpoint"];
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -5747,7 +5764,7 @@ export interface operations {
             503: components["responses"]["Error"];
         };
     };
-    workerDropCheckpoint: {
+    workerRestoredCheckpoint: {
         parameters: {
             query?: never;
             header?: never;
@@ -5759,7 +5776,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Deleted. */
+            /** @description Recorded. */
             204: {
                 headers: {
                     [name: string]: unknown;
