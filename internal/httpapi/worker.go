@@ -35,6 +35,13 @@ func (s *Server) workerLease(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	lease, err := s.control.Lease(r.Context(), req.WorkerID, req.Capabilities)
+	if err == nil && r.Context().Err() != nil {
+		// Leased as the worker went away: the run goes back to the
+		// queue rather than waiting for the worker to be given up.
+		if err := s.control.ReturnLease(context.WithoutCancel(r.Context()), lease); err != nil {
+			s.log.Warn("return a lease its worker did not take", "run_id", lease.Run.ID, "err", err)
+		}
+	}
 	switch {
 	case errors.Is(err, worker.ErrNoWork), r.Context().Err() != nil:
 		w.WriteHeader(http.StatusNoContent)

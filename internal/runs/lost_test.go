@@ -220,3 +220,34 @@ func TestStaleOutcomeRefused(t *testing.T) {
 		t.Errorf("w2's outcome = %s %s, %v; want COMPLETED 2", got.Status, got.Output, err)
 	}
 }
+
+// TestReturnLease: a lease handed out as its worker went away goes back
+// to the queue as the same attempt, and a stale return (the run started
+// meanwhile on that worker, or leased elsewhere) is refused.
+func TestReturnLease(t *testing.T) {
+	ctx := context.Background()
+	svc := flowService(t, goodTask("a"))
+	caps := workers.Capabilities{CPUs: 2, MemoryBytes: 1 << 30}
+	r, _, err := svc.Trigger(ctx, runs.TriggerRequest{Project: "p", Env: "dev", TaskID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leased, err := svc.Lease(ctx, "gone", caps)
+	if err != nil || leased.ID != r.ID {
+		t.Fatalf("Lease = %s, %v", leased.ID, err)
+	}
+	if err := svc.ReturnLease(ctx, leased); err != nil {
+		t.Fatalf("ReturnLease = %v", err)
+	}
+	got, _ := svc.Get(ctx, r.ID)
+	if got.Status != runs.StatusQueued || got.Attempt != 1 || len(got.Attempts) != 0 {
+		t.Errorf("after ReturnLease: %s attempt %d %+v, want QUEUED, attempt 1", got.Status, got.Attempt, got.Attempts)
+	}
+	again, err := svc.Lease(ctx, "w2", caps)
+	if err != nil || again.ID != r.ID {
+		t.Fatalf("Lease again = %s, %v", again.ID, err)
+	}
+	if err := svc.ReturnLease(ctx, leased); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("stale ReturnLease = %v, want a conflict (w2 holds it)", err)
+	}
+}

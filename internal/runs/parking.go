@@ -46,6 +46,9 @@ func (s *Service) lastCheckpoint(ctx context.Context, id string) *checkpoints.Ch
 // what was recorded (a checkpoint, the workspace's files on their host
 // or in its last snapshot, the run's events) is not.
 func (s *Service) lostState(ctx context.Context, r Run) string {
+	if r.Status == StatusStarting {
+		return "its sandbox was not up yet, its task not begun: nothing of the run was lost"
+	}
 	lost := "lost: the sandbox's memory and any output not yet reported"
 	if r.Status == StatusWaiting {
 		lost += ", and a checkpoint the worker may have been taking to park the run (a park is recorded only once its checkpoint is stored)"

@@ -557,6 +557,30 @@ func (s *Service) Finish(ctx context.Context, id string, o Outcome) (Run, error)
 	return r, err
 }
 
+// ReturnLease puts run r, just leased by r.WorkerID, back in the queue:
+// the worker went away as the lease was handed to it.
+func (s *Service) ReturnLease(ctx context.Context, r Run) error {
+	return s.requeueUnstarted(ctx, r, fmt.Sprintf("worker %s went away as the run was handed to it", r.WorkerID))
+}
+
+// requeueUnstarted puts a STARTING run whose worker was lost (msg says
+// how) back in the queue: its sandbox was not up, its task had not begun,
+// so nothing of it ran and nothing is lost but time.
+func (s *Service) requeueUnstarted(ctx context.Context, r Run, msg string) error {
+	now := s.now()
+	_, _, err := s.store.Transition(ctx, r.ID, Transition{From: []Status{StatusStarting}, To: StatusQueued, Time: now, Due: &now,
+		Held: &Hold{WorkerID: r.WorkerID, Attempt: r.Attempt}})
+	if err != nil {
+		return err
+	}
+	if err := s.Note(ctx, r.ID, SystemData{Message: msg + "; the run had not started: queued again, as the same attempt",
+		Attrs: map[string]string{"worker": r.WorkerID, "attempt": fmt.Sprint(max(r.Attempt, 1))}}); err != nil {
+		return err
+	}
+	s.broker.PublishQueue()
+	return nil
+}
+
 // FailOrphans ends, as FAILED/guest_runtime with message, every run that a
 // worker had started (STARTING, RUNNING or WAITING) and that no worker runs any
 // more. helmr dev calls it at start-up: its only worker is in-process, so a
@@ -583,6 +607,15 @@ func (s *Service) failStarted(ctx context.Context, pick func(Run) (string, bool)
 				}
 				msg, ok := pick(r)
 				if !ok {
+					continue
+				}
+				if st == StatusStarting {
+					// Its task never ran: it goes back to the queue
+					// as the same attempt, whatever its retry policy.
+					if err := s.requeueUnstarted(ctx, r, msg); err != nil && !errors.Is(err, errdefs.ErrConflict) {
+						return n, err
+					}
+					n++
 					continue
 				}
 				_, err := s.Finish(ctx, r.ID, Outcome{Status: StatusFailed, Error: &Error{Class: ClassGuestRuntime, Message: msg},

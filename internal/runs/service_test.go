@@ -59,15 +59,28 @@ func TestFailOrphans(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("FailOrphans() = %d, %v; want 2", n, err)
 	}
+	// The started run fails; the leased one, whose task never ran, is
+	// queued again as the same attempt.
 	for _, id := range ids {
 		r, _ := svc.Get(ctx, id)
-		want := runs.StatusFailed
-		if id != leased.ID && id != running.ID {
-			want = runs.StatusQueued
+		want := runs.StatusQueued
+		if id == running.ID {
+			want = runs.StatusFailed
 		}
-		if r.Status != want || (want == runs.StatusFailed && r.Error.Class != runs.ClassGuestRuntime) {
-			t.Errorf("run %s = %s %+v, want %s", id, r.Status, r.Error, want)
+		if r.Status != want || (want == runs.StatusFailed && r.Error.Class != runs.ClassGuestRuntime) || r.Attempt != 1 {
+			t.Errorf("run %s = %s attempt %d %+v, want %s attempt 1", id, r.Status, r.Attempt, r.Error, want)
 		}
+	}
+	if again, err := svc.Lease(ctx, "w2", big); err != nil || again.ID != leased.ID || again.WorkerID != "w2" {
+		t.Errorf("lease after the requeue = %s on %s, %v; want %s on w2", again.ID, again.WorkerID, err, leased.ID)
+	}
+	evs, _ := svc.Events(ctx, leased.ID, 0, 100)
+	var text string
+	for _, ev := range evs {
+		text += string(ev.Data) + "\n"
+	}
+	if !strings.Contains(text, "had not started: queued again, as the same attempt") {
+		t.Errorf("the requeued run's events do not say why: %s", text)
 	}
 }
 
@@ -133,8 +146,10 @@ func waitReason(t *testing.T, svc *runs.Service, id, substr string) bool {
 	return false
 }
 
-// TestFailLostRuns: a started run whose worker stopped reporting fails as
-// guest_runtime; a run whose worker is alive, and a queued run, stay.
+// TestFailLostRuns: a running run whose worker stopped reporting fails
+// as guest_runtime; a run whose worker is alive, and a queued run, stay.
+// (A lost worker's runs that had not started go back to the queue: see
+// TestFailOrphans.)
 func TestFailLostRuns(t *testing.T) {
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "helmr.db"), slog.Default())
 	if err != nil {
@@ -160,6 +175,9 @@ func TestFailLostRuns(t *testing.T) {
 	lostRun, liveRun, queued := trigger(), trigger(), trigger()
 	if r, _ := svc.Lease(ctx, "lost", caps); r.ID != lostRun {
 		t.Fatalf("lease = %s, want %s", r.ID, lostRun)
+	}
+	if _, err := svc.Started(ctx, lostRun, "lost", "process", runs.SystemData{Message: "started"}); err != nil {
+		t.Fatal(err)
 	}
 	if r, _ := svc.Lease(ctx, "live", caps); r.ID != liveRun {
 		t.Fatalf("lease = %s, want %s", r.ID, liveRun)

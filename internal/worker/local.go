@@ -103,6 +103,12 @@ func (c *Local) leaseFor(ctx context.Context, run runs.Run) (Lease, error) {
 	return Lease{}, errors.New("leased run's task is missing from its deployment")
 }
 
+// ReturnLease puts l's run back in the queue: the worker it was leased to
+// went away before it could be told.
+func (c *Local) ReturnLease(ctx context.Context, l Lease) error {
+	return c.Runs.ReturnLease(ctx, l.Run)
+}
+
 // Files implements ControlPlane.
 func (c *Local) Files(ctx context.Context, id string) (map[string][]byte, error) {
 	return c.Deployments.GetDeploymentFiles(ctx, id)
