@@ -147,7 +147,7 @@ var settings = []Setting{
 		Doc:   "how many task runs of one project environment may be started (or waiting with their sandbox up) at once, across all its queues; `0`: no bound (queues' own limits still hold)",
 		field: num(func(c *Config) *int { return &c.EnvConcurrency })},
 	{Name: "HELMR_WORKER_TTL", ReadBy: []string{ControlPlane}, Default: "60s",
-		Doc:   "a worker silent this long (no heartbeat, no request for work) loses its started runs: they fail as `guest_runtime` and are retried per their retry policy (from their checkpoint if they were restored from one); once every worker of a host is, that host's workspaces with a snapshot move to any worker",
+		Doc:   "a worker silent this long (no heartbeat, no request for work) loses its started runs: those it had not started go back to the queue, the others fail as `guest_runtime` and are retried per their retry policy (from their checkpoint if they were restored from one); once every worker of a host is, that host's workspaces with a snapshot move to any worker",
 		field: dur(func(c *Config) *time.Duration { return &c.WorkerTTL })},
 	{Name: "HELMR_HEARTBEAT", ReadBy: []string{Worker, ControlPlane}, Default: "10s",
 		Doc: "how often a worker reports it is alive; the control plane refuses a `HELMR_WORKER_TTL` under twice it, so set both alike", field: dur(func(c *Config) *time.Duration { return &c.Heartbeat })},
