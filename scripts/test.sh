@@ -19,7 +19,12 @@ eval "$(scripts/e2b-sdk.sh)" # the E2B Python SDK that internal/e2b/envd's tests
 echo "test: go vet"
 go vet ./...
 echo "test: go test"
-go test -count=1 -timeout 30m ./...
+go test -count=1 -timeout 30m -skip '^TestFaultsUnderLoad$' ./...
+
+# The fault test on its own, verbose: it prints what it submitted, what
+# completed, and what was lost, duplicated or left behind.
+echo "test: faults under load"
+go test -count=1 -timeout 20m -run '^TestFaultsUnderLoad$' -v ./internal/e2e
 
 # The control plane's blobs in S3 instead of the data directory: the
 # tests that park runs, move workspaces and use remote workers.
