@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,6 +29,20 @@ const (
 // special files (an overlayfs layer's whiteouts among them) and at least
 // minSize bytes. owner, if set, owns the image's root directory.
 func DirImage(dst, src string, minSize int64, owner *[2]int) error {
+	return dirImage(dst, src, minSize, owner, false)
+}
+
+// Reproducible images: a fixed file system UUID and directory hash seed,
+// mkfs.ext4's clock fixed, no metadata checksums (they are seeded by the
+// UUID and would break under normalizeTimes) and every inode's times
+// normalized: the same tree, unpacked on any host, makes the same bytes.
+const (
+	reproducibleUUID = "6c6d6c72-0000-4000-8000-68656c6d7221"
+	reproducibleTime = "1"
+)
+
+// dirImage is DirImage, reproducible if asked (see reproducibleUUID).
+func dirImage(dst, src string, minSize int64, owner *[2]int, reproducible bool) error {
 	fi, err := os.Stat(src)
 	if err != nil {
 		return fmt.Errorf("disk image of %s: %w", src, err)
@@ -59,9 +74,22 @@ func DirImage(dst, src string, minSize int64, owner *[2]int) error {
 	if owner != nil {
 		ext += ",root_owner=" + strconv.Itoa(owner[0]) + ":" + strconv.Itoa(owner[1])
 	}
-	args := []string{"-q", "-F", "-m", "0", "-b", strconv.Itoa(blockSize), "-O", "^has_journal",
-		"-N", strconv.FormatInt(inodes+inodeSlack, 10), "-E", ext, "-d", src, dst}
-	if out, err := exec.Command("mkfs.ext4", args...).CombinedOutput(); err != nil {
+	features := "^has_journal"
+	var env []string
+	if reproducible {
+		features += ",^metadata_csum"
+		ext += ",hash_seed=" + reproducibleUUID
+		env = append(os.Environ(), "E2FSPROGS_FAKE_TIME="+reproducibleTime)
+	}
+	args := []string{"-q", "-F", "-m", "0", "-b", strconv.Itoa(blockSize), "-O", features,
+		"-N", strconv.FormatInt(inodes+inodeSlack, 10), "-E", ext}
+	if reproducible {
+		args = append(args, "-U", reproducibleUUID)
+	}
+	args = append(args, "-d", src, dst)
+	mkfs := exec.Command("mkfs.ext4", args...)
+	mkfs.Env = env
+	if out, err := mkfs.CombinedOutput(); err != nil {
 		os.Remove(dst)
 		return fmt.Errorf("disk image of %s: mkfs.ext4: %v: %s", src, err, out)
 	}
@@ -76,6 +104,12 @@ func DirImage(dst, src string, minSize int64, owner *[2]int) error {
 			fmt.Sprintf("set_inode_field / gid %d", owner[1]), dst).CombinedOutput(); err != nil {
 			os.Remove(dst)
 			return fmt.Errorf("disk image of %s: debugfs: %v: %s", src, err, out)
+		}
+	}
+	if reproducible {
+		if err := normalizeTimes(dst); err != nil {
+			os.Remove(dst)
+			return fmt.Errorf("disk image of %s: %w", src, err)
 		}
 	}
 	return nil
@@ -106,7 +140,10 @@ func treeSize(src string) (bytes, entries int64, err error) {
 // the layer's path and its directory's identity (device, inode, change
 // time): layers are immutable once made (package images builds a layer
 // under a new path, never in place), so a layer replaced under the same
-// path gets a new key.
+// path gets a new key. The image is reproducible: the same layer makes
+// the same bytes on every host (LayerDigest), which a guest restored from
+// a checkpoint taken elsewhere needs, its kernel holding what it read of
+// the disks.
 func LayerImage(cacheDir, dir string) (string, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
@@ -124,13 +161,41 @@ func LayerImage(cacheDir, dir string) (string, error) {
 	}
 	tmp := f.Name()
 	f.Close()
-	os.Remove(tmp) // DirImage creates it afresh (O_EXCL)
-	if err := DirImage(tmp, dir, 0, nil); err != nil {
+	os.Remove(tmp) // dirImage creates it afresh (O_EXCL)
+	if err := dirImage(tmp, dir, 0, nil, true); err != nil {
 		return "", err
+	}
+	digest, err := fileDigest(tmp)
+	if err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("layer %s: %w", dir, err)
+	}
+	if err := os.WriteFile(img+digestSuffix, []byte(digest+"\n"), 0o600); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("layer %s: %w", dir, err)
 	}
 	if err := os.Rename(tmp, img); err != nil {
 		os.Remove(tmp)
 		return "", fmt.Errorf("layer %s: %w", dir, err)
 	}
 	return img, nil
+}
+
+// digestSuffix names the file beside a layer image that holds its digest.
+const digestSuffix = ".sha256"
+
+// LayerDigest is the digest ("sha256:…") of the layer image at img (a LayerImage
+// result), recorded when it was made.
+func LayerDigest(img string) (string, error) {
+	b, err := os.ReadFile(img + digestSuffix)
+	if err == nil {
+		if d := strings.TrimSpace(string(b)); strings.HasPrefix(d, "sha256:") {
+			return d, nil
+		}
+	}
+	d, err := fileDigest(img)
+	if err != nil {
+		return "", fmt.Errorf("layer image %s: %w", img, err)
+	}
+	return d, nil
 }
