@@ -150,7 +150,8 @@ func LayerImage(cacheDir, dir string) (string, error) {
 		return "", fmt.Errorf("layer %s: %w", dir, err)
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%d %d %d.%d", dir, st.Dev, st.Ino, st.Ctim.Sec, st.Ctim.Nsec)
+	// "r1": the reproducible format (dirImage); older images are not.
+	fmt.Fprintf(h, "r1\x00%s\x00%d %d %d.%d", dir, st.Dev, st.Ino, st.Ctim.Sec, st.Ctim.Nsec)
 	img := filepath.Join(cacheDir, "layer-"+hex.EncodeToString(h.Sum(nil))[:32]+".ext4")
 	if _, err := os.Stat(img); err == nil {
 		return img, nil
