@@ -9,6 +9,10 @@
 # `weed server -s3` (master, volume, filer and S3 gateway in one process)
 # listens on 127.0.0.1 only, on free ports, with its data in HELMR_S3_DIR
 # (default /var/tmp/helmr-s3test) and one identity whose keys are printed.
+# Volumes are small (256 MiB) and their number fixed (64): with SeaweedFS's
+# default (30 GiB volumes, as many as the free disk holds) a machine with
+# under 90 GiB free had no slot left for the bucket's volumes, and every
+# put failed with an internal error. No telemetry leaves the machine.
 # It is idempotent: a second run reuses a running server and its bucket.
 # Progress goes to stderr; stdout carries only the exports. Test data only.
 set -euo pipefail
@@ -77,7 +81,8 @@ JSON
   log "starting weed server -s3 on 127.0.0.1:$s3 (data in $dir)"
   setsid "$weed" server -dir="$dir/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
     -master.port="$master" -master.port.grpc=$((master + 10000)) \
-    -volume.port="$volume" -volume.port.grpc=$((volume + 10000)) -volume.max=0 \
+    -volume.port="$volume" -volume.port.grpc=$((volume + 10000)) \
+    -volume.max=64 -master.volumeSizeLimitMB=256 -master.telemetry=false \
     -filer.port="$filer" -filer.port.grpc=$((filer + 10000)) \
     -s3 -s3.port="$s3" -s3.config="$dir/s3.json" \
     </dev/null >"$dir/weed.log" 2>&1 &
