@@ -17,9 +17,11 @@ import (
 // VMModulesDir (the kernel modules, loaded in the order VMModulesDir/order
 // lists). Disks are virtio-blk devices named by their serial: "helmr-<name>",
 // mounted at VMDisksDir/<name>, read-write and synchronous for
-// VMWorkspaceDisk and read-only for every other. The worker's stream is the virtio-serial port named
-// VMPort. After that the agent is the process tier's: it reads init and
-// sets the sandbox up (Setup) from the mounted disks.
+// VMWorkspaceDisk and read-only for every other, once the host's start
+// message (VMCtl, on the port VMCtlPort) came. The worker's stream is the
+// virtio-serial port named VMPort. After that the agent is the process
+// tier's: it reads init and sets the sandbox up (Setup) from the mounted
+// disks.
 const (
 	VMModulesDir    = "/modules"
 	VMDisksDir      = "/run/helmr/disks"
@@ -39,12 +41,15 @@ const vmDeviceWait = 10 * time.Second
 
 // RunVM is the agent as a VM's init (PID 1). It moves off the initramfs's
 // rootfs (which pivot_root refuses) onto a bind mount of it, mounts /proc,
-// /sys and /dev, loads the modules, mounts the disks, makes the sandbox's
-// cgroup (vmCgroup: the limits the host put on the kernel command line)
-// and starts the sandbox's agent (RunVMSandbox) in it, in a PID and mount
-// namespace of its own, with the virtio-serial port as its stream; then it
-// waits for that agent to end. Whatever happens, it powers the VM off when
-// it returns: init exiting would panic the kernel.
+// /sys and /dev, loads the modules, waits for the disks and ports, and
+// says idle on the control channel (see VMCtl): a boot snapshot of the VM
+// may be taken then. Once the host sends start, it sets the clock and
+// entropy, mounts the disks, sets the network up, makes the sandbox's
+// cgroup with the limits start names and starts the sandbox's agent
+// (RunVMSandbox) in it, in a PID and mount namespace of its own, with the
+// virtio-serial port as its stream; then it answers resume on the control
+// channel until that agent ends. Whatever happens, it powers the VM off
+// when it returns: init exiting would panic the kernel.
 func RunVM(log *slog.Logger) error {
 	defer vmPowerOff()
 	if err := vmBase(); err != nil {
@@ -57,34 +62,62 @@ func RunVM(log *slog.Logger) error {
 	if err := loadModules(VMModulesDir, log); err != nil {
 		return err
 	}
-	if err := mountDisks(log); err != nil {
+	disks, err := waitDisks()
+	if err != nil {
 		return err
 	}
+	ctlPort, err := openPort(VMCtlPort)
+	if err != nil {
+		return err
+	}
+	defer ctlPort.Close()
 	port, err := openPort(VMPort)
 	if err != nil {
 		return err
 	}
 	defer port.Close()
-	boot := vmBoot()
-	if boot.WorkspaceOwner != nil {
-		if err := chownWorkspace(*boot.WorkspaceOwner); err != nil {
-			return err
-		}
+	ctl := newVMCtl(ctlPort)
+	dropCaches()
+	if err := ctl.send(VMCtl{Type: VMCtlIdle}); err != nil {
+		return fmt.Errorf("vm init: %w", err)
 	}
-	if boot.netErr != nil {
-		return fmt.Errorf("vm init: %w", boot.netErr)
-	}
-	if boot.Net != nil {
-		if err := boot.Net.up(); err != nil {
-			return err
-		}
-	}
-	cg, err := vmCgroup(boot)
+	start, err := ctl.waitStart()
 	if err != nil {
 		return err
 	}
+	cg, err := setupVM(disks, start, log)
+	if err != nil {
+		_ = ctl.send(VMCtl{Type: VMCtlError, Error: err.Error()})
+		return err
+	}
 	defer cg.Close()
+	go ctl.serve(log)
 	return runSandboxAgent(port, cg, log)
+}
+
+// setupVM does what start asks, up to the sandbox's cgroup, returned open.
+func setupVM(disks map[string]string, start *VMStart, log *slog.Logger) (*os.File, error) {
+	if err := start.Fresh.apply(); err != nil {
+		return nil, err
+	}
+	if err := flushDiskBuffers(disks); err != nil {
+		return nil, err
+	}
+	if err := mountDisks(disks, log); err != nil {
+		return nil, err
+	}
+	boot := start.Boot
+	if boot.WorkspaceOwner != nil {
+		if err := chownWorkspace(*boot.WorkspaceOwner); err != nil {
+			return nil, err
+		}
+	}
+	if boot.Net != nil {
+		if err := boot.Net.up(); err != nil {
+			return nil, err
+		}
+	}
+	return vmCgroup(boot)
 }
 
 // vmBase leaves rootfs for a bind mount of it (pivot_root needs a root
@@ -171,12 +204,11 @@ func loadModules(dir string, log *slog.Logger) error {
 	return nil
 }
 
-// mountDisks mounts every virtio disk whose serial is VMDiskPrefix+name
-// at VMDisksDir/name: ext4, read-only but for VMWorkspaceDisk (nodev,
-// nosuid). The host names the disks it attaches on the kernel command line
-// (helmr.disks=N), so that a disk whose driver is slow to probe is waited
-// for rather than missed.
-func mountDisks(log *slog.Logger) error {
+// waitDisks waits for the helmr disks and maps their names to their
+// device nodes. The host names how many it attaches on the kernel
+// command line (helmr.disks=N), so that a disk whose driver is slow to
+// probe is waited for rather than missed.
+func waitDisks() (map[string]string, error) {
 	want := 0
 	b, _ := os.ReadFile("/proc/cmdline")
 	for _, w := range strings.Fields(string(b)) {
@@ -184,18 +216,22 @@ func mountDisks(log *slog.Logger) error {
 			fmt.Sscanf(v, "%d", &want)
 		}
 	}
-	var disks map[string]string
 	deadline := time.Now().Add(vmDeviceWait)
 	for {
-		disks = findDisks()
+		disks := findDisks()
 		if len(disks) >= want {
-			break
+			return disks, nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("vm init: %d of %d disks appeared", len(disks), want)
+			return nil, fmt.Errorf("vm init: %d of %d disks appeared", len(disks), want)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// mountDisks mounts each disk at VMDisksDir/name: ext4, read-only but for
+// VMWorkspaceDisk (nodev, nosuid).
+func mountDisks(disks map[string]string, log *slog.Logger) error {
 	for name, dev := range disks {
 		dir := filepath.Join(VMDisksDir, name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {

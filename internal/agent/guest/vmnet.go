@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -14,59 +12,17 @@ import (
 // vmInterface is the guest's virtio-net interface.
 const vmInterface = "eth0"
 
-const vmArgNet = "helmr.net="
-
 // VMNet is the guest's side of the sandbox's network (the worker's stack
 // stands behind the virtio-net device): the init sets eth0 up with Addr,
 // MTU, the default route through Gateway and permanent neighbour entries
 // with GatewayMAC for Neighbours (the gateway and the resolver), so that
 // the guest never has to ARP.
 type VMNet struct {
-	Addr       netip.Prefix
-	Gateway    netip.Addr
-	GatewayMAC net.HardwareAddr
-	Neighbours []netip.Addr
-	MTU        int
-}
-
-// arg is n as one kernel command line argument.
-func (n *VMNet) arg() string {
-	var neigh []string
-	for _, a := range n.Neighbours {
-		neigh = append(neigh, a.String())
-	}
-	return vmArgNet + strings.Join([]string{n.Addr.String(), n.Gateway.String(), n.GatewayMAC.String(),
-		strconv.Itoa(n.MTU), strings.Join(neigh, "+")}, ",")
-}
-
-// parseVMNet reads arg's value.
-func parseVMNet(v string) (*VMNet, error) {
-	f := strings.Split(v, ",")
-	if len(f) != 5 {
-		return nil, fmt.Errorf("%s%s: want addr/bits,gateway,mac,mtu,neighbours", vmArgNet, v)
-	}
-	var n VMNet
-	var err error
-	if n.Addr, err = netip.ParsePrefix(f[0]); err != nil {
-		return nil, err
-	}
-	if n.Gateway, err = netip.ParseAddr(f[1]); err != nil {
-		return nil, err
-	}
-	if n.GatewayMAC, err = net.ParseMAC(f[2]); err != nil {
-		return nil, err
-	}
-	if n.MTU, err = strconv.Atoi(f[3]); err != nil {
-		return nil, err
-	}
-	for _, s := range strings.Split(f[4], "+") {
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			return nil, err
-		}
-		n.Neighbours = append(n.Neighbours, a)
-	}
-	return &n, nil
+	Addr       netip.Prefix     `json:"addr"`
+	Gateway    netip.Addr       `json:"gateway"`
+	GatewayMAC net.HardwareAddr `json:"gateway_mac"`
+	Neighbours []netip.Addr     `json:"neighbours"`
+	MTU        int              `json:"mtu"`
 }
 
 // up sets eth0 up as n says, waiting for the device to appear once its

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -19,15 +18,6 @@ import (
 // sandbox's agent in (RunVMSandbox), with the worker's stream on fd 3.
 const VMSandboxMode = "vmsandbox"
 
-// Kernel command line arguments by which the host gives the guest's init
-// the sandbox's limits (VMBoot.Args).
-const (
-	vmArgMemory = "helmr.memory="
-	vmArgPids   = "helmr.pids="
-	vmArgCPU    = "helmr.cpu="
-	vmArgOwner  = "helmr.workspace_owner="
-)
-
 // vmCgroupDir is the sandbox's cgroup in the guest.
 const (
 	vmCgroupRoot = "/sys/fs/cgroup"
@@ -35,66 +25,20 @@ const (
 	cfsPeriod    = 100000
 )
 
-// VMBoot is what the host tells the guest's init on the kernel command
-// line: the sandbox's limits inside the VM, enforced by the guest's
-// kernel on a cgroup holding the sandbox's agent and everything it
-// starts: memory in bytes, processes (threads count), CPU in thousandths
-// of a CPU. Zero is no limit.
+// VMBoot is the sandbox's shape inside the VM, which the host sends the
+// guest's init in VMStart: the limits, enforced by the guest's kernel on
+// a cgroup holding the sandbox's agent and everything it starts (memory
+// in bytes, processes (threads count), CPU in thousandths of a CPU; zero
+// is no limit), the workspace's owner and the network.
 type VMBoot struct {
-	Memory    int64
-	Pids      int64
-	MilliCPUs int64
+	Memory    int64 `json:"memory,omitempty"`
+	Pids      int64 `json:"pids,omitempty"`
+	MilliCPUs int64 `json:"milli_cpus,omitempty"`
 	// WorkspaceOwner, if set, is the uid and gid the init gives the
 	// workspace disk's tree to before the sandbox starts.
-	WorkspaceOwner *[2]uint32
+	WorkspaceOwner *[2]uint32 `json:"workspace_owner,omitempty"`
 	// Net, if set, is the sandbox's network interface.
-	Net *VMNet
-
-	netErr error // a Net the init could not parse
-}
-
-// Args are the kernel command line arguments that carry l.
-func (l VMBoot) Args() []string {
-	args := []string{
-		vmArgMemory + strconv.FormatInt(l.Memory, 10),
-		vmArgPids + strconv.FormatInt(l.Pids, 10),
-		vmArgCPU + strconv.FormatInt(l.MilliCPUs, 10),
-	}
-	if o := l.WorkspaceOwner; o != nil {
-		args = append(args, fmt.Sprintf("%s%d:%d", vmArgOwner, o[0], o[1]))
-	}
-	if l.Net != nil {
-		args = append(args, l.Net.arg())
-	}
-	return args
-}
-
-// vmBoot reads VMBoot from the kernel command line.
-func vmBoot() VMBoot {
-	b, _ := os.ReadFile("/proc/cmdline")
-	return parseVMBoot(string(b))
-}
-
-// parseVMBoot reads VMBoot from a kernel command line.
-func parseVMBoot(cmdline string) VMBoot {
-	var l VMBoot
-	for _, w := range strings.Fields(cmdline) {
-		for prefix, dst := range map[string]*int64{vmArgMemory: &l.Memory, vmArgPids: &l.Pids, vmArgCPU: &l.MilliCPUs} {
-			if v, ok := strings.CutPrefix(w, prefix); ok {
-				*dst, _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
-		if v, ok := strings.CutPrefix(w, vmArgNet); ok {
-			l.Net, l.netErr = parseVMNet(v)
-		}
-		if v, ok := strings.CutPrefix(w, vmArgOwner); ok {
-			var o [2]uint32
-			if _, err := fmt.Sscanf(v, "%d:%d", &o[0], &o[1]); err == nil {
-				l.WorkspaceOwner = &o
-			}
-		}
-	}
-	return l
+	Net *VMNet `json:"net,omitempty"`
 }
 
 // chownWorkspace gives the workspace disk's tree to owner (symlinks

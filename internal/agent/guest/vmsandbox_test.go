@@ -1,44 +1,72 @@
 package guest
 
 import (
+	"bytes"
 	"net"
 	"net/netip"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 )
 
-// TestVMBootArgs checks that what the host puts on the kernel command
-// line reads back the same in the guest's init.
-func TestVMBootArgs(t *testing.T) {
+// TestVMCtlRoundTrip checks that what the host sends on the control
+// channel reads back the same in the guest's init.
+func TestVMCtlRoundTrip(t *testing.T) {
 	mac, err := net.ParseMAC("02:48:4d:00:00:02")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tests := []VMBoot{
-		{Memory: 256 << 20, Pids: 64, MilliCPUs: 500},
-		{Memory: 1 << 30, Pids: 1024, WorkspaceOwner: &[2]uint32{1000, 1001}, Net: &VMNet{
-			Addr: netip.MustParsePrefix("10.0.2.15/24"), Gateway: netip.MustParseAddr("10.0.2.2"),
-			GatewayMAC: mac, MTU: 1500,
-			Neighbours: []netip.Addr{netip.MustParseAddr("10.0.2.2"), netip.MustParseAddr("10.0.2.3")},
-		}},
+	seed := bytes.Repeat([]byte{7}, 32)
+	tests := []VMCtl{
+		{Type: VMCtlIdle},
+		{Type: VMCtlStart, Start: &VMStart{Boot: VMBoot{Memory: 256 << 20, Pids: 64, MilliCPUs: 500}, Fresh: VMFresh{TimeNs: 1, Seed: seed}}},
+		{Type: VMCtlStart, Start: &VMStart{Fresh: VMFresh{TimeNs: 1_700_000_000_123_456_789, Seed: seed}, Boot: VMBoot{
+			Memory: 1 << 30, Pids: 1024, WorkspaceOwner: &[2]uint32{1000, 1001}, Net: &VMNet{
+				Addr: netip.MustParsePrefix("10.0.2.15/24"), Gateway: netip.MustParseAddr("10.0.2.2"),
+				GatewayMAC: mac, MTU: 1500,
+				Neighbours: []netip.Addr{netip.MustParseAddr("10.0.2.2"), netip.MustParseAddr("10.0.2.3")},
+			}}}},
+		{Type: VMCtlResume, Fresh: &VMFresh{TimeNs: 42, Seed: seed}},
+		{Type: VMCtlError, Error: "vm init: mount disk workspace: invalid argument"},
 	}
+	var wire bytes.Buffer
+	host := newVMCtl(&wire)
+	for _, m := range tests {
+		if err := host.send(m); err != nil {
+			t.Fatalf("send(%+v) = %v", m, err)
+		}
+	}
+	guest := newVMCtl(&wire)
 	for _, want := range tests {
-		cmdline := "console=ttyS0 quiet " + strings.Join(want.Args(), " ")
-		got := parseVMBoot(cmdline)
-		if diff := cmp.Diff(want, got, cmp.AllowUnexported(VMBoot{}), cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
+		got, err := guest.read()
+		if err != nil {
+			t.Fatalf("read() = %v, want %+v", err, want)
+		}
+		if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
 			cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
-			t.Errorf("parseVMBoot(%q) differs (-want +got):\n%s", cmdline, diff)
+			t.Errorf("control message differs (-want +got):\n%s", diff)
 		}
 	}
 }
 
-func TestParseVMNetRejects(t *testing.T) {
-	for _, v := range []string{"", "10.0.2.15/24,10.0.2.2", "10.0.2.15,10.0.2.2,02:48:4d:00:00:02,1500,10.0.2.3",
-		"10.0.2.15/24,10.0.2.2,nomac,1500,10.0.2.3", "10.0.2.15/24,10.0.2.2,02:48:4d:00:00:02,x,10.0.2.3"} {
-		if n, err := parseVMNet(v); err == nil {
-			t.Errorf("parseVMNet(%q) = %+v, nil; want an error", v, n)
+// TestVMCtlWaitStart checks that the init skips what is not start, and
+// that a malformed line or an ended channel is an error, not a start.
+func TestVMCtlWaitStart(t *testing.T) {
+	in := bytes.NewBufferString(`{"type":"resume","fresh":{"time_ns":1}}` + "\n" + `{"type":"start"}` + "\n" +
+		`{"type":"start","start":{"boot":{"memory":5}}}` + "\n")
+	s, err := newVMCtl(in).waitStart()
+	if err != nil || s.Boot.Memory != 5 {
+		t.Fatalf("waitStart() = %+v, %v; want the start with memory 5", s, err)
+	}
+	for _, bad := range []string{"", "{not json\n", `{"type":"start"`} {
+		if s, err := newVMCtl(bytes.NewBufferString(bad)).waitStart(); err == nil {
+			t.Errorf("waitStart(%q) = %+v, nil; want an error", bad, s)
 		}
+	}
+}
+
+func TestVMFreshRefusesShortSeed(t *testing.T) {
+	if err := (VMFresh{Seed: make([]byte, 8)}).apply(); err == nil {
+		t.Error("apply(8-byte seed) = nil, want an error")
 	}
 }

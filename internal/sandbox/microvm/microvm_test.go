@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -154,4 +155,48 @@ func run(t *testing.T, sb sandbox.Sandbox, argv ...string) string {
 		t.Fatalf("Exec(%q) = %+v, %v; stderr %q", argv, st, err, errOut.String())
 	}
 	return out.String()
+}
+
+// TestBootSnapshot starts two sandboxes of one shape: the first boots and
+// leaves a snapshot of its idle guest, the second starts from it, with
+// its own workspace, clock and entropy.
+func TestBootSnapshot(t *testing.T) {
+	rt := newRuntime(t)
+	rootfs := sandboxtest.BaseRootFS(t)
+	start := func(id string) (sandbox.Sandbox, string) {
+		ws := t.TempDir()
+		if err := os.WriteFile(filepath.Join(ws, "who"), []byte(id+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		begin := time.Now()
+		sb, err := rt.Start(context.Background(), sandbox.Spec{ID: id, RootLayers: []string{rootfs}, WorkspaceHost: ws,
+			UID: 1000, GID: 1000, Hostname: id, MemoryBytes: 256 << 20, CPU: 1})
+		if err != nil {
+			t.Fatalf("Start(%s) = %v", id, err)
+		}
+		t.Cleanup(func() { sb.Destroy(context.Background()) })
+		t.Logf("%s: agent ready in %v (from a boot snapshot: %v)", id, time.Since(begin), sb.(*Sandbox).fromBoot)
+		return sb, run(t, sb, "sh", "-c", "cat who; hostname; cat /proc/sys/kernel/random/boot_id; head -c 16 /dev/urandom | od -An -tx1; date +%s")
+	}
+	first, out1 := start("snap-one")
+	second, out2 := start("snap-two")
+	if first.(*Sandbox).fromBoot || !second.(*Sandbox).fromBoot {
+		t.Fatalf("from a boot snapshot: first %v, second %v; want false, true", first.(*Sandbox).fromBoot, second.(*Sandbox).fromBoot)
+	}
+	l1, l2 := strings.Split(strings.TrimSpace(out1), "\n"), strings.Split(strings.TrimSpace(out2), "\n")
+	if len(l1) != 5 || len(l2) != 5 {
+		t.Fatalf("guests printed %q and %q, want 5 lines each", l1, l2)
+	}
+	if l2[0] != "snap-two" || l2[1] != "snap-two" {
+		t.Errorf("restored guest's workspace file and hostname = %q, %q; want its own (snap-two)", l2[0], l2[1])
+	}
+	for i, what := range map[int]string{2: "boot id", 3: "random bytes"} {
+		if l1[i] == l2[i] {
+			t.Errorf("both guests have %s %q: a restored guest must get fresh entropy", what, l1[i])
+		}
+	}
+	now := time.Now().Unix()
+	if sec, err := strconv.ParseInt(l2[4], 10, 64); err != nil || sec < now-30 || sec > now+1 {
+		t.Errorf("restored guest's clock = %q, want about %d", l2[4], now)
+	}
 }

@@ -40,9 +40,13 @@ type vm struct {
 	memMiB    int64
 	cpus      int
 	disks     []vmDisk
-	// agent is the host end of the virtio-serial port's socket (the
-	// other end is QEMU's); nil for a probe.
-	agent *os.File
+	// agent and ctl are QEMU's ends of the socketpairs behind the
+	// virtio-serial ports of the agent's stream and of the init's control
+	// channel, qmp its end of the monitor's; all nil for a probe.
+	agent, ctl, qmp *os.File
+	// incoming, if set, is a migration stream (a snapshot) QEMU restores
+	// the VM from instead of booting it.
+	incoming *os.File
 	// net, if set, is the guest's end of the sandbox's network wire
 	// (network.NewWire): the virtio-net device's frames, one a datagram.
 	net *os.File
@@ -97,10 +101,16 @@ func (v *vm) command(ctx context.Context) (*exec.Cmd, []*os.File, error) {
 		"-device", "virtio-rng-device",
 	}
 	if v.agent != nil {
+		// Port 0 of a virtio-serial device is a console's: the two ports
+		// are 1 and 2.
 		args = append(args,
-			"-device", "virtio-serial-device,max_ports=2",
+			"-device", "virtio-serial-device,max_ports=3",
 			"-chardev", "socket,id=agent,fd="+strconv.Itoa(fd(v.agent)),
-			"-device", "virtserialport,chardev=agent,name="+guest.VMPort)
+			"-device", "virtserialport,chardev=agent,name="+guest.VMPort+",nr=1",
+			"-chardev", "socket,id=ctl,fd="+strconv.Itoa(fd(v.ctl)),
+			"-device", "virtserialport,chardev=ctl,name="+guest.VMCtlPort+",nr=2",
+			"-chardev", "socket,id=qmp,fd="+strconv.Itoa(fd(v.qmp)),
+			"-mon", "chardev=qmp,mode=control")
 	}
 	if v.net != nil {
 		args = append(args,
@@ -123,12 +133,18 @@ func (v *vm) command(ctx context.Context) (*exec.Cmd, []*os.File, error) {
 			}
 			args = append(args, "-add-fd", "fd="+strconv.Itoa(fd(f))+",set="+set)
 		}
-		drive := "file=/dev/fdset/" + set + ",if=none,id=d" + set + ",format=raw,cache=unsafe,aio=threads"
+		// No image locks: each disk reaches only this QEMU, as a
+		// descriptor, and QEMU's locks on its own two descriptors of
+		// one disk refuse the VM going on after a snapshot (cont).
+		drive := "file=/dev/fdset/" + set + ",if=none,id=d" + set + ",format=raw,cache=unsafe,aio=threads,file.locking=off"
 		if d.readOnly {
 			drive += ",readonly=on"
 		}
 		args = append(args, "-drive", drive,
 			"-device", "virtio-blk-device,drive=d"+set+",serial="+guest.VMDiskPrefix+d.name)
+	}
+	if v.incoming != nil {
+		args = append(args, "-incoming", "fd:"+strconv.Itoa(fd(v.incoming)))
 	}
 	cmd := exec.CommandContext(ctx, v.qemu, args...)
 	cmd.Env = []string{}

@@ -32,7 +32,12 @@ const (
 	startupTimeout = 120 * time.Second
 	destroyTimeout = 10 * time.Second
 	syncTimeout    = 3 * time.Second
+	qmpTimeout     = 30 * time.Second
 )
+
+// helmrDiskSize is the least size of the /opt/helmr disk: one size for
+// every sandbox, so that they share boot snapshots (see machine).
+const helmrDiskSize = 64 << 20
 
 // Sandbox is a running microVM.
 type Sandbox struct {
@@ -41,14 +46,19 @@ type Sandbox struct {
 	log  *slog.Logger
 	dir  string // StateDir/sandboxes/<id>
 
-	cg      *cgroup
-	qemu    *exec.Cmd
-	exited  chan struct{} // closed once QEMU has been waited for
-	exitErr error         // QEMU's exit, once exited is closed
-	console *consoleLog
-	client  *agent.Client
-	ws      *workspace
-	link    *network.Link // the sandbox's network, if its spec has one
+	cg       *cgroup
+	qemu     *exec.Cmd
+	exited   chan struct{} // closed once QEMU has been waited for
+	exitErr  error         // QEMU's exit, once exited is closed
+	console  *consoleLog
+	client   *agent.Client
+	ctl      *ctlConn // the guest init's control channel
+	qmp      *qmp     // QEMU's monitor
+	ws       *workspace
+	link     *network.Link // the sandbox's network, if its spec has one
+	machine  machine       // the VM's shape, as QEMU runs it
+	ready    bool          // the agent answered (set before Start returns)
+	fromBoot bool          // started from a boot snapshot
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -68,7 +78,11 @@ func newSandbox(r *Runtime, spec sandbox.Spec) *Sandbox {
 	}
 }
 
-// start makes the disks, boots QEMU and waits for the agent.
+// start makes the disks and starts the VM: restored from the boot
+// snapshot of its machine's shape if there is one, else booted (and, at
+// its idle moment, snapshotted for the next sandboxes of that shape).
+// Then it tells the guest's init to set the sandbox up and waits for the
+// agent.
 func (s *Sandbox) start(ctx context.Context) error {
 	if err := os.Mkdir(s.dir, 0o700); err != nil {
 		return fmt.Errorf("sandbox dir: %w", err)
@@ -77,24 +91,35 @@ func (s *Sandbox) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// QEMU's uid needs no access to the images: it gets them as open
-	// descriptors (see vm.command).
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	s.machine, err = s.rt.shape(s.spec, disks)
 	if err != nil {
-		return fmt.Errorf("agent socketpair: %w", err)
+		return err
 	}
-	theirs := os.NewFile(uintptr(fds[1]), "agent-stream")
-	ours := os.NewFile(uintptr(fds[0]), "agent-stream")
-	conn, err := net.FileConn(ours)
-	_ = ours.Close()
-	if err != nil {
-		theirs.Close()
-		return fmt.Errorf("agent stream: %w", err)
+	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
+	defer cancel()
+	snap := s.rt.boots.lookup(s.machine)
+	s.fromBoot = snap != nil
+	if snap != nil {
+		err = s.launch(disks, snap)
+		snap.Close()
+		if err == nil {
+			err = s.qmp.waitIncoming(ctx)
+		}
+		if err != nil {
+			return fmt.Errorf("restore the boot snapshot: %w; console: %s", err, s.console.last())
+		}
+	} else {
+		if err := s.launch(disks, nil); err != nil {
+			return err
+		}
+		if err := s.ctl.wait(ctx, guest.VMCtlIdle); err != nil {
+			return fmt.Errorf("%w; console: %s", err, s.console.last())
+		}
+		if err := s.rt.boots.save(ctx, s.machine, s.qmp); err != nil {
+			return err
+		}
 	}
-	s.client = agent.NewClient(conn, s.log)
-	err = s.startQEMU(disks, theirs)
-	theirs.Close()
-	if err != nil {
+	if err := s.sendStart(); err != nil {
 		return err
 	}
 	init := &agent.Init{
@@ -114,36 +139,59 @@ func (s *Sandbox) start(ctx context.Context) error {
 	if err := s.client.SendInit(init, nil); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
-	defer cancel()
 	version, err := s.client.WaitReady(ctx)
 	if err != nil {
 		return fmt.Errorf("%w; console: %s", err, s.console.last())
 	}
-	s.log.Debug("sandbox ready", "agent_version", version, "accel", s.rt.accel)
+	s.ready = true
+	s.log.Debug("sandbox ready", "agent_version", version, "accel", s.rt.accel, "from_snapshot", s.fromBoot)
 	return nil
+}
+
+// sendStart tells the guest's init to set the sandbox up: its limits,
+// workspace owner and network, with a fresh clock and seed.
+func (s *Sandbox) sendStart() error {
+	boot := guest.VMBoot{Memory: sandboxMemory(s.spec), Pids: s.spec.PidsLimit, MilliCPUs: int64(s.spec.CPU * 1000)}
+	if s.spec.WorkspaceImage != "" {
+		// The init gives the image's tree to the sandbox's user, as
+		// newWorkspace does to a directory.
+		boot.WorkspaceOwner = &[2]uint32{s.spec.UID, s.spec.GID}
+	}
+	if s.machine.Net {
+		boot.Net = &guest.VMNet{Addr: netip.PrefixFrom(network.GuestAddr, network.Subnet.Bits()),
+			Gateway: network.Gateway, GatewayMAC: network.GatewayMAC, Neighbours: []netip.Addr{network.Gateway, network.DNSAddr},
+			MTU: network.WireMTU}
+	}
+	f, err := fresh()
+	if err != nil {
+		return err
+	}
+	return s.ctl.send(guest.VMCtl{Type: guest.VMCtlStart, Start: &guest.VMStart{Boot: boot, Fresh: f}})
+}
+
+// sandboxMemory is the sandbox's memory: the spec's, at least MinMemory.
+func sandboxMemory(spec sandbox.Spec) int64 {
+	mem := spec.MemoryBytes
+	if mem == 0 {
+		mem = DefaultMemory
+	}
+	return max(mem, MinMemory)
 }
 
 // makeDisks gives the guest its layers, /opt/helmr and workspace.
 func (s *Sandbox) makeDisks() ([]vmDisk, error) {
-	var disks []vmDisk
-	for i, l := range s.spec.RootLayers {
-		img, err := guestfmt.LayerImage(s.rt.cfg.layers(), l)
-		if err != nil {
-			return nil, err
-		}
-		disks = append(disks, vmDisk{name: "layer" + strconv.Itoa(i), path: img, readOnly: true})
+	disks, err := s.layerDisks()
+	if err != nil {
+		return nil, err
 	}
 	if s.spec.HelmrHost != "" {
 		img := filepath.Join(s.dir, "helmr.ext4")
-		if err := guestfmt.DirImage(img, s.spec.HelmrHost, 0, &[2]int{0, 0}); err != nil {
+		if err := guestfmt.DirImage(img, s.spec.HelmrHost, helmrDiskSize, &[2]int{0, 0}); err != nil {
 			return nil, err
 		}
 		disks = append(disks, vmDisk{name: "helmr", path: img, readOnly: true})
 	}
 	if s.spec.WorkspaceImage != "" {
-		// The guest's init gives the image's tree to the sandbox's user
-		// (owner, below), as newWorkspace does to a directory.
 		return append(disks, vmDisk{name: guest.VMWorkspaceDisk, path: s.spec.WorkspaceImage}), nil
 	}
 	ws, err := newWorkspace(s.spec, filepath.Join(s.dir, "workspace.ext4"), s.rt.cfg.WorkspaceSize)
@@ -154,45 +202,94 @@ func (s *Sandbox) makeDisks() ([]vmDisk, error) {
 	return append(disks, vmDisk{name: guest.VMWorkspaceDisk, path: ws.image}), nil
 }
 
-// startQEMU starts QEMU in the sandbox's cgroup with agent as the
-// virtio-serial port's socket.
-func (s *Sandbox) startQEMU(disks []vmDisk, agentEnd *os.File) error {
-	mem := s.spec.MemoryBytes
-	if mem == 0 {
-		mem = DefaultMemory
+// layerDisks are the read-only disks of the spec's root layers.
+func (s *Sandbox) layerDisks() ([]vmDisk, error) {
+	var disks []vmDisk
+	for i, l := range s.spec.RootLayers {
+		img, err := guestfmt.LayerImage(s.rt.cfg.layers(), l)
+		if err != nil {
+			return nil, err
+		}
+		disks = append(disks, vmDisk{name: "layer" + strconv.Itoa(i), path: img, readOnly: true})
 	}
-	mem = max(mem, MinMemory)
-	cpus := 1
-	if s.spec.CPU > 1 {
-		cpus = int(s.spec.CPU + 0.999)
-	}
-	cg, err := newCgroup(s.rt.cfg.CgroupRoot, s.rt.cfg.CgroupParent, s.spec.ID, mem+guestMemOverhead, s.spec.CPU)
+	return disks, nil
+}
+
+// launch starts QEMU in the sandbox's cgroup with the machine's shape,
+// the disks, the agent's and the control channel's ports and the
+// monitor; incoming, if set, is a snapshot to restore instead of booting.
+func (s *Sandbox) launch(disks []vmDisk, incoming *os.File) error {
+	m := s.machine
+	cg, err := newCgroup(s.rt.cfg.CgroupRoot, s.rt.cfg.CgroupParent, s.spec.ID, m.MemMiB<<20, s.spec.CPU)
 	if err != nil {
 		s.log.Warn("no cgroup for qemu", "err", err)
 	}
 	s.cg = cg
-	boot := guest.VMBoot{Memory: mem, Pids: s.spec.PidsLimit, MilliCPUs: int64(s.spec.CPU * 1000),
-		WorkspaceOwner: &[2]uint32{s.spec.UID, s.spec.GID}}
-	if s.spec.WorkspaceImage == "" {
-		boot.WorkspaceOwner = nil // newWorkspace made the image so
+	var theirs []*os.File
+	defer func() {
+		for _, f := range theirs {
+			f.Close() // QEMU holds its own copies once started
+		}
+	}()
+	pair := func(name string) (*os.File, error) {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("%s socketpair: %w", name, err)
+		}
+		theirs = append(theirs, os.NewFile(uintptr(fds[1]), name))
+		return os.NewFile(uintptr(fds[0]), name), nil
+	}
+	ours := make([]*os.File, 3)
+	for i, name := range []string{"agent", "ctl", "qmp"} {
+		if ours[i], err = pair(name); err != nil {
+			for _, f := range ours[:i] {
+				f.Close()
+			}
+			return err
+		}
+	}
+	agentConn, err := net.FileConn(ours[0])
+	ours[0].Close()
+	if err != nil {
+		ours[1].Close()
+		ours[2].Close()
+		return fmt.Errorf("agent stream: %w", err)
+	}
+	s.client = agent.NewClient(agentConn, s.log)
+	s.ctl, err = newCtlConn(ours[1])
+	ours[1].Close()
+	if err != nil {
+		ours[2].Close()
+		return err
 	}
 	var wire *os.File
-	if s.spec.Network.Attaches() {
+	if m.Net {
 		link, w, err := network.NewWire(s.spec.ID, s.spec.Network)
 		if err != nil {
+			ours[2].Close()
 			return err
 		}
 		s.link, wire = link, w
-		defer wire.Close() // QEMU holds its own copy once started
-		boot.Net = &guest.VMNet{Addr: netip.PrefixFrom(network.GuestAddr, network.Subnet.Bits()),
-			Gateway: network.Gateway, GatewayMAC: network.GatewayMAC, Neighbours: []netip.Addr{network.Gateway, network.DNSAddr},
-			MTU: network.WireMTU}
+		theirs = append(theirs, wire)
 	}
-	v := &vm{
-		qemu: s.rt.cfg.QEMUPath, accel: s.rt.accel, kernel: s.rt.cfg.Kernel.Bzimage,
-		initramfs: s.rt.initramfs, memMiB: (mem + guestMemOverhead) >> 20, cpus: cpus, disks: disks,
-		cmdline: boot.Args(), agent: agentEnd, net: wire, uid: s.rt.cfg.UID, gid: s.rt.cfg.GID,
+	v := s.rt.vm(m, disks)
+	v.agent, v.ctl, v.qmp, v.net, v.incoming = theirs[0], theirs[1], theirs[2], wire, incoming
+	if err := s.startQEMU(v); err != nil {
+		ours[2].Close()
+		return err
 	}
+	qctx, cancel := context.WithTimeout(context.Background(), qmpTimeout)
+	defer cancel()
+	s.qmp, err = newQMP(qctx, ours[2])
+	ours[2].Close()
+	if err != nil {
+		return fmt.Errorf("%w: %w; console: %s", sandbox.ErrGuestRuntime, err, s.console.last())
+	}
+	return nil
+}
+
+// startQEMU starts QEMU as v says, its console into the sandbox's log.
+func (s *Sandbox) startQEMU(v *vm) error {
 	// QEMU's life is the sandbox's, not the request's: only Destroy ends it.
 	cmd, files, err := v.command(context.Background())
 	if err != nil {
@@ -200,7 +297,7 @@ func (s *Sandbox) startQEMU(disks []vmDisk, agentEnd *os.File) error {
 	}
 	defer func() {
 		for _, f := range files {
-			if f != agentEnd && f != wire {
+			if f != v.agent && f != v.ctl && f != v.qmp && f != v.net && f != v.incoming {
 				f.Close()
 			}
 		}
@@ -237,6 +334,7 @@ func (s *Sandbox) startQEMU(disks []vmDisk, agentEnd *os.File) error {
 		// The stream ends with QEMU: say why, for Execs still running.
 		s.client.EndAs(fmt.Errorf("%w: qemu exited (%v); console: %s", sandbox.ErrGuestRuntime, err, s.console.last()))
 		_ = s.client.Close()
+		_ = s.ctl.close()
 		close(s.exited)
 	}()
 	return nil
@@ -314,10 +412,20 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 	if s.qemu != nil {
 		// The workspace is mounted synchronous in the guest; a sync first
 		// still settles what the guest's kernel holds before QEMU dies.
-		if s.alive() == nil {
-			sctx, scancel := context.WithTimeout(ctx, syncTimeout)
-			_, _ = s.client.Exec(sctx, sandbox.ExecRequest{Argv: []string{"sync"}}, 0, 0)
-			scancel()
+		// Only an agent that serves answers; one that does not answer in
+		// time is not waited for (killing QEMU ends the Exec).
+		if s.ready && s.alive() == nil {
+			synced := make(chan struct{})
+			go func() {
+				defer close(synced)
+				sctx, scancel := context.WithTimeout(ctx, syncTimeout)
+				defer scancel()
+				_, _ = s.client.Exec(sctx, sandbox.ExecRequest{Argv: []string{"sync"}}, 0, 0)
+			}()
+			select {
+			case <-synced:
+			case <-time.After(syncTimeout):
+			}
 		}
 		_ = s.qemu.Process.Kill()
 		select {
@@ -325,8 +433,16 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("wait for qemu: %w", ctx.Err()))
 		}
-	} else if s.client != nil {
-		_ = s.client.Close()
+	} else {
+		if s.client != nil {
+			_ = s.client.Close()
+		}
+		if s.ctl != nil {
+			_ = s.ctl.close()
+		}
+	}
+	if s.qmp != nil {
+		_ = s.qmp.close()
 	}
 	if s.ws != nil {
 		if err := s.ws.copyBack(s.dir); err != nil {
