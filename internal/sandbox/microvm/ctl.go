@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -105,13 +104,10 @@ func (c *ctlConn) wait(ctx context.Context, want string) error {
 
 // fresh is what a guest started or restored now must not share with its
 // snapshot's other copies: this host's clock and new entropy.
-func fresh() (guest.VMFresh, error) {
+func fresh(now time.Time) (guest.VMFresh, error) {
 	seed := make([]byte, 64)
 	if _, err := rand.Read(seed); err != nil {
 		return guest.VMFresh{}, err
 	}
-	return guest.VMFresh{TimeNs: time.Now().UnixNano(), Seed: seed}, nil
+	return guest.VMFresh{TimeNs: now.UnixNano(), Seed: seed}, nil
 }
-
-// errNoControl: a VM without the control channel (a probe).
-var errNoControl = errors.New("no control channel")

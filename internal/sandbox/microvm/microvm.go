@@ -67,6 +67,8 @@ package microvm
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -75,6 +77,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/helmr/helmr/internal/sandbox"
 	"github.com/helmr/helmr/internal/sandbox/disk"
@@ -193,6 +196,7 @@ type Runtime struct {
 	accel     string
 	accelWhy  string
 	boots     *bootSnapshots
+	now       func() time.Time // the clock guests get (tests move it)
 }
 
 var (
@@ -219,7 +223,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("microvm tier: %w", err)
 	}
-	r := &Runtime{cfg: cfg, log: cfg.Logger, initramfs: initramfs, accel: cfg.Accel}
+	r := &Runtime{cfg: cfg, log: cfg.Logger, initramfs: initramfs, accel: cfg.Accel, now: time.Now}
 	if r.accel == "" {
 		r.accel, r.accelWhy = ChooseAccel(cfg.QEMUPath, cfg.Kernel.Bzimage, initramfs)
 	}
@@ -261,13 +265,14 @@ func (r *Runtime) Initramfs() string { return r.initramfs }
 // hardware boundary) or AccelTCG (emulation, not a security boundary).
 func (r *Runtime) Accel() string { return r.accel }
 
-// GuestKernelDigest implements sandbox.GuestKernel.
+// GuestKernelDigest implements sandbox.GuestKernel: the guest's kernel
+// version and a digest of what a VM's memory depends on besides its
+// shape (QEMU's binary, the accelerator, the kernel, the initramfs with
+// the agent, the TSC rate): a checkpoint restores only where it is the
+// same.
 func (r *Runtime) GuestKernelDigest() string {
-	d, err := r.cfg.Kernel.Digest()
-	if err != nil {
-		return "linux@" + r.cfg.Kernel.Version
-	}
-	return "linux@" + d
+	h := sha256.Sum256([]byte(r.guest()))
+	return "linux-" + r.cfg.Kernel.Version + "+qemu-" + r.accel + "@sha256:" + hex.EncodeToString(h[:12])
 }
 
 // Name implements sandbox.Runtime.

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -221,6 +220,3 @@ func (q *qmp) waitIncoming(ctx context.Context) error {
 		}
 	}
 }
-
-// errNoQMP: the sandbox has no monitor (it was not started by this tier).
-var errNoQMP = errors.New("no qemu monitor")

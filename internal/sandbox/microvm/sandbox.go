@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -59,6 +60,9 @@ type Sandbox struct {
 	machine  machine       // the VM's shape, as QEMU runs it
 	ready    bool          // the agent answered (set before Start returns)
 	fromBoot bool          // started from a boot snapshot
+	// checkpointing: the VM is being saved, and its agent's stream ends
+	// as sandbox.ErrCheckpointed, not as a lost guest.
+	checkpointing atomic.Bool
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -162,7 +166,7 @@ func (s *Sandbox) sendStart() error {
 			Gateway: network.Gateway, GatewayMAC: network.GatewayMAC, Neighbours: []netip.Addr{network.Gateway, network.DNSAddr},
 			MTU: network.WireMTU}
 	}
-	f, err := fresh()
+	f, err := fresh(s.rt.now())
 	if err != nil {
 		return err
 	}
@@ -332,7 +336,9 @@ func (s *Sandbox) startQEMU(v *vm) error {
 		<-logged
 		s.exitErr = err
 		// The stream ends with QEMU: say why, for Execs still running.
-		s.client.EndAs(fmt.Errorf("%w: qemu exited (%v); console: %s", sandbox.ErrGuestRuntime, err, s.console.last()))
+		if !s.checkpointing.Load() {
+			s.client.EndAs(fmt.Errorf("%w: qemu exited (%v); console: %s", sandbox.ErrGuestRuntime, err, s.console.last()))
+		}
 		_ = s.client.Close()
 		_ = s.ctl.close()
 		close(s.exited)
