@@ -26,18 +26,26 @@
 //     virtio-net device (-netdev dgram on the descriptor);
 //   - starts QEMU `-M microvm` with no default devices, the guest's console
 //     on QEMU's stdout (into the sandbox's log), the disks as
-//     virtio-blk-device, the agent's stream as a virtio-serial port on one
-//     end of a socketpair, vCPUs and memory from the spec (plus the
-//     guest kernel's own), the sandbox's limits, network and workspace
-//     owner on the kernel command line (guest.VMBoot), QEMU's seccomp
+//     virtio-blk-device, the agent's stream and the init's control channel
+//     (guest.VMCtl) as virtio-serial ports and QEMU's monitor (QMP), each
+//     on one end of a socketpair, vCPUs and memory from the spec (plus the
+//     guest kernel's own), QEMU's seccomp
 //     sandbox on (-sandbox on,obsolete=deny,elevateprivileges=deny,
 //     spawn=deny,resourcecontrol=deny), as Config.UID:GID (a uid of its
 //     own, no supplementary groups), in a host cgroup of its own bounding
 //     its memory (guest RAM plus QEMU's overhead), CPU and threads. Every
-//     host resource reaches QEMU as an inherited descriptor, never a path;
-//   - sends the agent the process tier's init (agent.Init) over the port.
-//     The guest's init (helmr-agent as PID 1, guest.RunVM) has set eth0
-//     up, mounted cgroup2 and made the sandbox's cgroup with the spec's
+//     host resource reaches QEMU as an inherited descriptor, never a path.
+//     QEMU boots the guest to its idle moment (drivers loaded, disks
+//     probed, nothing mounted) or, once a guest of the same machine shape
+//     has been there, restores a snapshot of that moment instead
+//     (bootSnapshots, snapshot.go: seconds become a fraction of one);
+//   - tells the init the sandbox's limits, workspace owner and network,
+//     with this host's clock and fresh entropy (a restored guest's would
+//     be its snapshot's), on the control channel (guest.VMStart), and
+//     sends the agent the process tier's init (agent.Init) over its port.
+//     The guest's init (helmr-agent as PID 1, guest.RunVM) sets the clock,
+//     reseeds the kernel's generator, mounts the disks, sets eth0 up,
+//     mounts cgroup2 and makes the sandbox's cgroup with the spec's
 //     memory.max, pids.max and cpu.max, and started the sandbox's agent
 //     (guest.RunVMSandbox) in it, as PID 1 of fresh PID, mount, UTS and
 //     IPC namespaces; that agent builds the root as an overlay of the
@@ -56,13 +64,13 @@
 // Destroy kills QEMU, copies a workspace directory back, closes the
 // network and removes the sandbox's directory and cgroup.
 //
-// Not in this pass (where they plug in): snapshots and checkpoints (QEMU
-// migration to a file, as a sandbox.Checkpointer on Runtime), Firecracker
-// (a second vm.command over guestfmt's vmlinux and the same disks, with
-// vsock for the agent), image build steps (spec.RootUpper) and extra
-// mounts (spec.Mounts): Start refuses them (sandbox.ErrInvalidSpec). The
-// worker still hands the tier its quota disk mounted (a directory): taking
-// Spec.WorkspaceImage there instead saves the copies.
+// Runtime is a sandbox.Checkpointer (checkpoint.go): a running sandbox is
+// saved as QEMU's migration stream plus its own disks' data, and restored
+// on any worker with the same QEMU, accelerator, kernel, agent and TSC
+// rate (GuestKernelDigest), its processes and memory intact.
+//
+// Not in this pass: image build steps (spec.RootUpper) and extra mounts
+// (spec.Mounts): Start refuses them (sandbox.ErrInvalidSpec).
 package microvm
 
 import (
