@@ -120,8 +120,11 @@ func run(n, idle int) error {
 			return err
 		}
 		snap = append(snap, d)
+		// The sandbox is gone first: the bare restore runs alone too.
+		if err := sb.Destroy(b.ctx); err != nil {
+			return err
+		}
 		bd, err := snapRT.BareRestore(b.ctx, sb)
-		sb.Destroy(b.ctx)
 		if err != nil {
 			return err
 		}

@@ -41,13 +41,17 @@ const vmDeviceWait = 10 * time.Second
 
 // RunVM is the agent as a VM's init (PID 1). It moves off the initramfs's
 // rootfs (which pivot_root refuses) onto a bind mount of it, mounts /proc,
-// /sys and /dev, loads the modules, waits for the disks and ports, and
-// says idle on the control channel (see VMCtl): a boot snapshot of the VM
-// may be taken then. Once the host sends start, it sets the clock and
-// entropy, mounts the disks, sets the network up, makes the sandbox's
-// cgroup with the limits start names and starts the sandbox's agent
-// (RunVMSandbox) in it, in a PID and mount namespace of its own, with the
-// virtio-serial port as its stream; then it answers resume on the control
+// /sys and /dev, loads the modules, waits for the disks and ports, mounts
+// the root layers' disks, makes the sandbox's cgroup and starts the sandbox's agent (RunVMSandbox) in
+// it, in a PID and mount namespace of its own, with the virtio-serial
+// port as its stream, where it waits for the init's go-ahead. Then it
+// says idle on the control channel (see VMCtl): a boot snapshot of the
+// VM may be taken now, with the sandbox's agent started already. Once the
+// host sends start, it sets the clock and entropy, mounts the sandbox's
+// own disks (/opt/helmr, the workspace; the
+// agent's namespace sees them: VMStateDir is a shared mount), sets the
+// network up, writes the cgroup's limits and lets the agent go on, to
+// read its init from the worker; then it answers resume on the control
 // channel until that agent ends. Whatever happens, it powers the VM off
 // when it returns: init exiting would panic the kernel.
 func RunVM(log *slog.Logger) error {
@@ -75,49 +79,84 @@ func RunVM(log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer port.Close()
+	layers := map[string]string{}
+	for name, dev := range disks {
+		if isLayerDisk(name) {
+			layers[name] = dev
+		}
+	}
+	if err := mountDisks(layers, log); err != nil {
+		return err
+	}
+	cg, err := vmCgroup()
+	if err != nil {
+		return err
+	}
+	agentDone, goAhead, err := startSandboxAgent(port, cg, log)
+	port.Close()
+	cg.Close()
+	if err != nil {
+		return err
+	}
 	ctl := newVMCtl(ctlPort)
 	dropCaches()
 	if err := ctl.send(VMCtl{Type: VMCtlIdle}); err != nil {
 		return fmt.Errorf("vm init: %w", err)
 	}
 	start, err := ctl.waitStart()
-	if err != nil {
-		return err
+	if err == nil {
+		err = setupVM(disks, start, log)
 	}
-	cg, err := setupVM(disks, start, log)
 	if err != nil {
+		goAhead.Close() // the agent reads no go-ahead and ends
 		_ = ctl.send(VMCtl{Type: VMCtlError, Error: err.Error()})
 		return err
 	}
-	defer cg.Close()
+	if _, err := goAhead.Write([]byte{1}); err != nil {
+		return fmt.Errorf("vm init: let the sandbox's agent go on: %w", err)
+	}
+	goAhead.Close()
 	go ctl.serve(log)
-	return runSandboxAgent(port, cg, log)
+	return <-agentDone
 }
 
-// setupVM does what start asks, up to the sandbox's cgroup, returned open.
-func setupVM(disks map[string]string, start *VMStart, log *slog.Logger) (*os.File, error) {
+// isLayerDisk reports whether the disk called name is a root layer's
+// ("layer0", "layer1", ...): the same bytes in every sandbox of an image,
+// so mounted before the idle moment and kept in boot snapshots (the host
+// keys them by the layers' digests).
+func isLayerDisk(name string) bool { return strings.HasPrefix(name, "layer") }
+
+// setupVM does what start asks.
+func setupVM(disks map[string]string, start *VMStart, log *slog.Logger) error {
 	if err := start.Fresh.apply(); err != nil {
-		return nil, err
+		return err
 	}
-	if err := flushDiskBuffers(disks); err != nil {
-		return nil, err
+	// The layers are mounted already (see RunVM); the sandbox's own disks
+	// are the ones attached now, whatever the kernel probed before.
+	own := map[string]string{}
+	for name, dev := range disks {
+		if !isLayerDisk(name) {
+			own[name] = dev
+		}
 	}
-	if err := mountDisks(disks, log); err != nil {
-		return nil, err
+	if err := flushDiskBuffers(own); err != nil {
+		return err
+	}
+	if err := mountDisks(own, log); err != nil {
+		return err
 	}
 	boot := start.Boot
 	if boot.WorkspaceOwner != nil {
 		if err := chownWorkspace(*boot.WorkspaceOwner); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if boot.Net != nil {
 		if err := boot.Net.up(); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return vmCgroup(boot)
+	return vmLimits(boot)
 }
 
 // vmBase leaves rootfs for a bind mount of it (pivot_root needs a root
@@ -155,6 +194,11 @@ func vmBase() error {
 		if err := unix.Mount(m.src, m.dir, m.fstype, unix.MS_NOSUID, m.data); err != nil {
 			return fmt.Errorf("vm init: mount %s: %w", m.dir, err)
 		}
+	}
+	// The disks mounted below VMStateDir once the sandbox's agent runs in
+	// its own mount namespace reach it there.
+	if err := unix.Mount("", VMStateDir, "", unix.MS_SHARED, ""); err != nil {
+		return fmt.Errorf("vm init: share %s: %w", VMStateDir, err)
 	}
 	if fd, err := unix.Open("/dev/console", unix.O_RDWR, 0); err == nil {
 		for _, n := range []int{0, 1, 2} {
@@ -242,7 +286,9 @@ func mountDisks(disks map[string]string, log *slog.Logger) error {
 			// Synchronous: the host may end the VM at any moment (QEMU
 			// killed), and what a process wrote must be on the disk by
 			// then, not in the guest's page cache.
-			flags, data = unix.MS_NODEV|unix.MS_NOSUID|unix.MS_SYNCHRONOUS|unix.MS_DIRSYNC, ""
+			// No lazy inode table init: its thread would zero the
+			// tables in the background, on the guest's only CPU.
+			flags, data = unix.MS_NODEV|unix.MS_NOSUID|unix.MS_SYNCHRONOUS|unix.MS_DIRSYNC, "noinit_itable"
 		}
 		if err := unix.Mount(dev, dir, "ext4", flags, data); err != nil {
 			return fmt.Errorf("vm init: mount disk %s (%s): %w", name, dev, err)

@@ -57,13 +57,10 @@ func chownWorkspace(owner [2]uint32) error {
 	return nil
 }
 
-// vmCgroup mounts cgroup2, makes the sandbox's cgroup with l's limits and
-// returns it open, for the sandbox's agent to start in (CLONE_INTO_CGROUP:
-// no moment outside it). The guest's kernel kills a process of the cgroup
-// past its memory (and logs "Killed process" on the console, which the
-// host reads: sandbox.Stats.OOMKilled), refuses forks past its pids and
-// throttles it to its CPU share.
-func vmCgroup(l VMBoot) (*os.File, error) {
+// vmCgroup mounts cgroup2, makes the sandbox's cgroup and returns it
+// open, for the sandbox's agent to start in (CLONE_INTO_CGROUP: no moment
+// outside it). vmLimits sets its limits later.
+func vmCgroup() (*os.File, error) {
 	if err := unix.Mount("cgroup2", vmCgroupRoot, "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return nil, fmt.Errorf("vm init: mount cgroup2: %w", err)
 	}
@@ -73,6 +70,18 @@ func vmCgroup(l VMBoot) (*os.File, error) {
 	if err := os.Mkdir(vmCgroupDir, 0o755); err != nil {
 		return nil, fmt.Errorf("vm init: sandbox cgroup: %w", err)
 	}
+	f, err := os.Open(vmCgroupDir)
+	if err != nil {
+		return nil, fmt.Errorf("vm init: sandbox cgroup: %w", err)
+	}
+	return f, nil
+}
+
+// vmLimits sets l's limits on the sandbox's cgroup. The guest's kernel
+// kills a process of the cgroup past its memory (and logs "Killed
+// process" on the console, which the host reads: sandbox.Stats.OOMKilled),
+// refuses forks past its pids and throttles it to its CPU share.
+func vmLimits(l VMBoot) error {
 	files := map[string]string{"memory.swap.max": "0"}
 	if l.Memory > 0 {
 		files["memory.max"] = strconv.FormatInt(l.Memory, 10)
@@ -86,28 +95,39 @@ func vmCgroup(l VMBoot) (*os.File, error) {
 	for name, v := range files {
 		err := os.WriteFile(filepath.Join(vmCgroupDir, name), []byte(v), 0)
 		if err != nil && !(name == "memory.swap.max" && errors.Is(err, os.ErrNotExist)) {
-			return nil, fmt.Errorf("vm init: sandbox cgroup %s: %w", name, err)
+			return fmt.Errorf("vm init: sandbox cgroup %s: %w", name, err)
 		}
 	}
-	f, err := os.Open(vmCgroupDir)
-	if err != nil {
-		return nil, fmt.Errorf("vm init: sandbox cgroup: %w", err)
-	}
-	return f, nil
+	return nil
 }
 
-// runSandboxAgent starts this binary in VMSandboxMode in cg, in fresh PID,
-// mount, UTS and IPC namespaces, with port as its stream, and waits for it.
-// In its PID namespace the sandbox's agent is PID 1 and its /proc shows
-// the sandbox's processes only, not the kernel's threads nor this init.
-func runSandboxAgent(port *os.File, cg *os.File, log *slog.Logger) error {
+// vmGoAheadFD is the sandbox's agent's end of a socketpair with the
+// init: the agent writes one byte once it waits (set up as far as it can
+// be before the sandbox is known), then reads the init's go-ahead (one
+// byte; end of file: stop).
+const vmGoAheadFD = 4
+
+// startSandboxAgent starts this binary in VMSandboxMode in cg, in fresh
+// PID, mount, UTS and IPC namespaces, with port as its stream and one end
+// of the go-ahead socketpair (vmGoAheadFD), and returns once the agent
+// waits on it: goAhead is the init's end; done yields how the agent
+// ended. In its PID namespace the sandbox's agent
+// is PID 1 and its /proc shows the sandbox's processes only, not the
+// kernel's threads nor this init.
+func startSandboxAgent(port *os.File, cg *os.File, log *slog.Logger) (done <-chan error, goAhead *os.File, err error) {
 	self, err := os.Executable()
 	if err != nil {
-		return fmt.Errorf("vm init: %w", err)
+		return nil, nil, fmt.Errorf("vm init: %w", err)
 	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("vm init: %w", err)
+	}
+	w, r := os.NewFile(uintptr(fds[0]), "go-ahead"), os.NewFile(uintptr(fds[1]), "go-ahead")
+	defer r.Close()
 	p, err := os.StartProcess(self, []string{"helmr-agent", VMSandboxMode}, &os.ProcAttr{
 		Env:   []string{},
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, port},
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, port, r},
 		Sys: &syscall.SysProcAttr{
 			Cloneflags:  unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC,
 			UseCgroupFD: true,
@@ -115,14 +135,48 @@ func runSandboxAgent(port *os.File, cg *os.File, log *slog.Logger) error {
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("vm init: start the sandbox's agent: %w", err)
+		w.Close()
+		return nil, nil, fmt.Errorf("vm init: start the sandbox's agent: %w", err)
 	}
-	st, err := p.Wait()
-	if err == nil && !st.Success() {
-		err = errors.New(st.String())
+	ch := make(chan error, 1)
+	go func() {
+		st, err := p.Wait()
+		if err == nil && !st.Success() {
+			err = errors.New(st.String())
+		}
+		log.Info("sandbox agent ended", "err", err)
+		ch <- err
+	}()
+	r.Close()
+	if _, err := io.ReadFull(w, make([]byte, 1)); err != nil {
+		w.Close()
+		return nil, nil, fmt.Errorf("vm init: the sandbox's agent did not start: %w", err)
 	}
-	log.Info("sandbox agent ended", "err", err)
-	return err
+	return ch, w, nil
+}
+
+// waitGoAhead limits what the agent starts (LimitExec: slow under TCG,
+// with every thread stopped per call, so done before the idle moment),
+// blocks until the init lets the sandbox's agent go on (its disks
+// mounted, its limits set), then makes the agent's mounts private for
+// Setup to pivot (Prepare's other half).
+func waitGoAhead() error {
+	if err := LimitExec(); err != nil {
+		return err
+	}
+	f := os.NewFile(vmGoAheadFD, "go-ahead")
+	defer f.Close()
+	if _, err := f.Write([]byte{1}); err != nil {
+		return fmt.Errorf("vm sandbox: tell the init: %w", err)
+	}
+	b := make([]byte, 1)
+	if _, err := io.ReadFull(f, b); err != nil {
+		return fmt.Errorf("vm sandbox: no go-ahead from the init: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	return nil
 }
 
 // RunVMSandbox is the sandbox's agent in a VM (VMSandboxMode), started by
@@ -131,7 +185,7 @@ func runSandboxAgent(port *os.File, cg *os.File, log *slog.Logger) error {
 // threads are reserved up front: they count in the cgroup's pids limit.
 func RunVMSandbox(stream io.ReadWriteCloser, log *slog.Logger) error {
 	ReserveThreads(ReservedThreads)
-	return runInit(stream, Prepare, maskProc, log)
+	return runInit(stream, waitGoAhead, maskProc, log)
 }
 
 // vmReadOnlyProc are the /proc files through which the guest's uid 0

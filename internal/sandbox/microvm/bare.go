@@ -18,7 +18,7 @@ import (
 // snapshot of sb's machine shape (sb is a sandbox of r, started with
 // boot snapshots on), with blank disks of the same sizes and no cgroup,
 // network stack, init or agent behind it, and returns the time from
-// starting QEMU to its VM running again.
+// starting QEMU to its VM running again. sb may have been destroyed.
 func (r *Runtime) BareRestore(ctx context.Context, sb sandbox.Sandbox) (time.Duration, error) {
 	s, ok := sb.(*Sandbox)
 	if !ok || s.rt != r {

@@ -28,6 +28,7 @@ type vmDisk struct {
 	name     string
 	path     string
 	readOnly bool
+	layer    bool // a root layer's (guestfmt.LayerImage)
 }
 
 // vm is what one QEMU invocation needs.

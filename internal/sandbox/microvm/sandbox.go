@@ -214,7 +214,7 @@ func (s *Sandbox) layerDisks() ([]vmDisk, error) {
 		if err != nil {
 			return nil, err
 		}
-		disks = append(disks, vmDisk{name: "layer" + strconv.Itoa(i), path: img, readOnly: true})
+		disks = append(disks, vmDisk{name: "layer" + strconv.Itoa(i), path: img, readOnly: true, layer: true})
 	}
 	return disks, nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/helmr/helmr/internal/sandbox"
+	"github.com/helmr/helmr/internal/sandbox/microvm/guestfmt"
 )
 
 // machine is a VM's shape: what QEMU's devices and the guest's kernel
@@ -29,10 +30,13 @@ type machine struct {
 }
 
 // diskShape is one disk of a machine, in the order QEMU attaches them.
+// A root layer's has its digest too: the guest's init mounts the layers
+// before its idle moment, so a boot snapshot holds what it read of them.
 type diskShape struct {
 	Name     string `json:"name"`
 	Size     int64  `json:"size"`
 	ReadOnly bool   `json:"read_only,omitempty"`
+	Digest   string `json:"digest,omitempty"`
 }
 
 // shape is the machine spec's sandbox runs on with disks.
@@ -48,7 +52,13 @@ func (r *Runtime) shape(spec sandbox.Spec, disks []vmDisk) (machine, error) {
 		if err != nil {
 			return machine{}, fmt.Errorf("disk %s: %w", d.name, err)
 		}
-		m.Disks = append(m.Disks, diskShape{Name: d.name, Size: fi.Size(), ReadOnly: d.readOnly})
+		ds := diskShape{Name: d.name, Size: fi.Size(), ReadOnly: d.readOnly}
+		if d.layer {
+			if ds.Digest, err = guestfmt.LayerDigest(d.path); err != nil {
+				return machine{}, err
+			}
+		}
+		m.Disks = append(m.Disks, ds)
 	}
 	return m, nil
 }
@@ -63,8 +73,10 @@ func (r *Runtime) vm(m machine, disks []vmDisk) *vm {
 }
 
 // bootSnapshots keeps, per machine shape, one snapshot of a guest booted
-// to its idle moment (guest.VMCtlIdle: drivers loaded, disks probed,
-// nothing mounted, nothing of any sandbox in it): a sandbox of that shape
+// to its idle moment (guest.VMCtlIdle: drivers loaded, disks probed, the
+// root layers mounted, the sandbox's agent started and waiting, nothing
+// of any one sandbox in it): a sandbox of that shape (its image's layers
+// among it)
 // starts by restoring it rather than by booting. Everything that makes
 // the sandbox its own (its disks' contents, limits, network, clock and
 // entropy) comes after, in the start message. A snapshot is taken of the
