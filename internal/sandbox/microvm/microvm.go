@@ -78,6 +78,7 @@ import (
 
 	"github.com/helmr/helmr/internal/sandbox"
 	"github.com/helmr/helmr/internal/sandbox/disk"
+	"github.com/helmr/helmr/internal/sandbox/microvm/firecracker"
 	"github.com/helmr/helmr/internal/sandbox/microvm/guestfmt"
 )
 
@@ -118,7 +119,13 @@ type Config struct {
 	// Accel is AccelKVM, AccelTCG or empty: KVM where ProbeKVM says a stock
 	// kernel boots under /dev/kvm, else TCG.
 	Accel string
-	// UID and GID QEMU runs as. Default DefaultQEMUUID.
+	// VMM is VMMQEMU, VMMFirecracker or VMMAuto (empty: auto): see
+	// ChooseVMM. The KVM probe boots QEMU either way.
+	VMM string
+	// Firecracker is Firecracker's install (firecracker.Find); found in
+	// PATH when unset and the VMM may be Firecracker.
+	Firecracker firecracker.Install
+	// UID and GID the VMM runs as. Default DefaultQEMUUID.
 	UID, GID uint32
 	// CgroupRoot and CgroupParent place each QEMU's cgroup.
 	CgroupRoot, CgroupParent string
@@ -158,6 +165,9 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if c.VMM != VMMQEMU && c.Firecracker.Firecracker == "" && c.Firecracker.Jailer == "" {
+		c.Firecracker = firecracker.Find()
+	}
 }
 
 // Validate reports whether c is usable.
@@ -179,6 +189,9 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("microvm tier: accelerator %q (want kvm or tcg)", c.Accel)
 	}
+	if err := CheckVMM(c.VMM); err != nil {
+		return fmt.Errorf("microvm tier: %w", err)
+	}
 	return nil
 }
 
@@ -189,6 +202,8 @@ type Runtime struct {
 	initramfs string
 	accel     string
 	accelWhy  string
+	vmm       string // VMMQEMU or VMMFirecracker
+	vmmWhy    string
 }
 
 var (
@@ -219,8 +234,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if r.accel == "" {
 		r.accel, r.accelWhy = ChooseAccel(cfg.QEMUPath, cfg.Kernel.Bzimage, initramfs)
 	}
-	r.log.Info("microvm tier", "accel", r.accel, "why", r.accelWhy, "kernel", cfg.Kernel.Version,
-		"security_boundary", r.accel == AccelKVM)
+	r.vmm, r.vmmWhy, err = ChooseVMM(cfg.VMM, cfg.Firecracker, r.accel, r.accelWhy)
+	if err != nil {
+		return nil, err
+	}
+	r.log.Info("microvm tier", "accel", r.accel, "why", r.accelWhy, "vmm", r.vmm, "vmm_why", r.vmmWhy,
+		"kernel", cfg.Kernel.Version, "security_boundary", r.accel == AccelKVM)
 	r.sweep()
 	return r, nil
 }
@@ -252,7 +271,12 @@ func (r *Runtime) Initramfs() string { return r.initramfs }
 
 // Accel is the accelerator this runtime's guests run with: AccelKVM (a
 // hardware boundary) or AccelTCG (emulation, not a security boundary).
+// Firecracker guests run under KVM only.
 func (r *Runtime) Accel() string { return r.accel }
+
+// VMM is the VMM this runtime's guests run under: VMMQEMU or
+// VMMFirecracker.
+func (r *Runtime) VMM() string { return r.vmm }
 
 // GuestKernelDigest implements sandbox.GuestKernel.
 func (r *Runtime) GuestKernelDigest() string {
@@ -303,18 +327,4 @@ func (r *Runtime) normalize(spec *sandbox.Spec) error {
 		return fmt.Errorf("workspace image %s is mounted on the host", spec.WorkspaceImage)
 	}
 	return nil
-}
-
-// sweep kills nothing (QEMU dies with the worker: Pdeathsig) but removes
-// the sandbox directories a previous worker left.
-func (r *Runtime) sweep() {
-	ents, err := os.ReadDir(r.cfg.sandboxes())
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		if err := os.RemoveAll(filepath.Join(r.cfg.sandboxes(), e.Name())); err != nil {
-			r.log.Warn("remove stale sandbox", "sandbox_id", e.Name(), "err", err)
-		}
-	}
 }

@@ -122,7 +122,7 @@ func TestGuestPanic(t *testing.T) {
 	// The agent is the guest's init: killing QEMU's guest from the host
 	// side is the crash; a panic of the guest kernel ends QEMU the same
 	// way (panic=-1, -no-reboot).
-	if err := s.qemu.Process.Kill(); err != nil {
+	if err := s.proc.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	<-s.exited

@@ -42,13 +42,16 @@ type Sandbox struct {
 	dir  string // StateDir/sandboxes/<id>
 
 	cg      *cgroup
-	qemu    *exec.Cmd
-	exited  chan struct{} // closed once QEMU has been waited for
-	exitErr error         // QEMU's exit, once exited is closed
+	proc    *exec.Cmd     // the VMM: QEMU, or the jailer exec'd into Firecracker
+	exited  chan struct{} // closed once proc has been waited for
+	exitErr error         // proc's exit, once exited is closed
 	console *consoleLog
-	client  *agent.Client
 	ws      *workspace
 	link    *network.Link // the sandbox's network, if its spec has one
+	fc      *fcVM         // Firecracker's jail and API, under Firecracker
+
+	clientMu sync.Mutex // the client is set after the VMM starts under Firecracker
+	client   *agent.Client
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -68,7 +71,7 @@ func newSandbox(r *Runtime, spec sandbox.Spec) *Sandbox {
 	}
 }
 
-// start makes the disks, boots QEMU and waits for the agent.
+// start makes the disks, boots the VMM and waits for the agent.
 func (s *Sandbox) start(ctx context.Context) error {
 	if err := os.Mkdir(s.dir, 0o700); err != nil {
 		return fmt.Errorf("sandbox dir: %w", err)
@@ -77,23 +80,13 @@ func (s *Sandbox) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// QEMU's uid needs no access to the images: it gets them as open
-	// descriptors (see vm.command).
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("agent socketpair: %w", err)
+	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
+	defer cancel()
+	if s.rt.vmm == VMMFirecracker {
+		err = s.startFirecracker(ctx, disks)
+	} else {
+		err = s.bootQEMU(disks)
 	}
-	theirs := os.NewFile(uintptr(fds[1]), "agent-stream")
-	ours := os.NewFile(uintptr(fds[0]), "agent-stream")
-	conn, err := net.FileConn(ours)
-	_ = ours.Close()
-	if err != nil {
-		theirs.Close()
-		return fmt.Errorf("agent stream: %w", err)
-	}
-	s.client = agent.NewClient(conn, s.log)
-	err = s.startQEMU(disks, theirs)
-	theirs.Close()
 	if err != nil {
 		return err
 	}
@@ -114,8 +107,6 @@ func (s *Sandbox) start(ctx context.Context) error {
 	if err := s.client.SendInit(init, nil); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, startupTimeout)
-	defer cancel()
 	version, err := s.client.WaitReady(ctx)
 	if err != nil {
 		return fmt.Errorf("%w; console: %s", err, s.console.last())
@@ -154,28 +145,72 @@ func (s *Sandbox) makeDisks() ([]vmDisk, error) {
 	return append(disks, vmDisk{name: guest.VMWorkspaceDisk, path: ws.image}), nil
 }
 
-// startQEMU starts QEMU in the sandbox's cgroup with agent as the
-// virtio-serial port's socket.
-func (s *Sandbox) startQEMU(disks []vmDisk, agentEnd *os.File) error {
-	mem := s.spec.MemoryBytes
+// bootQEMU starts QEMU with the agent's stream as its virtio-serial
+// port's socket. QEMU's uid needs no access to the images: it gets them
+// as open descriptors (see vm.command).
+func (s *Sandbox) bootQEMU(disks []vmDisk) error {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("agent socketpair: %w", err)
+	}
+	theirs := os.NewFile(uintptr(fds[1]), "agent-stream")
+	ours := os.NewFile(uintptr(fds[0]), "agent-stream")
+	conn, err := net.FileConn(ours)
+	_ = ours.Close()
+	if err != nil {
+		theirs.Close()
+		return fmt.Errorf("agent stream: %w", err)
+	}
+	s.setClient(agent.NewClient(conn, s.log))
+	err = s.startQEMU(disks, theirs)
+	theirs.Close()
+	return err
+}
+
+// guestSize is the guest's memory (the sandbox's, at least MinMemory;
+// the VM gets guestMemOverhead more) and vCPUs.
+func (s *Sandbox) guestSize() (mem int64, cpus int) {
+	mem = s.spec.MemoryBytes
 	if mem == 0 {
 		mem = DefaultMemory
 	}
 	mem = max(mem, MinMemory)
-	cpus := 1
+	cpus = 1
 	if s.spec.CPU > 1 {
 		cpus = int(s.spec.CPU + 0.999)
 	}
-	cg, err := newCgroup(s.rt.cfg.CgroupRoot, s.rt.cfg.CgroupParent, s.spec.ID, mem+guestMemOverhead, s.spec.CPU)
-	if err != nil {
-		s.log.Warn("no cgroup for qemu", "err", err)
-	}
-	s.cg = cg
+	return mem, cpus
+}
+
+// vmBoot is what the guest's init is told on the command line: the
+// sandbox's limits and workspace owner (the interface is the caller's).
+func (s *Sandbox) vmBoot(mem int64) guest.VMBoot {
 	boot := guest.VMBoot{Memory: mem, Pids: s.spec.PidsLimit, MilliCPUs: int64(s.spec.CPU * 1000),
 		WorkspaceOwner: &[2]uint32{s.spec.UID, s.spec.GID}}
 	if s.spec.WorkspaceImage == "" {
 		boot.WorkspaceOwner = nil // newWorkspace made the image so
 	}
+	return boot
+}
+
+// guestNet is the guest's interface on a VM wire or TAP (network.NewWire,
+// network.NewVMTap).
+func guestNet() *guest.VMNet {
+	return &guest.VMNet{Addr: netip.PrefixFrom(network.GuestAddr, network.Subnet.Bits()),
+		Gateway: network.Gateway, GatewayMAC: network.GatewayMAC, Neighbours: []netip.Addr{network.Gateway, network.DNSAddr},
+		MTU: network.WireMTU}
+}
+
+// startQEMU starts QEMU in the sandbox's cgroup with agent as the
+// virtio-serial port's socket.
+func (s *Sandbox) startQEMU(disks []vmDisk, agentEnd *os.File) error {
+	mem, cpus := s.guestSize()
+	cg, err := newCgroup(s.rt.cfg.CgroupRoot, s.rt.cfg.CgroupParent, s.spec.ID, mem+guestMemOverhead, s.spec.CPU)
+	if err != nil {
+		s.log.Warn("no cgroup for qemu", "err", err)
+	}
+	s.cg = cg
+	boot := s.vmBoot(mem)
 	var wire *os.File
 	if s.spec.Network.Attaches() {
 		link, w, err := network.NewWire(s.spec.ID, s.spec.Network)
@@ -184,9 +219,7 @@ func (s *Sandbox) startQEMU(disks []vmDisk, agentEnd *os.File) error {
 		}
 		s.link, wire = link, w
 		defer wire.Close() // QEMU holds its own copy once started
-		boot.Net = &guest.VMNet{Addr: netip.PrefixFrom(network.GuestAddr, network.Subnet.Bits()),
-			Gateway: network.Gateway, GatewayMAC: network.GatewayMAC, Neighbours: []netip.Addr{network.Gateway, network.DNSAddr},
-			MTU: network.WireMTU}
+		boot.Net = guestNet()
 	}
 	v := &vm{
 		qemu: s.rt.cfg.QEMUPath, accel: s.rt.accel, kernel: s.rt.cfg.Kernel.Bzimage,
@@ -216,12 +249,19 @@ func (s *Sandbox) startQEMU(disks []vmDisk, agentEnd *os.File) error {
 		return fmt.Errorf("start qemu: %w", err)
 	}
 	pw.Close()
-	s.qemu = cmd
 	if s.cg != nil {
 		if err := s.cg.add(cmd.Process.Pid); err != nil {
 			s.log.Warn("qemu outside its cgroup", "err", err)
 		}
 	}
+	s.watch(cmd, pr)
+	return nil
+}
+
+// watch keeps the started VMM process cmd: its console (read from pr)
+// into the sandbox's log, and its exit, which ends the agent's stream.
+func (s *Sandbox) watch(cmd *exec.Cmd, pr *os.File) {
+	s.proc = cmd
 	s.console = newConsoleLog(s.log, filepath.Join(s.dir, "console.log"))
 	s.exited = make(chan struct{})
 	logged := make(chan struct{})
@@ -234,12 +274,25 @@ func (s *Sandbox) startQEMU(disks []vmDisk, agentEnd *os.File) error {
 		err := cmd.Wait()
 		<-logged
 		s.exitErr = err
-		// The stream ends with QEMU: say why, for Execs still running.
-		s.client.EndAs(fmt.Errorf("%w: qemu exited (%v); console: %s", sandbox.ErrGuestRuntime, err, s.console.last()))
-		_ = s.client.Close()
+		// The stream ends with the VMM: say why, for Execs still running.
+		if c := s.agentClient(); c != nil {
+			c.EndAs(fmt.Errorf("%w: %s exited (%v); console: %s", sandbox.ErrGuestRuntime, s.rt.vmm, err, s.console.last()))
+			_ = c.Close()
+		}
 		close(s.exited)
 	}()
-	return nil
+}
+
+func (s *Sandbox) setClient(c *agent.Client) {
+	s.clientMu.Lock()
+	defer s.clientMu.Unlock()
+	s.client = c
+}
+
+func (s *Sandbox) agentClient() *agent.Client {
+	s.clientMu.Lock()
+	defer s.clientMu.Unlock()
+	return s.client
 }
 
 // Exec implements sandbox.Sandbox.
@@ -259,12 +312,12 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 
 // alive returns an error wrapping ErrGuestRuntime once QEMU has exited.
 func (s *Sandbox) alive() error {
-	if s.client == nil || s.exited == nil {
+	if s.agentClient() == nil || s.exited == nil {
 		return fmt.Errorf("%w: sandbox %s has no agent", sandbox.ErrGuestRuntime, s.spec.ID)
 	}
 	select {
 	case <-s.exited:
-		return fmt.Errorf("%w: sandbox %s: qemu exited (%v); console: %s", sandbox.ErrGuestRuntime, s.spec.ID, s.exitErr, s.console.last())
+		return fmt.Errorf("%w: sandbox %s: %s exited (%v); console: %s", sandbox.ErrGuestRuntime, s.spec.ID, s.rt.vmm, s.exitErr, s.console.last())
 	default:
 		return nil
 	}
@@ -299,9 +352,9 @@ func (s *Sandbox) Stats() sandbox.Stats {
 	return sandbox.Stats{OOMKilled: s.console.oomKilled()}
 }
 
-// Destroy implements sandbox.Sandbox: QEMU is killed and waited for, the
-// workspace copied back to the host directory, the sandbox's directory and
-// cgroup removed.
+// Destroy implements sandbox.Sandbox: the VMM is killed and waited for,
+// the workspace copied back to the host directory, the sandbox's
+// directory and cgroup (and under Firecracker its jail) removed.
 func (s *Sandbox) Destroy(ctx context.Context) error {
 	s.destroyOnce.Do(func() { s.destroyErr = s.destroy(ctx) })
 	return s.destroyErr
@@ -311,22 +364,25 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, destroyTimeout)
 	defer cancel()
 	var errs []error
-	if s.qemu != nil {
+	if s.proc != nil {
 		// The workspace is mounted synchronous in the guest; a sync first
-		// still settles what the guest's kernel holds before QEMU dies.
+		// still settles what the guest's kernel holds before the VMM dies.
 		if s.alive() == nil {
 			sctx, scancel := context.WithTimeout(ctx, syncTimeout)
 			_, _ = s.client.Exec(sctx, sandbox.ExecRequest{Argv: []string{"sync"}}, 0, 0)
 			scancel()
 		}
-		_ = s.qemu.Process.Kill()
+		_ = s.proc.Process.Kill()
 		select {
 		case <-s.exited:
 		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("wait for qemu: %w", ctx.Err()))
+			errs = append(errs, fmt.Errorf("wait for %s: %w", s.rt.vmm, ctx.Err()))
 		}
-	} else if s.client != nil {
-		_ = s.client.Close()
+	} else if c := s.agentClient(); c != nil {
+		_ = c.Close()
+	}
+	if s.fc != nil {
+		errs = append(errs, s.fc.cleanup()...)
 	}
 	if s.ws != nil {
 		if err := s.ws.copyBack(s.dir); err != nil {

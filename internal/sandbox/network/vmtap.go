@@ -113,3 +113,22 @@ func persistentTap(name string, uid, gid uint32) error {
 	}
 	return nil
 }
+
+// NewNamespace makes an empty network namespace (loopback only, down)
+// bind-mounted at nsPath, a file that must not exist: for a VMM process
+// of a sandbox without a network, so that it holds no socket of the
+// host's. RemoveNamespace removes it.
+func NewNamespace(nsPath string) error {
+	if err := inNetns(nsPath, true, func() error { return nil }); err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	return nil
+}
+
+// RemoveNamespace unmounts and removes a namespace NewNamespace made.
+func RemoveNamespace(nsPath string) error {
+	if err := removeNetns(nsPath); err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	return nil
+}
