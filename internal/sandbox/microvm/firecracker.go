@@ -39,6 +39,7 @@ const (
 // fcVM is what a sandbox under Firecracker holds beyond QEMU's.
 type fcVM struct {
 	jail     *firecracker.Jail
+	disks    []vmDisk // as placed, for a restore of a snapshot
 	api      *firecracker.Client
 	netns    string // the namespace Firecracker runs in
 	ownNetns bool   // made by NewNamespace (no network): removed here
@@ -86,7 +87,7 @@ func (s *Sandbox) startFirecracker(ctx context.Context, disks []vmDisk) error {
 	attach := s.spec.Network.Attaches()
 	m := fcMachine(disks, mem, cpus, s.vmBoot(mem), attach)
 	jail := s.newJail(jailID(s.rt.cfg.StateDir, s.spec.ID), mem)
-	s.fc = &fcVM{jail: jail, cgroot: s.rt.cfg.CgroupRoot}
+	s.fc = &fcVM{jail: jail, disks: disks, cgroot: s.rt.cfg.CgroupRoot}
 	if err := s.jailVM(disks, m); err != nil {
 		return err
 	}
