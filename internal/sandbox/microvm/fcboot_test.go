@@ -101,3 +101,14 @@ func TestFirecrackerBootExecSnapshot(t *testing.T) {
 		t.Error("Exec in a restored guest succeeded; it has no agent stream (update this test once it has)")
 	}
 }
+
+// TestFirecrackerConformance runs the runtime conformance suite with the
+// tier under Firecracker, where Firecracker can run (requiresFirecracker);
+// the tier's differences from the process tier are QEMU's (conformance).
+func TestFirecrackerConformance(t *testing.T) {
+	in := requiresFirecracker(t)
+	rootfs := sandboxtest.BaseRootFS(t)
+	sandboxtest.RunWithOptions(t, func(t *testing.T) sandbox.Runtime {
+		return newRuntimeWith(t, func(c *Config) { c.VMM = VMMFirecracker; c.Firecracker = in })
+	}, rootfs, conformance)
+}

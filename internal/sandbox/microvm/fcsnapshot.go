@@ -41,6 +41,9 @@ func (s *Sandbox) firecrackerSnapshot(ctx context.Context) (state, mem string, e
 // workspace disk is writable. The restored sandbox has no agent (see
 // above): it answers no Exec.
 func (r *Runtime) restoreFirecracker(ctx context.Context, from *Sandbox, id, state, mem string) (*Sandbox, error) {
+	if from.fc == nil {
+		return nil, fmt.Errorf("restore sandbox %s: %s ran under no Firecracker", id, from.spec.ID)
+	}
 	spec := from.spec
 	spec.ID = id
 	s := newSandbox(r, spec)

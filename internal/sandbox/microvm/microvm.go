@@ -1,7 +1,11 @@
 // Package microvm is the "microvm" isolation tier: each sandbox is a
 // virtual machine with a kernel of its own, run by QEMU's microvm machine
-// (Firecracker is the second VMM planned for KVM hosts; both share the
-// guest format of package guestfmt).
+// or, on KVM hosts, by a jailed Firecracker (package firecracker). Both
+// boot the guest format of package guestfmt: the same kernel (QEMU the
+// bzImage, Firecracker the ELF vmlinux of the same build), initramfs and
+// disks. Config.VMM picks (HELMR_MICROVM_VMM; ChooseVMM): auto takes
+// Firecracker only where its binaries (1.8 or later) are installed and
+// /dev/kvm boots a stock kernel, else QEMU.
 //
 // Accelerator: KVM where a probe boots the guest kernel under /dev/kvm,
 // else TCG. TCG is emulation, NOT a security boundary: QEMU's emulator
@@ -56,13 +60,40 @@
 // Destroy kills QEMU, copies a workspace directory back, closes the
 // network and removes the sandbox's directory and cgroup.
 //
-// Not in this pass (where they plug in): snapshots and checkpoints (QEMU
-// migration to a file, as a sandbox.Checkpointer on Runtime), Firecracker
-// (a second vm.command over guestfmt's vmlinux and the same disks, with
-// vsock for the agent), image build steps (spec.RootUpper) and extra
-// mounts (spec.Mounts): Start refuses them (sandbox.ErrInvalidSpec). The
-// worker still hands the tier its quota disk mounted (a directory): taking
-// Spec.WorkspaceImage there instead saves the copies.
+// Under Firecracker (firecracker.go), Start differs where Firecracker
+// does: its jailer closes every descriptor it is handed, so the kernel,
+// initramfs and disks reach it by path, hard linked (or bind mounted) into
+// its jail, read-only images readable by the VMM's group and a writable
+// one owned by its uid until Destroy gives it back; the jailer makes the
+// cgroup with the VM's limits and joins a network namespace of the
+// sandbox's: the bridged TAP of network.NewVMTap (Firecracker opens a TAP
+// by name) or an empty one; the API configures and starts the VM
+// (firecracker.Machine); its disks carry no serial of ours, so the
+// command line names them in attach order (guest.VMArgDiskNames); the
+// agent's stream is the guest's vsock port agentVsockPort, reached
+// through Firecracker's hybrid vsock socket; the guest ends by a reboot
+// (panic=1 reboot=k: Firecracker exits on it, it has no ACPI power-off).
+// A dead worker's Firecrackers outlive it (the jailer's uid change clears
+// the parent-death signal): sweep kills them by their cgroups.
+//
+// What runs where: the QEMU path is tested here, under TCG on a host
+// whose KVM boots no stock kernel. The Firecracker path has not run on
+// this project's machines (no Firecracker binary is reachable there, and
+// their KVM is a PVM hypervisor): its requests are checked against
+// Firecracker's published API schema and its files, cgroups and network
+// on the host in unit tests; TestFirecrackerBootExecSnapshot boots,
+// execs and snapshots under it where the binaries and a stock-kernel KVM
+// are, and is reported as not run elsewhere (helmr doctor says why).
+//
+// Not in this pass (where they plug in): snapshots and checkpoints as a
+// sandbox.Checkpointer on Runtime (QEMU: migration to a file;
+// Firecracker: fcsnapshot.go takes and loads full snapshots, but the
+// agent's vsock stream does not survive one, so the guest's init must
+// first keep the sandbox's agent across a new connection), image build
+// steps (spec.RootUpper) and extra mounts (spec.Mounts): Start refuses
+// them (sandbox.ErrInvalidSpec). The worker still hands the tier its
+// quota disk mounted (a directory): taking Spec.WorkspaceImage there
+// instead saves the copies.
 package microvm
 
 import (
