@@ -57,6 +57,9 @@ func TestFirecrackerMachine(t *testing.T) {
 	if m.MemMiB != (512<<20+guestMemOverhead)>>20 || m.VCPUs != 2 || m.Net == nil || m.Net.HostDevName != fcTap || m.Vsock.GuestCID != 3 {
 		t.Errorf("machine = %+v", m)
 	}
+	if err := m.Validate(); err != nil {
+		t.Errorf("Validate() = %v", err)
+	}
 	s := fctest.Load(t)
 	for _, r := range m.BootRequests() {
 		body, err := json.Marshal(r.Body)

@@ -149,3 +149,37 @@ func TestDialUnixLongPath(t *testing.T) {
 		t.Errorf("read %q, %v; want hi", b, err)
 	}
 }
+
+func TestMachineValidate(t *testing.T) {
+	if err := exampleMachine().Validate(); err != nil {
+		t.Fatalf("Validate(example) = %v", err)
+	}
+	tests := []struct {
+		name string
+		edit func(*Machine)
+	}{
+		{"hyphen in a drive id", func(m *Machine) { m.Drives[0].DriveID = "layer-0" }},
+		{"empty drive id", func(m *Machine) { m.Drives[0].DriveID = "" }},
+		{"drive twice", func(m *Machine) { m.Drives[1].DriveID = m.Drives[0].DriveID }},
+		{"dot in the interface id", func(m *Machine) { m.Net.IfaceID = "eth.0" }},
+		{"no vCPU", func(m *Machine) { m.VCPUs = 0 }},
+		{"33 vCPUs", func(m *Machine) { m.VCPUs = 33 }},
+		{"no memory", func(m *Machine) { m.MemMiB = 0 }},
+		{"no kernel", func(m *Machine) { m.Kernel = "" }},
+	}
+	for _, tt := range tests {
+		m := exampleMachine()
+		tt.edit(&m)
+		if err := m.Validate(); err == nil {
+			t.Errorf("Validate(%s) = nil, want an error", tt.name)
+		}
+	}
+	f := newFakeAPI(t)
+	c := NewClient(f.sock)
+	defer c.Close()
+	m := exampleMachine()
+	m.Drives[0].DriveID = "layer-0"
+	if err := c.Boot(t.Context(), m); err == nil || len(f.recorded()) != 0 {
+		t.Errorf("Boot(invalid) = %v after %d requests, want an error before any", err, len(f.recorded()))
+	}
+}

@@ -2,8 +2,11 @@ package firecracker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
+	"unicode"
 )
 
 // Machine is one VM as Firecracker is told of it; paths are as
@@ -56,9 +59,51 @@ func (m Machine) BootRequests() []Request {
 	return append(rs, Request{http.MethodPut, "/actions", Action{ActionType: ActionInstanceStart}})
 }
 
+// Validate checks what Firecracker would refuse of m before any request
+// is sent: an id in a path that is empty or holds anything but letters,
+// digits and underscores (its API server's rule), a drive twice, vCPUs
+// outside 1 to 32, no memory, no kernel.
+func (m Machine) Validate() error {
+	switch {
+	case m.Kernel == "":
+		return errors.New("machine: no kernel")
+	case m.VCPUs < 1 || m.VCPUs > 32:
+		return fmt.Errorf("machine: %d vCPUs, want 1 to 32", m.VCPUs)
+	case m.MemMiB < 1:
+		return fmt.Errorf("machine: %d MiB of memory", m.MemMiB)
+	}
+	ids := map[string]bool{}
+	for _, d := range m.Drives {
+		if !validID(d.DriveID) || ids[d.DriveID] {
+			return fmt.Errorf("machine: drive id %q: want a unique, non-empty id of letters, digits and underscores", d.DriveID)
+		}
+		ids[d.DriveID] = true
+	}
+	if m.Net != nil && !validID(m.Net.IfaceID) {
+		return fmt.Errorf("machine: interface id %q: want letters, digits and underscores", m.Net.IfaceID)
+	}
+	return nil
+}
+
+// validID is the API server's rule for an id in a path.
+func validID(id string) bool {
+	if id == "" {
+		return false
+	}
+	for _, r := range id {
+		if r != '_' && !unicode.IsLetter(r) && !unicode.IsDigit(r) {
+			return false
+		}
+	}
+	return true
+}
+
 // Boot configures m and starts it: BootRequests, in order, stopping at
 // the first refused.
 func (c *Client) Boot(ctx context.Context, m Machine) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
 	for _, r := range m.BootRequests() {
 		if err := c.do(ctx, r.Method, r.Path, r.Body, nil); err != nil {
 			return err
