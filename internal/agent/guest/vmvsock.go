@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -73,7 +74,7 @@ func acceptVsock(port uint32) (*os.File, error) {
 	defer unix.Close(lfd)
 	for {
 		fd, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC)
-		if err == unix.EINTR {
+		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
