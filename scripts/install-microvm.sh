@@ -17,9 +17,12 @@ set -euo pipefail
 cache_dir=${HELMR_CACHE_DIR:-$HOME/.cache/helmr}
 base=$cache_dir/microvm
 # The modules the guest needs (virtio-mmio transport, block, console,
-# network, entropy, overlayfs); their dependencies are added below. ext4
-# (with jbd2, mbcache, crc16) is built into the cloud kernel.
-want_modules=(virtio_mmio virtio_blk virtio_console virtio_net virtio-rng overlay)
+# network, entropy, overlayfs, and virtio vsock: a Firecracker guest's
+# agent stream); their dependencies are added below. ext4 (with jbd2,
+# mbcache, crc16) is built into the cloud kernel. A module whose device
+# the VMM does not offer (vsock under QEMU, virtio-serial under
+# Firecracker) loads and stays idle.
+want_modules=(virtio_mmio virtio_blk virtio_console virtio_net virtio-rng overlay vmw_vsock_virtio_transport)
 
 log() { echo "install-microvm: $*" >&2; }
 
@@ -48,8 +51,15 @@ fi
 kver=${pkg#linux-image-}
 dir=$base/$kver
 
+# complete: the kernel directory has both kernels and every wanted module
+# (a directory unpacked before a module was added to want_modules is
+# unpacked again).
 complete() {
-  [ -s "$dir/vmlinuz" ] && [ -s "$dir/vmlinux" ] && [ -s "$dir/modules/order" ]
+  [ -s "$dir/vmlinuz" ] && [ -s "$dir/vmlinux" ] && [ -s "$dir/modules/order" ] || return 1
+  local m
+  for m in "${want_modules[@]}"; do
+    grep -qxF -e "$m.ko" -e "${m//_/-}.ko" -e "${m//-/_}.ko" "$dir/modules/order" || return 1
+  done
 }
 
 # extract_vmlinux BZIMAGE OUT: finds the compressed payload in a bzImage

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"text/tabwriter"
@@ -30,7 +31,7 @@ func tierHost(cfg config.Config, log *slog.Logger, instance string) tiers.Host {
 	agent, agentErr := findAgent(cfg.AgentPath)
 	return tiers.Host{
 		StateRoot: cfg.StateDir, Instance: instance, Agent: agent, AgentErr: agentErr,
-		Runsc: cfg.RunscPath, CacheDir: cfg.CacheDir, SandboxDir: cfg.SandboxDir, Logger: log,
+		Runsc: cfg.RunscPath, MicroVMVMM: cfg.MicroVMVMM, CacheDir: cfg.CacheDir, SandboxDir: cfg.SandboxDir, Logger: log,
 	}
 }
 
@@ -52,16 +53,20 @@ type doctorReport struct {
 	Egress         egressCheck `json:"egress"`
 	WorkspaceQuota quotaCheck  `json:"workspaceQuota"`
 	Blobs          string      `json:"blobs"` // where a control plane with these settings keeps blobs
-	Error          string      `json:"error,omitempty"`
+	// MicroVM is what the host offers the microvm tier: KVM, the VMMs,
+	// the one the tier would use.
+	MicroVM tiers.MicroVMHost `json:"microvm"`
+	Error   string            `json:"error,omitempty"`
 }
 
 // checkHost checks this host under cfg; the error is the runtime
 // policy's, when no tier it allows is available.
 func checkHost(cfg config.Config) (doctorReport, error) {
-	ss := tiers.Statuses(tierHost(cfg, nil, ""))
+	h := tierHost(cfg, nil, "")
+	ss := tiers.Statuses(h)
 	tier, cerr := tiers.Select(ss, cfg.Runtime)
 	rep := doctorReport{Tiers: tierChecks(ss), Policy: cfg.Runtime, Selected: tier.Name, Egress: checkEgress(cfg), WorkspaceQuota: checkQuota(cfg),
-		Blobs: describeBlobs(cfg)}
+		Blobs: describeBlobs(cfg), MicroVM: tiers.ProbeMicroVMHost(h)}
 	if cerr != nil {
 		rep.Error = cerr.Error()
 	}
@@ -84,6 +89,7 @@ func runDoctor(_ context.Context, a *App, args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, status, t.Isolation, t.Reason)
 	}
 	tw.Flush()
+	writeMicroVM(a.Stdout, rep.MicroVM)
 	fmt.Fprintf(a.Stdout, "egress policy %q: %s\n", egress.Policy, egress.Detail)
 	fmt.Fprintf(a.Stdout, "workspace quota %q: %s\n", quota.Quota, quota.Detail)
 	fmt.Fprintf(a.Stdout, "blobs (control plane): %s\n", rep.Blobs)
@@ -98,6 +104,26 @@ func runDoctor(_ context.Context, a *App, args []string) error {
 		return errors.New("workspace quota: " + quota.Detail)
 	}
 	return nil
+}
+
+// writeMicroVM prints what the host offers the microvm tier: KVM,
+// whether a stock kernel boots under it, the VMMs installed, the VMM the
+// tier would use, and, where they cannot run here, why Firecracker's
+// integration tests are not run.
+func writeMicroVM(w io.Writer, m tiers.MicroVMHost) {
+	fmt.Fprintf(w, "microVM: KVM: %s\n", m.KVM)
+	fmt.Fprintf(w, "microVM: stock kernel under KVM: %s\n", m.StockKernel)
+	fmt.Fprintf(w, "microVM: VMMs installed: QEMU %s; %s\n", m.QEMU, m.Firecracker)
+	vmm := m.VMM
+	if vmm == "" {
+		vmm = "none"
+	}
+	fmt.Fprintf(w, "microVM: the microvm tier's VMM (HELMR_MICROVM_VMM=%s): %s (%s)\n", m.VMMSetting, vmm, m.VMMWhy)
+	if m.FirecrackerTests != "" {
+		fmt.Fprintf(w, "Firecracker integration tests: not run on this host: %s\n", m.FirecrackerTests)
+	} else {
+		fmt.Fprintln(w, "Firecracker integration tests: can run on this host")
+	}
 }
 
 // quotaCheck is what doctor says about workspace quotas.

@@ -20,6 +20,7 @@ import (
 	"github.com/helmr/helmr/internal/blobs/s3"
 	"github.com/helmr/helmr/internal/deployments"
 	"github.com/helmr/helmr/internal/sandbox/disk"
+	"github.com/helmr/helmr/internal/sandbox/microvm"
 	"github.com/helmr/helmr/internal/sandbox/network"
 	"github.com/helmr/helmr/internal/sandbox/tiers"
 )
@@ -38,6 +39,7 @@ type Config struct {
 	StateDir       string        // the isolation tiers' state root; each keeps its own below it ($HELMR_STATE_DIR)
 	SandboxDir     string        // the process tier's state; default $StateDir/sandboxes; every parent must be searchable by others
 	Runtime        string        // isolation tier: auto, microvm, gvisor or process
+	MicroVMVMM     string        // the microvm tier's VMM: auto, qemu or firecracker
 	Egress         string        // sandbox egress policy: open, none or allow:LIST (network.ParsePolicy)
 	WorkspaceQuota string        // size limit of each run's workspace (10Gi); 0: none
 	RootSize       string        // bound of a sandbox's writable root when its task declares none (1Gi)
@@ -186,6 +188,9 @@ func (c Config) Validate() error {
 	}
 	if err := tiers.CheckPolicy(c.Runtime); err != nil {
 		errs = append(errs, err)
+	}
+	if err := microvm.CheckVMM(c.MicroVMVMM); err != nil {
+		errs = append(errs, fmt.Errorf("HELMR_MICROVM_VMM: %w", err))
 	}
 	if !filepath.IsAbs(c.StateDir) || c.SandboxDir != "" && !filepath.IsAbs(c.SandboxDir) {
 		errs = append(errs, fmt.Errorf("HELMR_STATE_DIR (%q) and HELMR_SANDBOX_DIR (%q) must be absolute paths", c.StateDir, c.SandboxDir))

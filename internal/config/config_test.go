@@ -18,12 +18,12 @@ func TestDefaults(t *testing.T) {
 }
 
 func TestFromEnvAndValidate(t *testing.T) {
-	env := map[string]string{"HELMR_DATA_DIR": "/d", "HELMR_SLOTS": "3", "HELMR_WARM": "0", "HELMR_URL": "http://h:1", "HELMR_WORKSPACE_IDLE": "90s"}
+	env := map[string]string{"HELMR_DATA_DIR": "/d", "HELMR_SLOTS": "3", "HELMR_WARM": "0", "HELMR_URL": "http://h:1", "HELMR_WORKSPACE_IDLE": "90s", "HELMR_MICROVM_VMM": "firecracker"}
 	c, err := Default().FromEnv(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DataDir != "/d" || c.Slots != 3 || c.Warm != 0 || c.URL != "http://h:1" || c.Env != "dev" || c.WorkspaceIdle.Seconds() != 90 {
+	if c.DataDir != "/d" || c.Slots != 3 || c.Warm != 0 || c.URL != "http://h:1" || c.Env != "dev" || c.WorkspaceIdle.Seconds() != 90 || c.MicroVMVMM != "firecracker" {
 		t.Errorf("FromEnv() = %+v", c)
 	}
 	if err := c.Validate(); err != nil {
@@ -34,8 +34,9 @@ func TestFromEnvAndValidate(t *testing.T) {
 	}
 	bad := Default()
 	bad.Slots, bad.Runtime, bad.URL, bad.Warm, bad.WorkspaceIdle, bad.RootSize = 0, "firecracker", "ftp://x", -1, 0, "0"
+	bad.MicroVMVMM = "kvmtool"
 	err = bad.Validate()
-	for _, want := range []string{"slots", "firecracker", "ftp://x", "warm", "HELMR_WORKSPACE_IDLE", `HELMR_ROOT_SIZE "0"`} {
+	for _, want := range []string{"slots", "firecracker", "ftp://x", "warm", "HELMR_WORKSPACE_IDLE", `HELMR_ROOT_SIZE "0"`, `HELMR_MICROVM_VMM: microvm VMM "kvmtool"`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want a problem naming %q", err, want)
 		}

@@ -15,13 +15,21 @@ import (
 // The microVM tier's guest contract (see internal/sandbox/microvm): the
 // kernel starts helmr-agent as /init from an initramfs that also holds
 // VMModulesDir (the kernel modules, loaded in the order VMModulesDir/order
-// lists). Disks are virtio-blk devices named by their serial: "helmr-<name>",
-// mounted at VMDisksDir/<name>, read-write and synchronous for
-// VMWorkspaceDisk and read-only for every other, once the host's start
-// message (VMCtl, on the port VMCtlPort) came. The worker's stream is the
-// virtio-serial port named VMPort. After that the agent is the process
+// lists). Disks are virtio-blk devices named by their serial: "helmr-<name>"
+// (QEMU), or, where the VMM gives disks no serial of ours (Firecracker),
+// by their order: VMArgDiskNames on the kernel command line names them in
+// the order the VMM attached them (see findDisks). Each is mounted at
+// VMDisksDir/<name>, read-write and synchronous for VMWorkspaceDisk and
+// read-only for every other: the root layers' at once, the others once
+// the host's start message (VMCtl) came. The worker's stream is the
+// virtio-serial port named VMPort and the init's control channel the port
+// VMCtlPort, or, with VMArgAgent=vsock:PORT on the command line, the
+// first connections to AF_VSOCK ports PORT+1 (control) and PORT (stream)
+// (Firecracker's hybrid vsock). After that the agent is the process
 // tier's: it reads init and sets the sandbox up (Setup) from the mounted
-// disks.
+// disks. With VMArgHaltReboot on the command line the init ends the VM by
+// a reboot rather than a power-off (Firecracker implements no ACPI
+// power-off; a reboot with reboot=k ends its process).
 const (
 	VMModulesDir    = "/modules"
 	VMDisksDir      = "/run/helmr/disks"
@@ -33,6 +41,15 @@ const (
 	// VMProbeOK on the console and power off: a boot probe.
 	VMProbeArg = "helmr.probe=1"
 	VMProbeOK  = "helmr-vm-probe-ok"
+	// VMArgDiskNames names the disks in the order the VMM attached them,
+	// comma-separated, for a VMM whose disks carry no serial of ours.
+	VMArgDiskNames = "helmr.disknames="
+	// VMArgAgent selects the worker's stream: "vsock:PORT" listens on
+	// AF_VSOCK port PORT (and the control channel on PORT+1); absent, the
+	// virtio-serial ports VMPort and VMCtlPort.
+	VMArgAgent = "helmr.agent="
+	// VMArgHaltReboot makes the init end the VM with a reboot.
+	VMArgHaltReboot = "helmr.halt=reboot"
 )
 
 // vmDeviceWait bounds the wait for the port and disks to appear once
@@ -70,15 +87,11 @@ func RunVM(log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	ctlPort, err := openPort(VMCtlPort)
+	ctlPort, port, err := openStreams(vmCmdlineText())
 	if err != nil {
 		return err
 	}
 	defer ctlPort.Close()
-	port, err := openPort(VMPort)
-	if err != nil {
-		return err
-	}
 	layers := map[string]string{}
 	for name, dev := range disks {
 		if isLayerDisk(name) {
@@ -213,13 +226,18 @@ func vmBase() error {
 
 // vmCmdline reports whether the kernel command line holds word.
 func vmCmdline(word string) bool {
-	b, _ := os.ReadFile("/proc/cmdline")
-	for _, w := range strings.Fields(string(b)) {
+	for _, w := range strings.Fields(vmCmdlineText()) {
 		if w == word {
 			return true
 		}
 	}
 	return false
+}
+
+// vmCmdlineText is the kernel command line.
+func vmCmdlineText() string {
+	b, _ := os.ReadFile("/proc/cmdline")
+	return string(b)
 }
 
 // loadModules loads dir's modules in the order dir/order lists
@@ -249,20 +267,29 @@ func loadModules(dir string, log *slog.Logger) error {
 }
 
 // waitDisks waits for the helmr disks and maps their names to their
-// device nodes. The host names how many it attaches on the kernel
-// command line (helmr.disks=N), so that a disk whose driver is slow to
-// probe is waited for rather than missed.
+// device nodes: those whose serial is VMDiskPrefix+name, or, with
+// VMArgDiskNames, the disk at name's place in the VMM's order. The host
+// says how many disks it attaches on the kernel command line
+// (helmr.disks=N, or the names' count), so that a disk whose driver is
+// slow to probe is waited for rather than missed.
 func waitDisks() (map[string]string, error) {
 	want := 0
-	b, _ := os.ReadFile("/proc/cmdline")
-	for _, w := range strings.Fields(string(b)) {
+	cmdline := vmCmdlineText()
+	for _, w := range strings.Fields(cmdline) {
 		if v, ok := strings.CutPrefix(w, "helmr.disks="); ok {
 			fmt.Sscanf(v, "%d", &want)
 		}
 	}
+	names, err := parseDiskNames(cmdline)
+	if err != nil {
+		return nil, err
+	}
+	if names != nil {
+		want = len(names)
+	}
 	deadline := time.Now().Add(vmDeviceWait)
 	for {
-		disks := findDisks()
+		disks := findDisks(names)
 		if len(disks) >= want {
 			return disks, nil
 		}
@@ -298,22 +325,6 @@ func mountDisks(disks map[string]string, log *slog.Logger) error {
 	return nil
 }
 
-// findDisks maps the helmr disks' names to their device nodes.
-func findDisks() map[string]string {
-	out := map[string]string{}
-	ents, _ := os.ReadDir("/sys/block")
-	for _, e := range ents {
-		serial, err := os.ReadFile(filepath.Join("/sys/block", e.Name(), "serial"))
-		if err != nil {
-			continue
-		}
-		if name, ok := strings.CutPrefix(strings.TrimSpace(string(serial)), VMDiskPrefix); ok && name != "" {
-			out[name] = "/dev/" + e.Name()
-		}
-	}
-	return out
-}
-
 // openPort opens the virtio-serial port called name.
 func openPort(name string) (*os.File, error) {
 	deadline := time.Now().Add(vmDeviceWait)
@@ -337,8 +348,12 @@ func openPort(name string) (*os.File, error) {
 	}
 }
 
-// vmPowerOff syncs and powers the VM off.
+// vmPowerOff syncs and powers the VM off, or reboots it where the host
+// asked for that (VMArgHaltReboot: the VMM ends on the guest's reboot).
 func vmPowerOff() {
 	unix.Sync()
+	if vmCmdline(VMArgHaltReboot) {
+		_ = unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
+	}
 	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
 }

@@ -99,11 +99,11 @@ func (r *Runtime) BareRestore(ctx context.Context, sb sandbox.Sandbox) (time.Dur
 	return time.Since(start), nil
 }
 
-// Pid is the process id of the sandbox's QEMU (for benchmarks and tests
+// Pid is the process id of the sandbox's VMM (for benchmarks and tests
 // that look at the host's side of a guest).
 func (s *Sandbox) Pid() int {
-	if s.qemu == nil || s.qemu.Process == nil {
+	if s.proc == nil || s.proc.Process == nil {
 		return 0
 	}
-	return s.qemu.Process.Pid
+	return s.proc.Process.Pid
 }

@@ -116,13 +116,22 @@ func (cg *cgroup) controllers() string {
 // remove deletes the cgroup's directories once their processes are gone
 // (a killed process leaves its cgroup a moment later).
 func (cg *cgroup) remove() error {
-	var errs []error
 	seen := map[string]bool{}
+	var dirs []string
 	for _, d := range cg.dirs {
-		if seen[d] {
-			continue
+		if !seen[d] {
+			seen[d] = true
+			dirs = append(dirs, d)
 		}
-		seen[d] = true
+	}
+	return removeCgroupDirs(dirs)
+}
+
+// removeCgroupDirs deletes cgroup directories whose processes are gone or
+// going.
+func removeCgroupDirs(dirs []string) error {
+	var errs []error
+	for _, d := range dirs {
 		var err error
 		for deadline := time.Now().Add(2 * time.Second); ; {
 			err = os.Remove(d)

@@ -58,6 +58,10 @@ func (r *Runtime) Checkpoint(ctx context.Context, sb sandbox.Sandbox, dir string
 	if !ok || s.rt != r {
 		return fmt.Errorf("checkpoint: %T is not a sandbox of this microvm runtime", sb)
 	}
+	if r.vmm == VMMFirecracker {
+		// Refused before anything is touched: the sandbox goes on.
+		return fmt.Errorf("checkpoint sandbox %s: %w: not under Firecracker (its snapshots reset the agent's vsock stream)", s.spec.ID, sandbox.ErrGuestRuntime)
+	}
 	if err := s.alive(); err != nil || !s.ready {
 		return fmt.Errorf("checkpoint sandbox %s: %w: not running", s.spec.ID, sandbox.ErrGuestRuntime)
 	}

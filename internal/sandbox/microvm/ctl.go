@@ -32,9 +32,14 @@ func newCtlConn(f *os.File) (*ctlConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("control channel: %w", err)
 	}
+	return newCtlConnOf(conn), nil
+}
+
+// newCtlConnOf reads and writes the control channel on conn.
+func newCtlConnOf(conn net.Conn) *ctlConn {
 	c := &ctlConn{conn: conn, msgs: make(chan guest.VMCtl, 8), done: make(chan struct{})}
 	go c.read()
-	return c, nil
+	return c
 }
 
 func (c *ctlConn) read() {

@@ -1,7 +1,11 @@
 // Package microvm is the "microvm" isolation tier: each sandbox is a
 // virtual machine with a kernel of its own, run by QEMU's microvm machine
-// (Firecracker is the second VMM planned for KVM hosts; both share the
-// guest format of package guestfmt).
+// or, on KVM hosts, by a jailed Firecracker (package firecracker). Both
+// boot the guest format of package guestfmt: the same kernel (QEMU the
+// bzImage, Firecracker the ELF vmlinux of the same build), initramfs and
+// disks. Config.VMM picks (HELMR_MICROVM_VMM; ChooseVMM): auto takes
+// Firecracker only where its binaries (1.8 or later) are installed and
+// /dev/kvm boots a stock kernel, else QEMU.
 //
 // Accelerator: KVM where a probe boots the guest kernel under /dev/kvm,
 // else TCG. TCG is emulation, NOT a security boundary: QEMU's emulator
@@ -69,6 +73,36 @@
 // on any worker with the same QEMU, accelerator, kernel, agent and TSC
 // rate (GuestKernelDigest), its processes and memory intact.
 //
+// Under Firecracker (firecracker.go), Start differs where Firecracker
+// does: its jailer closes every descriptor it is handed, so the kernel,
+// initramfs and disks reach it by path, hard linked (or bind mounted) into
+// its jail, read-only images readable by the VMM's group and a writable
+// one owned by its uid until Destroy gives it back; the jailer makes the
+// cgroup with the VM's limits and joins a network namespace of the
+// sandbox's: the bridged TAP of network.NewVMTap (Firecracker opens a TAP
+// by name) or an empty one; the API configures and starts the VM
+// (firecracker.Machine); its disks carry no serial of ours, so the
+// command line names them in attach order (guest.VMArgDiskNames); the
+// init's control channel and the agent's stream are the guest's vsock
+// ports agentVsockPort+1 and agentVsockPort, reached through
+// Firecracker's hybrid vsock socket; the guest ends by a reboot (panic=1
+// reboot=k: Firecracker exits on it, it has no ACPI power-off). A dead
+// worker's Firecrackers outlive it (the jailer's uid change clears the
+// parent-death signal): sweep kills them by their cgroups. Firecracker
+// guests always boot (no boot snapshots) and do not checkpoint:
+// Firecracker resets vsock connections when it snapshots, which the
+// agent's stream does not survive (fcsnapshot.go takes and loads full
+// snapshots for when it does).
+//
+// What runs where: the QEMU path is tested here, under TCG on a host
+// whose KVM boots no stock kernel. The Firecracker path has not run on
+// this project's machines (no Firecracker binary is reachable there, and
+// their KVM is a PVM hypervisor): its requests are checked against
+// Firecracker's published API schema and its files, cgroups and network
+// on the host in unit tests; TestFirecrackerBootExecSnapshot boots,
+// execs and snapshots under it where the binaries and a stock-kernel KVM
+// are, and is reported as not run elsewhere (helmr doctor says why).
+//
 // Not in this pass: image build steps (spec.RootUpper) and extra mounts
 // (spec.Mounts): Start refuses them (sandbox.ErrInvalidSpec).
 package microvm
@@ -89,6 +123,7 @@ import (
 
 	"github.com/helmr/helmr/internal/sandbox"
 	"github.com/helmr/helmr/internal/sandbox/disk"
+	"github.com/helmr/helmr/internal/sandbox/microvm/firecracker"
 	"github.com/helmr/helmr/internal/sandbox/microvm/guestfmt"
 )
 
@@ -129,7 +164,13 @@ type Config struct {
 	// Accel is AccelKVM, AccelTCG or empty: KVM where ProbeKVM says a stock
 	// kernel boots under /dev/kvm, else TCG.
 	Accel string
-	// UID and GID QEMU runs as. Default DefaultQEMUUID.
+	// VMM is VMMQEMU, VMMFirecracker or VMMAuto (empty: auto): see
+	// ChooseVMM. The KVM probe boots QEMU either way.
+	VMM string
+	// Firecracker is Firecracker's install (firecracker.Find); found in
+	// PATH when unset and the VMM may be Firecracker.
+	Firecracker firecracker.Install
+	// UID and GID the VMM runs as. Default DefaultQEMUUID.
 	UID, GID uint32
 	// CgroupRoot and CgroupParent place each QEMU's cgroup.
 	CgroupRoot, CgroupParent string
@@ -172,6 +213,9 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if c.VMM != VMMQEMU && c.Firecracker.Firecracker == "" && c.Firecracker.Jailer == "" {
+		c.Firecracker = firecracker.Find()
+	}
 }
 
 // Validate reports whether c is usable.
@@ -193,6 +237,9 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("microvm tier: accelerator %q (want kvm or tcg)", c.Accel)
 	}
+	if err := CheckVMM(c.VMM); err != nil {
+		return fmt.Errorf("microvm tier: %w", err)
+	}
 	return nil
 }
 
@@ -205,6 +252,8 @@ type Runtime struct {
 	accelWhy  string
 	boots     *bootSnapshots
 	now       func() time.Time // the clock guests get (tests move it)
+	vmm       string           // VMMQEMU or VMMFirecracker
+	vmmWhy    string
 }
 
 var (
@@ -235,11 +284,16 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if r.accel == "" {
 		r.accel, r.accelWhy = ChooseAccel(cfg.QEMUPath, cfg.Kernel.Bzimage, initramfs)
 	}
-	if r.boots, err = newBootSnapshots(filepath.Join(cfg.StateDir, "snapshots"), r, cfg.NoBootSnapshots); err != nil {
+	r.vmm, r.vmmWhy, err = ChooseVMM(cfg.VMM, cfg.Firecracker, r.accel, r.accelWhy)
+	if err != nil {
+		return nil, err
+	}
+	// Firecracker guests always boot: see the package doc.
+	if r.boots, err = newBootSnapshots(filepath.Join(cfg.StateDir, "snapshots"), r, cfg.NoBootSnapshots || r.vmm == VMMFirecracker); err != nil {
 		return nil, fmt.Errorf("microvm tier: %w", err)
 	}
-	r.log.Info("microvm tier", "accel", r.accel, "why", r.accelWhy, "kernel", cfg.Kernel.Version,
-		"security_boundary", r.accel == AccelKVM)
+	r.log.Info("microvm tier", "accel", r.accel, "why", r.accelWhy, "vmm", r.vmm, "vmm_why", r.vmmWhy,
+		"kernel", cfg.Kernel.Version, "security_boundary", r.accel == AccelKVM)
 	r.sweep()
 	return r, nil
 }
@@ -271,16 +325,21 @@ func (r *Runtime) Initramfs() string { return r.initramfs }
 
 // Accel is the accelerator this runtime's guests run with: AccelKVM (a
 // hardware boundary) or AccelTCG (emulation, not a security boundary).
+// Firecracker guests run under KVM only.
 func (r *Runtime) Accel() string { return r.accel }
 
+// VMM is the VMM this runtime's guests run under: VMMQEMU or
+// VMMFirecracker.
+func (r *Runtime) VMM() string { return r.vmm }
+
 // GuestKernelDigest implements sandbox.GuestKernel: the guest's kernel
-// version and a digest of what a VM's memory depends on besides its
-// shape (QEMU's binary, the accelerator, the kernel, the initramfs with
-// the agent, the TSC rate): a checkpoint restores only where it is the
-// same.
+// version, the VMM and a digest of what a VM's memory depends on
+// besides its shape (QEMU's binary, the accelerator, the kernel, the
+// initramfs with the agent, the TSC rate): a checkpoint restores only
+// where it is the same.
 func (r *Runtime) GuestKernelDigest() string {
 	h := sha256.Sum256([]byte(r.guest()))
-	return "linux-" + r.cfg.Kernel.Version + "+qemu-" + r.accel + "@sha256:" + hex.EncodeToString(h[:12])
+	return "linux-" + r.cfg.Kernel.Version + "+" + r.vmm + "-" + r.accel + "@sha256:" + hex.EncodeToString(h[:12])
 }
 
 // Name implements sandbox.Runtime.
@@ -323,18 +382,4 @@ func (r *Runtime) normalize(spec *sandbox.Spec) error {
 		return fmt.Errorf("workspace image %s is mounted on the host", spec.WorkspaceImage)
 	}
 	return nil
-}
-
-// sweep kills nothing (QEMU dies with the worker: Pdeathsig) but removes
-// the sandbox directories a previous worker left.
-func (r *Runtime) sweep() {
-	ents, err := os.ReadDir(r.cfg.sandboxes())
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		if err := os.RemoveAll(filepath.Join(r.cfg.sandboxes(), e.Name())); err != nil {
-			r.log.Warn("remove stale sandbox", "sandbox_id", e.Name(), "err", err)
-		}
-	}
 }

@@ -42,14 +42,22 @@ func requiresMicroVM(t testing.TB) guestfmt.Kernel {
 // seconds.
 func newRuntime(t testing.TB) *Runtime {
 	t.Helper()
+	return newRuntimeWith(t, func(c *Config) { c.VMM = VMMQEMU })
+}
+
+// newRuntimeWith is newRuntime with more of the config set by set.
+func newRuntimeWith(t testing.TB, set func(*Config)) *Runtime {
+	t.Helper()
 	k := requiresMicroVM(t)
 	state := filepath.Join(testenv.StateRoot(t), "microvm")
-	rt, err := New(context.Background(), Config{
+	cfg := Config{
 		Kernel:    k,
 		AgentPath: agentPath,
 		StateDir:  state,
 		Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}
+	set(&cfg)
+	rt, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}
@@ -123,7 +131,7 @@ func TestGuestPanic(t *testing.T) {
 	// The agent is the guest's init: killing QEMU's guest from the host
 	// side is the crash; a panic of the guest kernel ends QEMU the same
 	// way (panic=-1, -no-reboot).
-	if err := s.qemu.Process.Kill(); err != nil {
+	if err := s.proc.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	<-s.exited

@@ -183,11 +183,12 @@ func tscKHz() int64 {
 // reports whether its init ran: /dev/kvm may exist and still not run a
 // stock kernel (a nested PVM hypervisor boots only PVM guest kernels).
 func probeKVM(qemu, kernel, initramfs string) (bool, string) {
-	if _, err := os.Stat("/dev/kvm"); err != nil {
+	present, pvm := KVMPresent()
+	if !present {
 		return false, "no /dev/kvm"
 	}
 	hv := ""
-	if _, err := os.Stat("/sys/module/kvm_pvm"); err == nil {
+	if pvm {
 		hv = " (a PVM hypervisor: it boots only PVM guest kernels)"
 	}
 	ok, why := ProbeBoot(qemu, AccelKVM, kernel, initramfs)
@@ -224,4 +225,27 @@ func ProbeBoot(qemu, accel, kernel, initramfs string) (bool, string) {
 		return false, "no answer in 20s"
 	}
 	return false, fmt.Sprintf("%v: %s", err, last)
+}
+
+// QEMUVersion is the first line `qemu --version` prints ("QEMU emulator
+// version 7.2.22 (...)").
+func QEMUVersion(qemu string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, qemu, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", qemu, err)
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line, nil
+}
+
+// KVMPresent reports whether /dev/kvm is here and whether its hypervisor
+// is PVM (kvm_pvm loaded), which boots only PVM guest kernels.
+func KVMPresent() (present, pvm bool) {
+	if _, err := os.Stat("/dev/kvm"); err != nil {
+		return false, false
+	}
+	_, err := os.Stat("/sys/module/kvm_pvm")
+	return true, err == nil
 }

@@ -47,14 +47,21 @@ type Sandbox struct {
 	log  *slog.Logger
 	dir  string // StateDir/sandboxes/<id>
 
-	cg       *cgroup
-	qemu     *exec.Cmd
-	exited   chan struct{} // closed once QEMU has been waited for
-	exitErr  error         // QEMU's exit, once exited is closed
-	console  *consoleLog
-	client   *agent.Client
-	ctl      *ctlConn // the guest init's control channel
-	qmp      *qmp     // QEMU's monitor
+	cg      *cgroup
+	proc    *exec.Cmd     // the VMM: QEMU, or the jailer exec'd into Firecracker
+	exited  chan struct{} // closed once proc has been waited for
+	exitErr error         // proc's exit, once exited is closed
+	console *consoleLog
+	qmp     *qmp  // QEMU's monitor (nil under Firecracker)
+	fc      *fcVM // Firecracker's jail and API, under Firecracker
+
+	// The agent's stream and the guest init's control channel: set before
+	// QEMU starts, after Firecracker has (setStreams); read by the VMM's
+	// watcher under streamsMu, by everything else once Start returned.
+	streamsMu sync.Mutex
+	client    *agent.Client
+	ctl       *ctlConn
+
 	ws       *workspace
 	link     *network.Link // the sandbox's network, if its spec has one
 	machine  machine       // the VM's shape, as QEMU runs it
@@ -103,7 +110,14 @@ func (s *Sandbox) start(ctx context.Context) error {
 	defer cancel()
 	snap := s.rt.boots.lookup(s.machine)
 	s.fromBoot = snap != nil
-	if snap != nil {
+	if s.rt.vmm == VMMFirecracker {
+		if err := s.startFirecracker(ctx, disks); err != nil {
+			return err
+		}
+		if err := s.ctl.wait(ctx, guest.VMCtlIdle); err != nil {
+			return fmt.Errorf("%w; console: %s", err, s.console.last())
+		}
+	} else if snap != nil {
 		err = s.launch(disks, snap)
 		snap.Close()
 		if err == nil {
@@ -162,15 +176,21 @@ func (s *Sandbox) sendStart() error {
 		boot.WorkspaceOwner = &[2]uint32{s.spec.UID, s.spec.GID}
 	}
 	if s.machine.Net {
-		boot.Net = &guest.VMNet{Addr: netip.PrefixFrom(network.GuestAddr, network.Subnet.Bits()),
-			Gateway: network.Gateway, GatewayMAC: network.GatewayMAC, Neighbours: []netip.Addr{network.Gateway, network.DNSAddr},
-			MTU: network.WireMTU}
+		boot.Net = guestNet()
 	}
 	f, err := fresh(s.rt.now())
 	if err != nil {
 		return err
 	}
 	return s.ctl.send(guest.VMCtl{Type: guest.VMCtlStart, Start: &guest.VMStart{Boot: boot, Fresh: f}})
+}
+
+// guestNet is the guest's interface on a VM wire or TAP (network.NewWire,
+// network.NewVMTap).
+func guestNet() *guest.VMNet {
+	return &guest.VMNet{Addr: netip.PrefixFrom(network.GuestAddr, network.Subnet.Bits()),
+		Gateway: network.Gateway, GatewayMAC: network.GatewayMAC, Neighbours: []netip.Addr{network.Gateway, network.DNSAddr},
+		MTU: network.WireMTU}
 }
 
 // sandboxMemory is the sandbox's memory: the spec's, at least MinMemory.
@@ -259,13 +279,14 @@ func (s *Sandbox) launch(disks []vmDisk, incoming *os.File) error {
 		ours[2].Close()
 		return fmt.Errorf("agent stream: %w", err)
 	}
-	s.client = agent.NewClient(agentConn, s.log)
-	s.ctl, err = newCtlConn(ours[1])
+	ctl, err := newCtlConn(ours[1])
 	ours[1].Close()
 	if err != nil {
+		agentConn.Close()
 		ours[2].Close()
 		return err
 	}
+	s.setStreams(agent.NewClient(agentConn, s.log), ctl)
 	var wire *os.File
 	if m.Net {
 		link, w, err := network.NewWire(s.spec.ID, s.spec.Network)
@@ -317,10 +338,18 @@ func (s *Sandbox) startQEMU(v *vm) error {
 		return fmt.Errorf("start qemu: %w", err)
 	}
 	pw.Close()
-	s.qemu = cmd
+	s.watch(cmd, pr)
+	return nil
+}
+
+// watch keeps the started VMM process cmd: its console (read from pr)
+// into the sandbox's log, and its exit, which ends the agent's stream
+// and the control channel.
+func (s *Sandbox) watch(cmd *exec.Cmd, pr *os.File) {
+	s.proc = cmd
 	if s.cg != nil {
 		if err := s.cg.add(cmd.Process.Pid); err != nil {
-			s.log.Warn("qemu outside its cgroup", "err", err)
+			s.log.Warn("vmm outside its cgroup", "err", err)
 		}
 	}
 	s.console = newConsoleLog(s.log, filepath.Join(s.dir, "console.log"))
@@ -335,15 +364,32 @@ func (s *Sandbox) startQEMU(v *vm) error {
 		err := cmd.Wait()
 		<-logged
 		s.exitErr = err
-		// The stream ends with QEMU: say why, for Execs still running.
-		if !s.checkpointing.Load() {
-			s.client.EndAs(fmt.Errorf("%w: qemu exited (%v); console: %s", sandbox.ErrGuestRuntime, err, s.console.last()))
+		c, ctl := s.streams()
+		if c != nil {
+			// The stream ends with the VMM: say why, for Execs still running.
+			if !s.checkpointing.Load() {
+				c.EndAs(fmt.Errorf("%w: %s exited (%v); console: %s", sandbox.ErrGuestRuntime, s.rt.vmm, err, s.console.last()))
+			}
+			_ = c.Close()
 		}
-		_ = s.client.Close()
-		_ = s.ctl.close()
+		if ctl != nil {
+			_ = ctl.close()
+		}
 		close(s.exited)
 	}()
-	return nil
+}
+
+// setStreams sets the agent's client and the control channel.
+func (s *Sandbox) setStreams(c *agent.Client, ctl *ctlConn) {
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	s.client, s.ctl = c, ctl
+}
+
+func (s *Sandbox) streams() (*agent.Client, *ctlConn) {
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	return s.client, s.ctl
 }
 
 // Exec implements sandbox.Sandbox.
@@ -363,12 +409,12 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 
 // alive returns an error wrapping ErrGuestRuntime once QEMU has exited.
 func (s *Sandbox) alive() error {
-	if s.client == nil || s.exited == nil {
+	if c, _ := s.streams(); c == nil || s.exited == nil {
 		return fmt.Errorf("%w: sandbox %s has no agent", sandbox.ErrGuestRuntime, s.spec.ID)
 	}
 	select {
 	case <-s.exited:
-		return fmt.Errorf("%w: sandbox %s: qemu exited (%v); console: %s", sandbox.ErrGuestRuntime, s.spec.ID, s.exitErr, s.console.last())
+		return fmt.Errorf("%w: sandbox %s: %s exited (%v); console: %s", sandbox.ErrGuestRuntime, s.spec.ID, s.rt.vmm, s.exitErr, s.console.last())
 	default:
 		return nil
 	}
@@ -415,7 +461,7 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, destroyTimeout)
 	defer cancel()
 	var errs []error
-	if s.qemu != nil {
+	if s.proc != nil {
 		// The workspace is mounted synchronous in the guest; a sync first
 		// still settles what the guest's kernel holds before QEMU dies.
 		// Only an agent that serves answers; one that does not answer in
@@ -433,22 +479,26 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 			case <-time.After(syncTimeout):
 			}
 		}
-		_ = s.qemu.Process.Kill()
+		_ = s.proc.Process.Kill()
 		select {
 		case <-s.exited:
 		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("wait for qemu: %w", ctx.Err()))
+			errs = append(errs, fmt.Errorf("wait for %s: %w", s.rt.vmm, ctx.Err()))
 		}
 	} else {
-		if s.client != nil {
-			_ = s.client.Close()
+		c, ctl := s.streams()
+		if c != nil {
+			_ = c.Close()
 		}
-		if s.ctl != nil {
-			_ = s.ctl.close()
+		if ctl != nil {
+			_ = ctl.close()
 		}
 	}
 	if s.qmp != nil {
 		_ = s.qmp.close()
+	}
+	if s.fc != nil {
+		errs = append(errs, s.fc.cleanup()...)
 	}
 	if s.ws != nil {
 		if err := s.ws.copyBack(s.dir); err != nil {

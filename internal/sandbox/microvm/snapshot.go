@@ -83,8 +83,8 @@ func (r *Runtime) vm(m machine, disks []vmDisk) *vm {
 // first sandbox that boots with a shape, at that moment, which then goes
 // on; it is kept in dir/<key>.state until the worker's state is removed.
 // The key covers the shape and everything else the guest's memory
-// depends on: QEMU's binary, the accelerator, the kernel, the initramfs
-// (the agent) and the TSC rate the kernel was told.
+// depends on: the VMM's binary, the accelerator, the kernel, the
+// initramfs (the agent) and the TSC rate the kernel was told.
 type bootSnapshots struct {
 	dir  string
 	base string // the key's part that is this runtime's (see above)
@@ -108,7 +108,11 @@ func newBootSnapshots(dir string, r *Runtime, off bool) (*bootSnapshots, error) 
 			_ = os.Remove(p)
 		}
 	}
-	qemu, err := fileDigestOf(r.cfg.QEMUPath)
+	vmm := r.cfg.QEMUPath
+	if r.vmm == VMMFirecracker {
+		vmm = r.cfg.Firecracker.Firecracker
+	}
+	vmmDigest, err := fileDigestOf(vmm)
 	if err != nil {
 		return nil, fmt.Errorf("boot snapshots: %w", err)
 	}
@@ -116,7 +120,7 @@ func newBootSnapshots(dir string, r *Runtime, off bool) (*bootSnapshots, error) 
 	if err != nil {
 		return nil, fmt.Errorf("boot snapshots: %w", err)
 	}
-	base := strings.Join([]string{bootSnapshotFormat, qemu, r.accel, kernel, filepath.Base(r.initramfs),
+	base := strings.Join([]string{bootSnapshotFormat, r.vmm, vmmDigest, r.accel, kernel, filepath.Base(r.initramfs),
 		fmt.Sprint(tscKHz())}, "\x00")
 	return &bootSnapshots{dir: dir, base: base, log: r.log, off: off, saving: map[string]bool{}}, nil
 }

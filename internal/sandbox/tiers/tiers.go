@@ -55,8 +55,11 @@ type Host struct {
 	Agent    string
 	AgentErr error
 	// Runsc is gVisor's runsc (HELMR_RUNSC); empty: CacheDir/bin/runsc.
-	Runsc    string
-	CacheDir string
+	Runsc string
+	// MicroVMVMM is the microvm tier's VMM setting (HELMR_MICROVM_VMM):
+	// qemu, firecracker or auto (empty: auto).
+	MicroVMVMM string
+	CacheDir   string
 	// SandboxDir, if set, is the process tier's state in place of
 	// StateRoot/sandboxes (HELMR_SANDBOX_DIR).
 	SandboxDir string

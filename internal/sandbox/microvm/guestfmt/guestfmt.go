@@ -1,5 +1,5 @@
 // Package guestfmt is the microVM tier's guest format, shared by every VMM
-// the tier drives (QEMU microvm now, Firecracker later):
+// the tier drives (QEMU microvm and Firecracker):
 //
 //   - the kernel: Debian's cloud kernel as scripts/install-microvm.sh
 //     unpacks it into the cache (Kernel): a bzImage, an uncompressed ELF
@@ -13,7 +13,9 @@
 //     sets the sandbox up and serves exactly as the process tier's agent
 //     does (guest.RunInit, guest.Setup);
 //   - disks, each an ext4 image attached as a virtio-blk device whose
-//     serial names it (guest.VMDiskPrefix + name): one read-only disk per
+//     serial names it (guest.VMDiskPrefix + name; under Firecracker, whose
+//     disks carry no such serial, the kernel command line names them in
+//     attach order: guest.VMArgDiskNames): one read-only disk per
 //     root layer (LayerImage, cached per layer: layers are immutable once
 //     made, and images sharing a base share its disk), stacked by the
 //     guest's overlayfs with a tmpfs upper layer; /opt/helmr read-only

@@ -2100,6 +2100,26 @@ export interface components {
             selected: string;
             egress: components["schemas"]["DoctorCheck"];
             workspaceQuota: components["schemas"]["DoctorCheck"];
+            /** @description Where a control plane with these settings keeps blobs. */
+            blobs?: string;
+            /** @description What the host offers the microvm tier. */
+            microvm?: {
+                /** @description Whether /dev/kvm is here; names a PVM hypervisor. */
+                kvm: string;
+                /** @description Whether a stock kernel boots under KVM (the probe's answer). */
+                stockKernel: string;
+                /** @description The QEMU installed, or that none is. */
+                qemu: string;
+                /** @description The firecracker and jailer binaries installed, or that none are. */
+                firecracker: string;
+                /** @description HELMR_MICROVM_VMM. */
+                vmmSetting: string;
+                /** @description The VMM the tier would use: qemu or firecracker; empty when the tier is unavailable. */
+                vmm: string;
+                vmmWhy: string;
+                /** @description Why Firecracker's integration tests cannot run here; absent where they can. */
+                firecrackerTestsNotRun?: string;
+            };
             /** @description Why the runtime policy selects no tier. */
             error?: string;
         };
