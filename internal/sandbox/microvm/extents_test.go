@@ -2,9 +2,13 @@ package microvm
 
 import (
 	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // TestExtentsRoundTrip keeps a sparse image's data and size, writes
@@ -77,5 +81,38 @@ func TestExtentsRefusesBadFiles(t *testing.T) {
 		if _, err := readExtents(filepath.Join(dir, "out"), p); err == nil {
 			t.Errorf("readExtents(%s) = nil, want an error", name)
 		}
+	}
+}
+
+// TestBootSnapshotsPrune keeps the most recently used snapshots only.
+func TestBootSnapshotsPrune(t *testing.T) {
+	dir := t.TempDir()
+	b := &bootSnapshots{dir: dir, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	base := time.Now().Add(-time.Hour)
+	for i := range maxBootSnapshots + 3 {
+		p := filepath.Join(dir, fmt.Sprintf("s%02d.state", i))
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		at := base.Add(time.Duration(i) * time.Minute)
+		if i == 0 {
+			at = base.Add(2 * time.Hour) // the oldest, used last
+		}
+		if err := os.Chtimes(p, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.prune()
+	left, _ := filepath.Glob(filepath.Join(dir, "*.state"))
+	if len(left) != maxBootSnapshots {
+		t.Fatalf("%d snapshots left, want %d", len(left), maxBootSnapshots)
+	}
+	for _, gone := range []string{"s01.state", "s02.state", "s03.state"} {
+		if _, err := os.Stat(filepath.Join(dir, gone)); err == nil {
+			t.Errorf("%s (least recently used) kept", gone)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "s00.state")); err != nil {
+		t.Errorf("s00.state (used last) removed: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -98,6 +99,11 @@ type bootSnapshots struct {
 // bootSnapshotFormat changes when what a boot snapshot holds changes.
 const bootSnapshotFormat = "helmr-boot-1"
 
+// maxBootSnapshots bounds the boot snapshots a worker keeps (each is the
+// guest's memory in use, about 100 MiB for the base image): past it, the
+// least recently used go.
+const maxBootSnapshots = 8
+
 func newBootSnapshots(dir string, r *Runtime, off bool) (*bootSnapshots, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("boot snapshots: %w", err)
@@ -136,10 +142,13 @@ func (b *bootSnapshots) lookup(m machine) *os.File {
 	if b.off {
 		return nil
 	}
-	f, err := os.Open(filepath.Join(b.dir, b.key(m)+".state"))
+	p := filepath.Join(b.dir, b.key(m)+".state")
+	f, err := os.Open(p)
 	if err != nil {
 		return nil
 	}
+	now := time.Now()
+	_ = os.Chtimes(p, now, now) // used: kept longest (prune)
 	return f
 }
 
@@ -171,11 +180,33 @@ func (b *bootSnapshots) save(ctx context.Context, m machine, q *qmp) error {
 		b.log.Warn("boot snapshot not saved", "key", key, "err", err)
 	} else {
 		b.log.Info("boot snapshot saved", "key", key, "mem_mib", m.MemMiB, "took", time.Since(start))
+		b.prune()
 	}
 	if _, err := q.execute(ctx, "cont", nil, nil); err != nil {
 		return fmt.Errorf("%w: resume the vm after its boot snapshot: %w", sandbox.ErrGuestRuntime, err)
 	}
 	return nil
+}
+
+// prune removes the least recently used snapshots past maxBootSnapshots.
+// A sandbox restoring one has it open: removing its name harms nothing.
+func (b *bootSnapshots) prune() {
+	paths, _ := filepath.Glob(filepath.Join(b.dir, "*.state"))
+	if len(paths) <= maxBootSnapshots {
+		return
+	}
+	used := map[string]time.Time{}
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil {
+			used[p] = fi.ModTime()
+		}
+	}
+	sort.Slice(paths, func(i, j int) bool { return used[paths[i]].After(used[paths[j]]) })
+	for _, p := range paths[maxBootSnapshots:] {
+		if err := os.Remove(p); err != nil {
+			b.log.Warn("remove boot snapshot", "path", p, "err", err)
+		}
+	}
 }
 
 func (b *bootSnapshots) write(ctx context.Context, final string, q *qmp) error {
