@@ -147,6 +147,9 @@ func (s *Sandbox) start(ctx context.Context) error {
 		WorkspaceSource: filepath.Join(guest.VMDisksDir, guest.VMWorkspaceDisk),
 		Hostname:        s.spec.Hostname,
 		DNS:             s.spec.DNS,
+		// The host cannot add to /opt/helmr's disk once it is made: late
+		// files (a run's task) come through the agent (Traits.DiskGuest).
+		HelmrWritable: true,
 	}
 	for i := range s.spec.RootLayers {
 		init.RootLayers = append(init.RootLayers, filepath.Join(guest.VMDisksDir, "layer"+strconv.Itoa(i)))
@@ -504,6 +507,9 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 		if err := s.ws.copyBack(s.dir); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := s.settleWorkspaceImage(); err != nil {
+		errs = append(errs, err)
 	}
 	if s.link != nil {
 		if err := s.link.Close(); err != nil {
