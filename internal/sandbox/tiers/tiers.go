@@ -90,6 +90,9 @@ type Tier struct {
 	// is available: a tier that runs but is no security boundary there (a
 	// microVM under emulation) is chosen only by name. Nil: it may.
 	AutoPick func(h Host) bool
+	// BuildSteps: the tier runs image build steps (sandbox.Spec.RootUpper).
+	// A worker on a tier that does not runs them on another (SelectBuild).
+	BuildSteps bool
 }
 
 // registry lists the tiers, strongest first.
@@ -215,6 +218,30 @@ func Select(ss []Status, policy string) (Tier, error) {
 	}
 	if best == nil {
 		return Tier{}, errors.New("no isolation tier works on this host (see helmr doctor)")
+	}
+	return best.Tier, nil
+}
+
+// ChooseBuild returns the tier that runs image build steps for a worker
+// on t, probing h: see SelectBuild.
+func ChooseBuild(t Tier, h Host) (Tier, error) { return SelectBuild(Statuses(h), t) }
+
+// SelectBuild returns the tier that runs image build steps for a worker
+// on t, among tiers already probed: t if it runs them, else the strongest
+// available tier that does and that Auto may pick (images are layer
+// directories, the same whichever tier built them).
+func SelectBuild(ss []Status, t Tier) (Tier, error) {
+	if t.BuildSteps {
+		return t, nil
+	}
+	var best *Status
+	for i, s := range ss {
+		if s.Available && s.AutoOK && s.BuildSteps && (best == nil || s.Strength > best.Strength) {
+			best = &ss[i]
+		}
+	}
+	if best == nil {
+		return Tier{}, fmt.Errorf("the %s tier runs no image build steps, and no other tier that does works on this host (see helmr doctor)", t.Name)
 	}
 	return best.Tier, nil
 }
