@@ -148,7 +148,7 @@ func (w *Worker) refill(ctx context.Context, key string, p prepared) {
 		disks, err := w.disksFor(p.disk)
 		var b *booted
 		if err == nil {
-			b, err = w.boot(bctx, key, p, "", disks)
+			b, err = w.boot(bctx, key, p, "", disks, nil)
 		}
 		if err != nil {
 			w.log.Warn("boot warm sandbox failed", "err", err)
