@@ -332,16 +332,19 @@ func newRuntime(cfg config.Config, log *slog.Logger, instance string) (sandbox.R
 }
 
 // newBuildRuntime starts the tier that runs image build steps for a
-// worker on tier, when tier runs none (nil otherwise): see
-// tiers.SelectBuild. Its sandboxes' state is the instance's, as tier's.
+// worker on tier, when tier runs none, builds elsewhere and another tier
+// here runs them (nil otherwise: tier's sandboxes refuse the steps,
+// failing the builds that have any): see tiers.SelectBuild. Its sandboxes' state is the
+// instance's, as tier's.
 func newBuildRuntime(cfg config.Config, log *slog.Logger, instance string, tier tiers.Tier) (sandbox.Runtime, error) {
-	if tier.BuildSteps {
+	if tier.BuildSteps || !tier.BuildElsewhere {
 		return nil, nil
 	}
 	h := tierHost(cfg, log, instance)
 	bt, err := tiers.ChooseBuild(tier, h)
 	if err != nil {
-		return nil, err
+		log.Warn("no tier here runs image build steps: images with run steps fail to build", "tier", tier.Name, "why", err)
+		return nil, nil
 	}
 	log.Info("image build steps run on another tier", "build_tier", bt.Name, "tier", tier.Name)
 	return bt.New(context.Background(), h)

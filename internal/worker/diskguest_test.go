@@ -186,4 +186,3 @@ func TestDiskGuestQuotaNote(t *testing.T) {
 		})
 	}
 }
-

@@ -165,14 +165,14 @@ type Config struct {
 	// (an older version, should the newer snapshot be lost); 0: it
 	// removes the copy at its next sweep. See dropMoved.
 	KeepMoved time.Duration
-	Runtime sandbox.Runtime
+	Runtime   sandbox.Runtime
 	// BuildRuntime, if set, runs image build steps in place of Runtime,
 	// whose tier runs none (tiers.SelectBuild); the build logs say so.
 	// Run closes it with Runtime.
 	BuildRuntime sandbox.Runtime
 	Images       *images.Resolver
-	Control   ControlPlane
-	Logger    *slog.Logger
+	Control      ControlPlane
+	Logger       *slog.Logger
 	// Adapter is the guest adapter bundle (tsbundle.Adapter()).
 	Adapter []byte
 	// CancelPoll is how often a running run's status is checked.

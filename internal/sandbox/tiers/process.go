@@ -13,10 +13,9 @@ import (
 // unprivileged host uids reach by path: each level is searchable by
 // others.
 var processTier = Tier{
-	Name:       "process",
-	BuildSteps: true,
-	Strength:   SharedKernel,
-	Isolation:  "weak: shared kernel, for development and trusted code",
+	Name:      "process",
+	Strength:  SharedKernel,
+	Isolation: "weak: shared kernel, for development and trusted code",
 	Probe: func(Host) (string, error) {
 		if err := process.Probe(""); err != nil {
 			return "", err

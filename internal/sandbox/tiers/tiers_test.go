@@ -109,7 +109,7 @@ func TestSelectBuild(t *testing.T) {
 	tier := func(name string, s Strength, builds bool) Tier {
 		return Tier{Name: name, Strength: s, BuildSteps: builds}
 	}
-	vm, gv, proc := tier("microvm", HardwareVM, false), tier("gvisor", UserKernel, true), tier("process", SharedKernel, true)
+	vm, gv, proc := tier("microvm", HardwareVM, false), tier("gvisor", UserKernel, true), tier("process", SharedKernel, false)
 	all := []Status{
 		{Tier: proc, Available: true, AutoOK: true},
 		{Tier: vm, Available: true},
@@ -123,11 +123,11 @@ func TestSelectBuild(t *testing.T) {
 		want     string // tier name, or a part of the error
 		ok       bool
 	}{
-		{"a tier that builds builds itself", all, proc, "process", true},
 		{"gvisor builds itself", all, gv, "gvisor", true},
 		{"microvm: the strongest that builds", all, vm, "gvisor", true},
-		{"microvm without gvisor", noGVisor, vm, "process", true},
-		{"microvm alone", all[1:2], vm, "the microvm tier runs no image build steps", false},
+		{"gvisor not for auto", []Status{all[0], all[1], {Tier: gv, Available: true}}, vm, "no other tier that does", false},
+		{"microvm without gvisor", noGVisor, vm, "the microvm tier runs no image build steps", false},
+		{"process", all, proc, "the process tier runs no image build steps", false},
 	} {
 		got, err := SelectBuild(c.statuses, c.worker)
 		switch {
@@ -138,8 +138,9 @@ func TestSelectBuild(t *testing.T) {
 		}
 	}
 	for _, tr := range All() {
-		if tr.BuildSteps != (tr.Name != "microvm") {
-			t.Errorf("tier %s: BuildSteps = %v; only the microvm tier runs none yet", tr.Name, tr.BuildSteps)
+		if tr.BuildSteps != (tr.Name == "gvisor") || tr.BuildElsewhere != (tr.Name == "microvm") {
+			t.Errorf("tier %s: BuildSteps %v, BuildElsewhere %v; want only gvisor to run build steps (its overlay writes a layer with the files' owners), only microvm to run them elsewhere",
+				tr.Name, tr.BuildSteps, tr.BuildElsewhere)
 		}
 	}
 }
