@@ -110,6 +110,7 @@ func TestSelectBuild(t *testing.T) {
 		return Tier{Name: name, Strength: s, BuildSteps: builds}
 	}
 	vm, gv, proc := tier("microvm", HardwareVM, false), tier("gvisor", UserKernel, true), tier("process", SharedKernel, false)
+	vm.BuildElsewhere = true
 	all := []Status{
 		{Tier: proc, Available: true, AutoOK: true},
 		{Tier: vm, Available: true},
