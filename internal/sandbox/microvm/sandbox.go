@@ -404,8 +404,8 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		req.Cwd = s.spec.Workspace
 	}
 	st, err := s.client.Exec(ctx, req, s.spec.UID, s.spec.GID)
-	if err != nil && !errors.Is(err, sandbox.ErrGuestRuntime) && s.alive() != nil {
-		return st, fmt.Errorf("%w: %w", s.alive(), err)
+	if lost := s.lost(err); lost != nil {
+		return st, lost
 	}
 	return st, err
 }
