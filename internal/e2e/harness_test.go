@@ -42,13 +42,13 @@ type dev struct {
 	// microvm under TCG, ...").
 	tierDetail string
 	profile    string // the CLI profile helmr dev writes
-	url     string
-	token   string // the owner credential helmr dev wrote to the profile
-	api     *client.Client
-	args    []string    // helmr dev's flags
-	stdout  *syncWriter // what the running helmr dev printed on stdout
-	stop    func()      // stops the running helmr dev (once)
-	kill    func()      // kills it (SIGKILL): no chance to clean up
+	url        string
+	token      string // the owner credential helmr dev wrote to the profile
+	api        *client.Client
+	args       []string    // helmr dev's flags
+	stdout     *syncWriter // what the running helmr dev printed on stdout
+	stop       func()      // stops the running helmr dev (once)
+	kill       func()      // kills it (SIGKILL): no chance to clean up
 }
 
 // forEachTier runs fn as a subtest per isolation tier that runs tasks
@@ -56,7 +56,7 @@ type dev struct {
 // test is not in microVMLeavesOut.
 func forEachTier(t *testing.T, fn func(t *testing.T, tier string)) {
 	for _, tier := range e2eTiers() {
-		if why, out := microVMLeavesOut[t.Name()]; tier == "microvm" && out {
+		if why, out := microVMLeavesOut[t.Name()]; tier == "microvm" && out && os.Getenv("HELMR_TEST_MICROVM") != "all" {
 			t.Logf("microvm: not run here: %s", why)
 			continue
 		}
@@ -72,18 +72,19 @@ func e2eTiers() []string { return tiers.Built() }
 // microvm tier, and why. Its guests are emulated here (TCG: a boot takes
 // seconds, every command is slow), so the suite runs the subset that
 // shows the worker driving it (TestHelloEndToEnd, TestWorkspaces,
-// TestWorkspaceExec, TestEgress, TestSandboxIsolation, TestDeployBuild,
-// TestWaits, and the microvm tests of microvm_test.go) and leaves out
+// TestWorkspaceExec, TestEgress, TestEgressCredentials,
+// TestSandboxIsolation, TestRunFailures, TestDeployBuild, TestWaits,
+// TestParkedWait, TestTiersShareStateRoot and the tests of
+// microvm_test.go; about four minutes under TCG) and leaves out
 // what only repeats, on a slower tier, what the others and the tier's own
 // conformance suite (internal/sandbox/microvm) cover.
+// HELMR_TEST_MICROVM=all runs them on microvm too.
 var microVMLeavesOut = map[string]string{
 	"TestImageBuild":        "build steps run on gvisor for a microvm worker; TestDeployBuild covers that",
-	"TestEgressCredentials": "the worker's network stack is the same as gvisor's; TestEgress covers the microvm's wire",
-	"TestRunFailures":       "nine TCG runs; the limits are the conformance suite's, the crash is TestMicroVMCrash's",
 	"TestWorkspaceOwnQuota": "it needs HELMR_WORKSPACE_QUOTA=0, and a microvm worker keeps every workspace on a disk",
 	"TestWritableRoot":      "the conformance suite's WritableRoot covers it on the tier",
-	"TestRunSecrets":        "secret files go in through the agent, as on every tier; the conformance suite's WriteFile covers it",
-	"TestSessions":          "the conformance suite's Shells covers the agent's sessions",
+	"TestRunSecrets":        "run secrets reach the task in its start message, the same on every tier; TestWorkspaceExec puts vault secrets into a microvm",
+	"TestSessions":          "session streams go over the adapter's channel, the same on every tier; TestWaits drives that channel on microvm",
 	"TestWorkspaceSandbox":  "TestWorkspaceExec drives the operations sandbox",
 	"TestWorkspaceMoves":    "several workers moving workspaces: gvisor and process cover the worker's side, a disk image moves as on gvisor",
 }
