@@ -298,7 +298,7 @@ func (w *Worker) fillOpPool(key string) {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			ctx, cancel := context.WithTimeout(w.runCtx, time.Minute)
+			ctx, cancel := context.WithTimeout(w.runCtx, bootAheadTimeout)
 			defer cancel()
 			began := time.Now()
 			ob, err := w.startPooled(ctx, e.key.p, e.key.quota)
