@@ -13,9 +13,10 @@ type Traits struct {
 	// may also place files under /opt/helmr (read-only to the sandbox's
 	// processes all the same). The workspace is best handed over as an
 	// unmounted image (Spec.WorkspaceImage), which the guest writes in
-	// place and the host must neither mount nor write until Destroy
-	// returns; a WorkspaceHost directory is copied in at Start and back
-	// at Destroy, and is stale in between.
+	// place and the host must neither mount, write nor move until Destroy
+	// returns (the tier may open it by its path again: a checkpoint); a
+	// WorkspaceHost directory is copied in at Start and back at Destroy,
+	// and is stale in between.
 	DiskGuest bool
 	// NoBoundary, if set, says why this tier's sandboxes are no security
 	// boundary on this host although its kind would be one (a microVM

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -163,5 +162,5 @@ func (w *Worker) imageFull(img string) (bool, error) {
 		return false, err
 	}
 	full := d.Full()
-	return full, errors.Join(d.Close())
+	return full, d.Close()
 }
