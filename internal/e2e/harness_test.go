@@ -73,9 +73,10 @@ func e2eTiers() []string { return tiers.Built() }
 // seconds, every command is slow), so the suite runs the subset that
 // shows the worker driving it (TestHelloEndToEnd, TestWorkspaces,
 // TestWorkspaceExec, TestEgress, TestEgressCredentials,
-// TestSandboxIsolation, TestRunFailures, TestDeployBuild, TestWaits,
-// TestParkedWait, TestTiersShareStateRoot and the tests of
-// microvm_test.go; about four minutes under TCG) and leaves out
+// TestSandboxIsolation, TestRunFailures, TestDeployBuild, TestWaits, and
+// beyond forEachTier TestParkedWait, TestE2BResumeOnAnotherWorker,
+// TestTiersShareStateRoot and the tests of microvm_test.go; about four
+// minutes under TCG) and leaves out
 // what only repeats, on a slower tier, what the others and the tier's own
 // conformance suite (internal/sandbox/microvm) cover.
 // HELMR_TEST_MICROVM=all runs them on microvm too.
