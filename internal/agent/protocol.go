@@ -94,9 +94,16 @@ type Init struct {
 	Workspace       string `json:"workspace"`
 	WorkspaceSource string `json:"workspace_source"`
 	// HelmrSource, if set, is bound read-only at /opt/helmr.
-	HelmrSource string   `json:"helmr_source,omitempty"`
-	Hostname    string   `json:"hostname"`
-	DNS         []string `json:"dns,omitempty"`
+	HelmrSource string `json:"helmr_source,omitempty"`
+	// HelmrWritable lets the agent's WriteFile place files under
+	// /opt/helmr after setup, which stays read-only to the processes it
+	// starts: /opt/helmr is then an overlay of HelmrSource and a tmpfs
+	// that only the agent writes. For a runtime whose HelmrSource is a
+	// copy the host cannot add to (a VM's disk) and that gets files
+	// under /opt/helmr once the sandbox runs (a run's task).
+	HelmrWritable bool     `json:"helmr_writable,omitempty"`
+	Hostname      string   `json:"hostname"`
+	DNS           []string `json:"dns,omitempty"`
 	// CloseFDs are descriptors the agent inherited when it was started
 	// (not those sent with init) that it closes once set up, before it
 	// runs anything.

@@ -217,11 +217,18 @@ func upstreamRoots(file string) (*x509.CertPool, error) {
 // newWorker builds the worker; m times its sandboxes' starts and
 // restores, counts its egress denials and reads its slots.
 func newWorker(cfg config.Config, dev bool, log *slog.Logger, control worker.ControlPlane, controlURL, id string, m *metrics.Worker) (*worker.Worker, error) {
-	rt, err := newRuntime(cfg, log, workerInstance(cfg.DataDir))
+	rt, tier, err := newRuntime(cfg, log, workerInstance(cfg.DataDir))
 	if err != nil {
 		return nil, err
 	}
 	rt = m.Instrument(rt)
+	buildRT, err := newBuildRuntime(cfg, log, workerInstance(cfg.DataDir), tier)
+	if err != nil {
+		return nil, err
+	}
+	if buildRT != nil {
+		buildRT = m.Instrument(buildRT)
+	}
 	key, err := checkpointKey(cfg, dev, rt, log)
 	if err != nil {
 		return nil, err
@@ -249,7 +256,7 @@ func newWorker(cfg config.Config, dev bool, log *slog.Logger, control worker.Con
 	}
 	w, err := worker.New(worker.Config{
 		ID: id, DataDir: cfg.DataDir, Slots: cfg.Slots, Warm: cfg.Warm, Heartbeat: cfg.Heartbeat,
-		Runtime: rt, Control: control, Logger: log, Network: nc, WorkspaceQuota: quota, RootSize: rootSize, ExtraCACerts: cfg.ExtraCACerts, LayerCacheMax: layerMax,
+		Runtime: rt, BuildRuntime: buildRT, Control: control, Logger: log, Network: nc, WorkspaceQuota: quota, RootSize: rootSize, ExtraCACerts: cfg.ExtraCACerts, LayerCacheMax: layerMax,
 		Adapter:   adapter,
 		Images:    resolverFor(cfg.DataDir, cfg.CacheDir),
 		ParkAfter: cfg.ParkAfter, CheckpointKey: key, WorkspaceIdle: cfg.WorkspaceIdle, ShellIdle: cfg.ShellIdle,
@@ -313,14 +320,34 @@ func workerInstance(dataDir string) string {
 // package tiers and helmr doctor), its sandbox state under the state root
 // in a directory of its own instance (see workerInstance): starting a
 // runtime removes the sandboxes its instance left, and only those.
-func newRuntime(cfg config.Config, log *slog.Logger, instance string) (sandbox.Runtime, error) {
+func newRuntime(cfg config.Config, log *slog.Logger, instance string) (sandbox.Runtime, tiers.Tier, error) {
 	h := tierHost(cfg, log, instance)
 	tier, err := tiers.Choose(cfg.Runtime, h)
 	if err != nil {
-		return nil, err
+		return nil, tiers.Tier{}, err
 	}
 	log.Info("isolation tier", "tier", tier.Name, "policy", cfg.Runtime, "state_root", cfg.StateDir)
-	return tier.New(context.Background(), h)
+	rt, err := tier.New(context.Background(), h)
+	return rt, tier, err
+}
+
+// newBuildRuntime starts the tier that runs image build steps for a
+// worker on tier, when tier runs none, builds elsewhere and another tier
+// here runs them (nil otherwise: tier's sandboxes refuse the steps,
+// failing the builds that have any): see tiers.SelectBuild. Its sandboxes' state is the
+// instance's, as tier's.
+func newBuildRuntime(cfg config.Config, log *slog.Logger, instance string, tier tiers.Tier) (sandbox.Runtime, error) {
+	if tier.BuildSteps || !tier.BuildElsewhere {
+		return nil, nil
+	}
+	h := tierHost(cfg, log, instance)
+	bt, err := tiers.ChooseBuild(tier, h)
+	if err != nil {
+		log.Warn("no tier here runs image build steps: images with run steps fail to build", "tier", tier.Name, "why", err)
+		return nil, nil
+	}
+	log.Info("image build steps run on another tier", "build_tier", bt.Name, "tier", tier.Name)
+	return bt.New(context.Background(), h)
 }
 
 // findAgent locates the static helmr-agent binary.

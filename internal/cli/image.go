@@ -121,7 +121,12 @@ func buildTaskImage(ctx context.Context, a *App, dir, taskID string, noCache boo
 	log := a.logger()
 	// Its own instance: a helmr dev using the same data dir keeps its
 	// sandboxes.
-	rt, err := newRuntime(a.cfg, log, fmt.Sprintf("cli-%d", os.Getpid()))
+	instance := fmt.Sprintf("cli-%d", os.Getpid())
+	rt, tier, err := newRuntime(a.cfg, log, instance)
+	if err != nil {
+		return images.Image{}, "", err
+	}
+	buildRT, err := newBuildRuntime(a.cfg, log, instance, tier)
 	if err != nil {
 		return images.Image{}, "", err
 	}
@@ -129,7 +134,7 @@ func buildTaskImage(ctx context.Context, a *App, dir, taskID string, noCache boo
 	if err != nil {
 		return images.Image{}, "", err
 	}
-	runner, err := worker.NewStepRunner(rt, nc, a.cfg.ExtraCACerts, a.cfg.DataDir, log)
+	runner, err := worker.NewStepRunner(rt, buildRT, nc, a.cfg.ExtraCACerts, a.cfg.DataDir, log)
 	if err != nil {
 		return images.Image{}, "", err
 	}

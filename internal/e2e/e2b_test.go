@@ -53,13 +53,20 @@ else:
 // process on one worker, stops that worker, and resumes the sandbox with
 // the published Python SDK: another worker restores the checkpoint, with
 // the process running and its in-memory counter going on from where it
-// was.
+// was. On each tier that checkpoints: gVisor, and a microVM, whose
+// workspace is a disk image of the guest's.
 func TestE2BResumeOnAnotherWorker(t *testing.T) {
+	for _, tier := range []string{"gvisor", "microvm"} {
+		t.Run(tier, func(t *testing.T) { testE2BResumeOnAnotherWorker(t, tier) })
+	}
+}
+
+func testE2BResumeOnAnotherWorker(t *testing.T, tier string) {
 	testenv.RequireRoot(t)
 	testenv.BaseRootfs(t)
 	py := os.Getenv("HELMR_E2B_PYTHON")
 	testenv.Require(t, py != "", "the test drives the published E2B Python SDK: eval \"$(scripts/e2b-sdk.sh)\" sets HELMR_E2B_PYTHON")
-	requireTier(t, "gvisor") // pausing checkpoints the sandbox
+	requireTier(t, tier) // pausing checkpoints the sandbox
 	bin := testenv.Binaries(t)
 	tmp := t.TempDir()
 	base := append(environ(t), "HELMR_CACHE_DIR="+testenv.CacheDir(), "HELMR_PROFILE="+filepath.Join(tmp, "profile.json"),
@@ -71,7 +78,7 @@ func TestE2BResumeOnAnotherWorker(t *testing.T) {
 	key := newCheckpointKey(t)
 	worker := func(name string) func() {
 		_, stop := startStoppable(t, bin, append(slices.Clip(base), "HELMR_DATA_DIR="+filepath.Join(tmp, name), "HELMR_WORKER_TOKEN="+cred,
-			"HELMR_RUNTIME=gvisor", "HELMR_WARM=0", "HELMR_CHECKPOINT_ENCRYPTION_KEY="+key),
+			"HELMR_RUNTIME="+tier, "HELMR_WARM=0", "HELMR_CHECKPOINT_ENCRYPTION_KEY="+key),
 			"Helmr worker leasing runs from ", "worker", "--control-url", server)
 		return stop
 	}

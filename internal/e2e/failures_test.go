@@ -193,9 +193,10 @@ func testSandboxIsolation(t *testing.T, tier string) {
 		{"can write /tmp", p.WriteTmp == "ok"},
 		{"can write the workspace", p.WriteWorksp == "ok"},
 		// On the process tier sandbox root is an unprivileged host uid; on
-		// gVisor task code is no host process at all (uid_map is the
-		// Sentry's own identity map; host pid invisibility covers it).
-		{"not host root", tier == "gvisor" || len(p.UIDMap) == 3 && !(p.UIDMap[0] == "0" && p.UIDMap[1] == "0")},
+		// gVisor and in a microVM task code is no host process at all
+		// (uid_map is the guest kernel's own identity map; host pid
+		// invisibility covers it).
+		{"not host root", tier == "gvisor" || tier == "microvm" || len(p.UIDMap) == 3 && !(p.UIDMap[0] == "0" && p.UIDMap[1] == "0")},
 		{"no capabilities", strings.Trim(p.CapEff, "0") == ""},
 		{"hostname", p.Hostname == "helmr-sandbox"},
 		{"cwd is the workspace", p.Cwd == "/workspace"},
@@ -247,8 +248,9 @@ func assertNoSandboxProcesses(t *testing.T, sandboxID string, within time.Durati
 }
 
 // sandboxProcesses lists the host pids of a sandbox: processes whose
-// environment names it (the process tier's task processes) or whose
-// command line does (gVisor's runsc, gofer and sandbox processes).
+// environment names it (the process tier's task processes), whose
+// command line does (gVisor's runsc, gofer and sandbox processes) or
+// whose cgroup is the microvm tier's for it (QEMU: helmr-microvm/<id>).
 func sandboxProcesses(sandboxID string) []string {
 	marker := []byte("HELMR_SANDBOX_ID=" + sandboxID + "\x00")
 	var out []string
@@ -256,7 +258,9 @@ func sandboxProcesses(sandboxID string) []string {
 	for _, e := range ents {
 		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
 		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(env, marker) || bytes.Contains(cmd, []byte(sandboxID)) {
+		cg, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+		if err == nil && bytes.Contains(env, marker) || bytes.Contains(cmd, []byte(sandboxID)) ||
+			bytes.Contains(cg, []byte("/helmr-microvm/"+sandboxID+"\n")) {
 			out = append(out, e.Name())
 		}
 	}

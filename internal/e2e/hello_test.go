@@ -52,6 +52,8 @@ func testHello(t *testing.T, tier string) {
 		}
 	}
 
+	checkStartEvent(t, d, tier, stored)
+
 	final := d.waitDone(r.ID, 10*time.Second)
 	if final.Status != runs.StatusCompleted || final.Tier != tier {
 		t.Fatalf("run = %s on tier %q (error %+v), want COMPLETED on %s", final.Status, final.Tier, final.Error, tier)
@@ -84,6 +86,41 @@ func testHello(t *testing.T, tier string) {
 	show := d.mustHelmr("runs", "show", r.ID)
 	if !strings.Contains(show, "COMPLETED") || !strings.Contains(show, `{"name":"e2e"}`) {
 		t.Errorf("helmr runs show = %q, want status and payload", show)
+	}
+}
+
+// checkStartEvent checks that the run's event for its sandbox's start
+// names the tier, and says how strong a boundary it is where that is
+// weaker than its kind: the process tier's shared kernel, and a microVM
+// under TCG (emulation, not a security boundary), which d's probe of the
+// tier tells.
+func checkStartEvent(t *testing.T, d *dev, tier string, evs []runs.Event) {
+	t.Helper()
+	var started *runs.SystemData
+	for _, ev := range evs {
+		var s runs.SystemData
+		if ev.Type == runs.EventSystem && json.Unmarshal(ev.Data, &s) == nil && s.Attrs["sandbox"] != "" {
+			started = &s
+			break
+		}
+	}
+	if started == nil {
+		t.Fatal("no event says where the run's sandbox started")
+	}
+	tcg := tier == "microvm" && strings.Contains(d.tierDetail, "under TCG")
+	want := map[string]string{"tier": tier, "isolation": map[string]string{"process": "weak"}[tier]}
+	if tcg {
+		want["isolation"] = "none"
+	}
+	for k, v := range want {
+		if started.Attrs[k] != v {
+			t.Errorf("start event attr %s = %q, want %q (event %+v)", k, started.Attrs[k], v, started)
+		}
+	}
+	if !strings.Contains(started.Message, "sandbox started on the "+tier+" tier") ||
+		strings.Contains(started.Message, "TCG") != tcg || strings.Contains(started.Message, "NOT a security boundary") != tcg {
+		t.Errorf("start event %q: want it to name the %s tier, and to say it is emulation (TCG), not a security boundary, exactly when it is (probe: %s)",
+			started.Message, tier, d.tierDetail)
 	}
 }
 

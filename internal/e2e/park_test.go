@@ -36,7 +36,13 @@ func newCheckpointKey(t *testing.T) string {
 // waits after a second, under key.
 func startParking(t *testing.T, key string) *dev {
 	t.Helper()
-	d := startDev(t, "gvisor", "HELMR_PARK_AFTER=1s", "HELMR_SLOTS=1", "HELMR_WARM=0", "HELMR_CHECKPOINT_ENCRYPTION_KEY="+key)
+	return startParkingOn(t, "gvisor", key)
+}
+
+// startParkingOn is startParking on tier.
+func startParkingOn(t *testing.T, tier, key string) *dev {
+	t.Helper()
+	d := startDev(t, tier, "HELMR_PARK_AFTER=1s", "HELMR_SLOTS=1", "HELMR_WARM=0", "HELMR_CHECKPOINT_ENCRYPTION_KEY="+key)
 	d.deploy("internal/e2e/testdata/waits")
 	return d
 }
@@ -75,13 +81,21 @@ func (d *dev) parkedRun(n int) (runs.Run, string, string) {
 	}
 }
 
-// TestParkedWait is issue 6's parked wait on the gVisor tier: a run that
-// computed state in memory and in its workspace waits for a human, is
-// parked (its sandbox gone, its slot free, its checkpoint stored sealed),
-// the worker is replaced by a fresh one, the run is approved through the
-// CLI, and it finishes restored: memory, workspace and the answer intact.
+// TestParkedWait is issue 6's parked wait on each tier that checkpoints
+// (gVisor, and a microVM, whose workspace is a disk image of the guest's):
+// a run that computed state in memory and in its workspace waits for a
+// human, is parked (its sandbox gone, its slot free, its checkpoint
+// stored sealed), the worker is replaced by a fresh one, the run is
+// approved through the CLI, and it finishes restored: memory, workspace
+// and the answer intact.
 func TestParkedWait(t *testing.T) {
-	d := startParking(t, newCheckpointKey(t))
+	for _, tier := range []string{"gvisor", "microvm"} {
+		t.Run(tier, func(t *testing.T) { testParkedWait(t, tier) })
+	}
+}
+
+func testParkedWait(t *testing.T, tier string) {
+	d := startParkingOn(t, tier, newCheckpointKey(t))
 	r, ck, sbx := d.parkedRun(5)
 	if v := d.waitWaiting(r.ID, 10*time.Second); v.Status != runs.StatusWaiting {
 		t.Fatalf("parked run is %s, want WAITING", v.Status)
@@ -89,7 +103,7 @@ func TestParkedWait(t *testing.T) {
 	if sbx == "" {
 		t.Fatal("no sandbox id in the run's events")
 	}
-	if procs := hostProcsWith(sbx); len(procs) > 0 {
+	if procs := sandboxProcesses(sbx); len(procs) > 0 {
 		t.Errorf("processes of the parked sandbox %s still run: %v", sbx, procs)
 	}
 	// The only slot is free: another run completes while this one is parked.
@@ -128,15 +142,15 @@ func TestParkedWait(t *testing.T) {
 	t.Logf("events:\n%s", msgs)
 }
 
-// checkSealed checks that blob is a sealed checkpoint, not a runsc image
-// or archive in the clear: our header, none of runsc's or tar's marks, and
+// checkSealed checks that blob is a sealed checkpoint, not a runsc image,
+// a QEMU migration stream or an archive in the clear: our header, none of runsc's or tar's marks, and
 // bytes as random as ciphertext.
 func checkSealed(t *testing.T, blob []byte) {
 	t.Helper()
 	if !bytes.HasPrefix(blob, []byte("HELMRCK1")) {
 		t.Errorf("checkpoint blob starts %q, want the sealed header", blob[:min(16, len(blob))])
 	}
-	for _, mark := range []string{"gVisorSF", "runsc_version", "container_specs", "ustar", "manifest.json", "lost+found"} {
+	for _, mark := range []string{"gVisorSF", "runsc_version", "container_specs", "QEVM", "helmr-microvm-checkpoint", "ustar", "manifest.json", "lost+found"} {
 		if bytes.Contains(blob, []byte(mark)) {
 			t.Errorf("checkpoint blob contains %q in the clear", mark)
 		}

@@ -121,6 +121,11 @@ func testWaits(t *testing.T, tier string) {
 	})
 
 	t.Run("timer past maxDuration", func(t *testing.T) {
+		if tier == "microvm" && strings.Contains(d.tierDetail, "under TCG") {
+			// Not a wait's fault: the emulated guest's node does not reach
+			// the wait within the task's 2s of running time.
+			t.Skip("an emulated (TCG) guest's node takes longer than the task's 2s maxDuration to reach its wait")
+		}
 		r := d.trigger("waits", "timer", `null`)
 		final := d.waitDone(r.ID, 60*time.Second)
 		var out struct {

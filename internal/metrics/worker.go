@@ -72,7 +72,7 @@ type closer interface {
 // Instrument returns rt timing its sandboxes' starts and restores into
 // m. The result has the same optional capabilities as rt
 // (sandbox.Checkpointer, sandbox.GuestKernel, Close), since callers
-// branch on them.
+// branch on them, and rt's sandbox.Traits.
 func (m *Worker) Instrument(rt sandbox.Runtime) sandbox.Runtime {
 	t := &timed{Runtime: rt, m: m}
 	ck, isCk := rt.(sandbox.Checkpointer)
@@ -136,6 +136,9 @@ func (t *timed) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, 
 	t.m.observe(t.m.start, t.Name(), "start", start, err)
 	return sb, err
 }
+
+// Traits implements sandbox.TraitsReporter: rt's.
+func (t *timed) Traits() sandbox.Traits { return sandbox.TraitsOf(t.Runtime) }
 
 // timedCheckpointer is a runtime's Checkpointer whose Restore is timed.
 type timedCheckpointer struct {

@@ -129,6 +129,33 @@ func TestInstrumentKeepsCapabilities(t *testing.T) {
 	}
 }
 
+// traitedRuntime reports traits of its own.
+type traitedRuntime struct {
+	fakeRuntime
+	traits sandbox.Traits
+}
+
+func (r *traitedRuntime) Traits() sandbox.Traits { return r.traits }
+
+// TestInstrumentKeepsTraits: the instrumented runtime reports the traits
+// of the one it wraps, the zero value for one that reports none.
+func TestInstrumentKeepsTraits(t *testing.T) {
+	vm := sandbox.Traits{DiskGuest: true, NoBoundary: "emulated"}
+	for _, tc := range []struct {
+		name string
+		rt   sandbox.Runtime
+		want sandbox.Traits
+	}{
+		{"none", &fakeRuntime{}, sandbox.Traits{}},
+		{"vm", &traitedRuntime{traits: vm}, vm},
+	} {
+		m := NewWorker(prometheus.NewRegistry())
+		if got := sandbox.TraitsOf(m.Instrument(tc.rt)); got != tc.want {
+			t.Errorf("%s: TraitsOf(Instrument(rt)) = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // TestWorkerCounts: failed starts are counted apart from the durations;
 // every denial counts by protocol; the slots gauges read the worker.
 func TestWorkerCounts(t *testing.T) {

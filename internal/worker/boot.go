@@ -32,10 +32,12 @@ type booted struct {
 	box      sandbox.Sandbox
 	dir      string        // host dir holding workspace/ and helmr/
 	wsDir    string        // host workspace, mounted at the sandbox's workspace path
-	disk     *disk.Disk    // the workspace's own filesystem, under a quota
+	disk     *disk.Disk    // the workspace's own filesystem, under a quota (a disk guest's: unmounted)
 	layers   []string      // the image layers its root is made of
 	helmrDir string        // host dir mounted read-only at /opt/helmr
 	maxLeft  time.Duration // restored from a checkpoint: what was left of maxDuration
+	// taskPlaced: the run's task files are in place (placeTask).
+	taskPlaced bool
 
 	ready  chan struct{} // closed once the adapter runs (sender set) or boot failed
 	sender sandbox.Sender
@@ -87,8 +89,10 @@ func newSandboxID() string {
 // sandbox.ErrGuestRuntime or the runtime's error). The sandbox's life is
 // not tied to ctx. existing, if set, is a workspace earlier runs left (an
 // image or a directory) that the sandbox gets instead of a fresh one;
-// else disks makes the fresh one's disk (nil: a plain directory).
-func (w *Worker) boot(ctx context.Context, key string, p prepared, existing string, disks *disk.Factory) (*booted, error) {
+// else disks makes the fresh one's disk (nil: a plain directory). files,
+// if set, are the deployment's: the sandbox starts with the run's task in
+// place (a cold boot); a sandbox booted ahead gets it when a run claims it.
+func (w *Worker) boot(ctx context.Context, key string, p prepared, existing string, disks *disk.Factory, files map[string][]byte) (*booted, error) {
 	b := &booted{id: newSandboxID(), key: key, ready: make(chan struct{}), done: make(chan struct{})}
 	b.dir = filepath.Join(w.cfg.DataDir, "booted", b.id)
 	b.wsDir, b.helmrDir = filepath.Join(b.dir, "workspace"), filepath.Join(b.dir, "helmr")
@@ -97,7 +101,7 @@ func (w *Worker) boot(ctx context.Context, key string, p prepared, existing stri
 	}
 	switch {
 	case strings.HasSuffix(existing, ".img"):
-		d, err := disk.Mount(existing, b.wsDir, false)
+		d, err := w.attachDisk(existing, b.wsDir)
 		if err != nil {
 			os.RemoveAll(b.dir)
 			return nil, fmt.Errorf("attach the workspace: %w", err)
@@ -130,6 +134,12 @@ func (w *Worker) boot(ctx context.Context, key string, p prepared, existing stri
 		b.removeDir()
 		return nil, err
 	}
+	if files != nil {
+		if err := w.placeTask(ctx, b, files); err != nil {
+			b.removeDir()
+			return nil, err
+		}
+	}
 	trust, err := w.trustFor(b.id, p.img, p.env, b.helmrDir, nil)
 	if err != nil {
 		b.removeDir()
@@ -137,7 +147,12 @@ func (w *Worker) boot(ctx context.Context, key string, p prepared, existing stri
 	}
 	b.trust = trust
 	spec := p.spec
-	spec.ID, spec.WorkspaceHost, spec.HelmrHost = b.id, b.wsDir, b.helmrDir
+	spec.ID, spec.HelmrHost = b.id, b.helmrDir
+	if err := w.handOver(&spec, b.disk, b.wsDir); err != nil {
+		trust.release()
+		b.removeDir()
+		return nil, err
+	}
 	b.layers = spec.RootLayers
 	w.boxes.Store(b.id, b)
 	b.forget = func() { w.boxes.Delete(b.id); trust.release() }

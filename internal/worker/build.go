@@ -26,6 +26,7 @@ const (
 // egress policy.
 type stepRunner struct {
 	rt      sandbox.Runtime
+	note    string // said in each step's output: why its tier is not the worker's
 	net     *network.Config
 	log     *slog.Logger
 	caDir   string // holds caFile: extra CA certificates for build steps
@@ -34,10 +35,15 @@ type stepRunner struct {
 
 // NewStepRunner returns what runs image build steps in sandboxes of rt
 // under the egress policy nc, for builds outside a worker (helmr image
-// build). extraCA is a PEM file build steps trust (or ""); it is copied
-// into dataDir.
-func NewStepRunner(rt sandbox.Runtime, nc *network.Config, extraCA, dataDir string, log *slog.Logger) (images.StepRunner, error) {
+// build). build, if set, is the tier that runs them in rt's place, rt's
+// tier running none (tiers.SelectBuild); each step's output says so.
+// extraCA is a PEM file build steps trust (or ""); it is copied into
+// dataDir.
+func NewStepRunner(rt, build sandbox.Runtime, nc *network.Config, extraCA, dataDir string, log *slog.Logger) (images.StepRunner, error) {
 	sr := stepRunner{rt: rt, net: nc, log: log, dataDir: dataDir}
+	if build != nil && build.Name() != rt.Name() {
+		sr.rt, sr.note = build, buildTierNote(rt.Name(), build.Name())+"\n"
+	}
 	if extraCA != "" {
 		dir, err := installCACerts(extraCA, filepath.Join(dataDir, "ca"))
 		if err != nil {
@@ -46,6 +52,12 @@ func NewStepRunner(rt sandbox.Runtime, nc *network.Config, extraCA, dataDir stri
 		sr.caDir = dir
 	}
 	return sr, nil
+}
+
+// buildTierNote says that the image build steps of a worker on tier run
+// on the build tier.
+func buildTierNote(tier, build string) string {
+	return fmt.Sprintf("[helmr] image build steps run on the %s tier: the %s tier runs none (images are the same layers whichever tier built them)", build, tier)
 }
 
 // Where build steps find the operator's extra CA certificates.
@@ -135,6 +147,9 @@ func (r stepRunner) RunStep(ctx context.Context, req images.StepRequest) error {
 		}
 		spec.HelmrHost = dir
 		env = dedupeEnv(append(append([]string(nil), env...), ts.env...))
+	}
+	if r.note != "" && req.Output != nil {
+		req.Output("stderr", []byte(r.note))
 	}
 	box, err := r.rt.Start(ctx, spec)
 	if err != nil {

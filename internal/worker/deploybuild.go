@@ -40,6 +40,11 @@ func (w *Worker) executeBuild(ctx context.Context, l Lease) *runs.Outcome {
 
 	note := runs.SystemData{Message: fmt.Sprintf("building the images of deployment version %d on the %s tier", l.Run.DeploymentVersion, w.cfg.Runtime.Name()),
 		Attrs: map[string]string{"tier": w.cfg.Runtime.Name(), "worker": w.cfg.ID, "noCache": fmt.Sprint(opts.NoCache)}}
+	if b := w.cfg.BuildRuntime; b != nil && b.Name() != w.cfg.Runtime.Name() {
+		note.Message = fmt.Sprintf("building the images of deployment version %d on a %s worker; %s", l.Run.DeploymentVersion, w.cfg.Runtime.Name(),
+			strings.TrimPrefix(buildTierNote(w.cfg.Runtime.Name(), b.Name()), "[helmr] "))
+		note.Attrs["buildTier"] = b.Name()
+	}
 	if err := w.cfg.Control.Started(ctx, l.Run.ID, w.cfg.ID, w.cfg.Runtime.Name(), note); err != nil {
 		if errors.Is(err, errdefs.ErrConflict) {
 			return nil // canceled before it started

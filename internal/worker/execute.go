@@ -191,7 +191,9 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 		if err != nil {
 			return failed(runs.ClassImagePreparation, "workspace %s: %v", workspaceOf(l.Run), err)
 		}
-		warmOK = disks == ahead
+		// A tier that gets the task through its agent takes a sandbox
+		// booted ahead only for files it can place so.
+		warmOK = disks == ahead && w.placeable(files)
 	}
 	warm := warmOK
 	if warm {
@@ -199,7 +201,7 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 	}
 	if b == nil {
 		warm = false
-		if b, err = w.boot(ctx, key, p, existing, disks); err != nil {
+		if b, err = w.boot(ctx, key, p, existing, disks, files); err != nil {
 			if errors.Is(err, images.ErrPreparation) {
 				return failed(runs.ClassImagePreparation, "%v", err)
 			}
@@ -208,23 +210,19 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 	}
 	w.refill(w.runCtx, key, p)
 	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), destroyTimeout)
 		defer cancel()
 		if err := b.destroy(dctx); err != nil {
 			w.log.Error("destroy sandbox failed", "run_id", l.Run.ID, "err", err)
 		}
+		if o != nil {
+			o.Notes = append(o.Notes, w.quotaNote(b.disk)...)
+		}
 	}()
-	if err := w.claim(l, b, files); err != nil {
+	if err := w.claim(ctx, l, b, files); err != nil {
 		return failed(runs.ClassImagePreparation, "%v", err)
 	}
-	note := runs.SystemData{Message: "sandbox started on the " + w.cfg.Runtime.Name() + " tier", Attrs: map[string]string{
-		"tier": w.cfg.Runtime.Name(), "worker": w.cfg.ID, "image": img.Digest, "sandbox": b.id,
-		"warm": fmt.Sprint(warm),
-	}}
-	if w.cfg.Runtime.Name() == "process" {
-		note.Message = "sandbox started on the process tier: weak isolation (shared kernel), for development and trusted code"
-		note.Attrs["isolation"] = "weak"
-	}
+	note := w.startedNote(b, img.Digest, warm)
 	if restored != "" {
 		note.Message += "; " + restored
 		note.Attrs["workspaceSnapshot"] = fmt.Sprint(l.Workspace.Snapshot.Seq)
@@ -239,30 +237,46 @@ func (w *Worker) attempt(ctx context.Context, l Lease) (o *runs.Outcome) {
 	return w.runTask(ctx, l, b, p, sec, nil)
 }
 
+// destroyTimeout bounds destroying a run's sandbox (a VM's Destroy also
+// checks its workspace image).
+const destroyTimeout = 30 * time.Second
+
+// startedNote is the run's event saying where its sandbox started, and
+// how strong a boundary that is.
+func (w *Worker) startedNote(b *booted, image string, warm bool) runs.SystemData {
+	tier := w.cfg.Runtime.Name()
+	note := runs.SystemData{Message: "sandbox started on the " + tier + " tier", Attrs: map[string]string{
+		"tier": tier, "worker": w.cfg.ID, "image": image, "sandbox": b.id, "warm": fmt.Sprint(warm),
+	}}
+	switch {
+	case tier == "process":
+		note.Message = "sandbox started on the process tier: weak isolation (shared kernel), for development and trusted code"
+		note.Attrs["isolation"] = "weak"
+	case w.traits.NoBoundary != "":
+		note.Message += ": " + w.traits.NoBoundary
+		note.Attrs["isolation"] = "none"
+	}
+	return note
+}
+
 // claim gives a booted sandbox to a run: its workspace becomes the run's
 // workspace and the deployment's bundles appear under /opt/helmr/task.
-func (w *Worker) claim(l Lease, b *booted, files map[string][]byte) error {
-	for p, data := range files {
-		if strings.HasPrefix(p, "bundles/") {
-			if !deployments.ValidFilePath(p) {
-				return fmt.Errorf("deployment file %q has an unsafe path", p)
-			}
-			if err := writeFile(filepath.Join(b.helmrDir, "task", filepath.FromSlash(p)), data); err != nil {
-				return fmt.Errorf("write task files: %w", err)
-			}
+func (w *Worker) claim(ctx context.Context, l Lease, b *booted, files map[string][]byte) error {
+	if !b.taskPlaced {
+		if err := w.placeTask(ctx, b, files); err != nil {
+			return err
 		}
 	}
 	if b.disk != nil {
-		// The disk stays mounted where the sandbox has it; its image
-		// becomes the run's.
+		// The disk stays where the sandbox has it (mounted, or attached
+		// to a disk guest); its image becomes the run's.
 		img := w.WorkspaceDir(workspaceOf(l.Run)) + ".img"
 		if b.disk.Image == img {
 			return nil // the workspace's own disk, booted with it
 		}
-		if err := os.Rename(b.disk.Image, img); err != nil {
+		if err := w.assignImage(b.disk, img); err != nil {
 			return fmt.Errorf("assign workspace: %w", err)
 		}
-		b.disk.Image = img
 		return nil
 	}
 	dir := w.WorkspaceDir(workspaceOf(l.Run))

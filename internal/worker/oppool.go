@@ -272,10 +272,7 @@ func (w *Worker) adoptPooled(ctx context.Context, op workspaces.Op, p prepared, 
 	}
 	var err error
 	if ob.disk != nil {
-		target := w.WorkspaceDir(op.Workspace.ID) + ".img"
-		if err = os.Rename(ob.disk.Image, target); err == nil {
-			ob.disk.Image = target
-		}
+		err = w.assignImage(ob.disk, w.WorkspaceDir(op.Workspace.ID)+".img")
 	} else {
 		target := w.WorkspaceDir(op.Workspace.ID)
 		if err = os.Rename(ob.wsHost, target); err == nil {
@@ -301,7 +298,7 @@ func (w *Worker) fillOpPool(key string) {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			ctx, cancel := context.WithTimeout(w.runCtx, time.Minute)
+			ctx, cancel := context.WithTimeout(w.runCtx, bootAheadTimeout)
 			defer cancel()
 			began := time.Now()
 			ob, err := w.startPooled(ctx, e.key.p, e.key.quota)
@@ -387,8 +384,11 @@ func (w *Worker) startPooled(ctx context.Context, p prepared, quota int64) (*opB
 		ob.env = dedupeEnv(append(append([]string(nil), ob.env...), ob.trust.env...))
 	}
 	spec := p.spec
-	spec.ID, spec.WorkspaceHost, spec.HelmrHost = id, wsDir, helmrDir
-	ob.wsHost = wsDir
+	spec.ID, spec.HelmrHost = id, helmrDir
+	if err := w.handOver(&spec, ob.disk, wsDir); err != nil {
+		return fail(err)
+	}
+	ob.wsHost = spec.WorkspaceHost
 	if ob.box, err = w.cfg.Runtime.Start(ctx, spec); err != nil {
 		return fail(fmt.Errorf("start a %s sandbox: %w", w.cfg.Runtime.Name(), err))
 	}

@@ -35,7 +35,7 @@ type opBox struct {
 	disk   *disk.Disk
 	env    []string
 	wsPath string
-	wsHost string // the host directory mounted at wsPath
+	wsHost string // the host directory mounted at wsPath ("": a disk guest's image)
 	uid    uint32
 	gid    uint32
 	mu     sync.Mutex
@@ -258,7 +258,7 @@ func (w *Worker) startOpBox(ctx context.Context, op workspaces.Op, from *pausedB
 	}
 	switch existing := w.existingWorkspace(op.Workspace.ID); {
 	case strings.HasSuffix(existing, ".img"):
-		if ob.disk, err = disk.Mount(existing, wsDir, false); err != nil {
+		if ob.disk, err = w.attachDisk(existing, wsDir); err != nil {
 			return fail(fmt.Errorf("attach the workspace: %w", err))
 		}
 	case existing != "":
@@ -308,8 +308,11 @@ func (w *Worker) startOpBox(ctx context.Context, op workspaces.Op, from *pausedB
 		ob.env = dedupeEnv(append(append([]string(nil), ob.env...), ob.trust.env...))
 	}
 	spec := p.spec
-	spec.ID, spec.WorkspaceHost, spec.HelmrHost = id, wsDir, helmrDir
-	ob.wsHost = wsDir
+	spec.ID, spec.HelmrHost = id, helmrDir
+	if err := w.handOver(&spec, ob.disk, wsDir); err != nil {
+		return fail(err)
+	}
+	ob.wsHost = spec.WorkspaceHost // none for a disk guest: its files are the guest's
 	if from != nil {
 		// The restored sandbox trusts the CA it was checkpointed with,
 		// whose files its root holds already.

@@ -139,8 +139,12 @@ func (w *Worker) park(ctx context.Context, l Lease, b *booted, p prepared, pr *p
 	// Nothing writes to the workspace any more: flush it to its image and
 	// unmount it (an unmount that finds the disk still busy, as the
 	// sandbox's last processes exit, is lazy and would flush later).
-	if err := syncFS(b.wsDir); err != nil {
-		return fmt.Errorf("%w: flush the workspace: %w", errSandboxGone, err)
+	// A disk guest's workspace is no host mount: its VM is gone, its
+	// image written.
+	if b.disk.Dir != "" {
+		if err := syncFS(b.wsDir); err != nil {
+			return fmt.Errorf("%w: flush the workspace: %w", errSandboxGone, err)
+		}
 	}
 	if err := b.disk.Close(); err != nil {
 		return fmt.Errorf("%w: %w", errSandboxGone, err)

@@ -173,8 +173,12 @@ func (w *Worker) checkpointOpBox(ctx context.Context, ckr sandbox.Checkpointer, 
 	p.CheckpointMs = time.Since(began).Milliseconds()
 	// Nothing writes to the workspace any more: flush it and let go.
 	ob.box = nil
-	if err := syncFS(ob.wsHost); err != nil {
-		w.log.Warn("flush a paused workspace", "workspace_id", ob.ws, "err", err)
+	// A disk guest's workspace is no host mount: its VM is gone, its
+	// image written.
+	if ob.wsHost != "" {
+		if err := syncFS(ob.wsHost); err != nil {
+			w.log.Warn("flush a paused workspace", "workspace_id", ob.ws, "err", err)
+		}
 	}
 	ca := ob.caPEM()
 	ob.close(context.WithoutCancel(ctx))

@@ -13,7 +13,6 @@ import (
 	"github.com/helmr/helmr/internal/errdefs"
 	"github.com/helmr/helmr/internal/runs"
 	"github.com/helmr/helmr/internal/sandbox"
-	"github.com/helmr/helmr/internal/sandbox/disk"
 	"github.com/helmr/helmr/internal/sandbox/network"
 	"github.com/helmr/helmr/internal/waitpoints"
 )
@@ -105,7 +104,7 @@ func (w *Worker) restore(ctx context.Context, l Lease, p prepared, files map[str
 	if err := os.MkdirAll(b.wsDir, 0o755); err != nil {
 		return nil, err
 	}
-	d, err := disk.Mount(wsImage, b.wsDir, false)
+	d, err := w.attachDisk(wsImage, b.wsDir)
 	if err != nil {
 		b.removeDir()
 		return nil, fmt.Errorf("attach the workspace: %w", err)
@@ -115,7 +114,7 @@ func (w *Worker) restore(ctx context.Context, l Lease, p prepared, files map[str
 		b.removeDir()
 		return nil, err
 	}
-	if err := w.claim(l, b, files); err != nil {
+	if err := w.claim(ctx, l, b, files); err != nil {
 		b.removeDir()
 		return nil, err
 	}
@@ -135,7 +134,12 @@ func (w *Worker) restore(ctx context.Context, l Lease, p prepared, files map[str
 	}
 	b.trust, b.saved = trust, m.Placeholders
 	spec := p.spec
-	spec.ID, spec.WorkspaceHost, spec.HelmrHost = b.id, b.wsDir, b.helmrDir
+	spec.ID, spec.HelmrHost = b.id, b.helmrDir
+	if err := w.handOver(&spec, b.disk, b.wsDir); err != nil {
+		trust.release()
+		b.removeDir()
+		return nil, err
+	}
 	b.layers = spec.RootLayers
 	w.boxes.Store(b.id, b)
 	b.forget = func() { w.boxes.Delete(b.id); trust.release() }

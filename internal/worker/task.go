@@ -264,9 +264,8 @@ func (b *booted) sandboxNotes() []runs.SystemData {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []runs.SystemData
-	if b.disk != nil && b.disk.Full() {
-		out = append(out, runs.SystemData{Message: fmt.Sprintf("the workspace reached its quota of %s: writes to it failed with ENOSPC (no space left on device)", deployments.FormatSize(b.disk.Size)),
-			Attrs: map[string]string{"limit": "workspace", "quota": strconv.FormatInt(b.disk.Size, 10)}})
+	if b.disk != nil && b.disk.Full() { // a disk guest's: see quotaNote
+		out = append(out, quotaReached(b.disk.Size))
 	}
 	for _, d := range b.denials {
 		out = append(out, runs.SystemData{Message: "egress policy: " + d.String(),
@@ -277,6 +276,13 @@ func (b *booted) sandboxNotes() []runs.SystemData {
 			Attrs: map[string]string{"egress": "credential", "kind": n.Kind, "secret": n.Secret, "host": n.Host}})
 	}
 	return out
+}
+
+// quotaReached is the run's event for a workspace of size bytes that
+// reached its quota.
+func quotaReached(size int64) runs.SystemData {
+	return runs.SystemData{Message: fmt.Sprintf("the workspace reached its quota of %s: writes to it failed with ENOSPC (no space left on device)", deployments.FormatSize(size)),
+		Attrs: map[string]string{"limit": "workspace", "quota": strconv.FormatInt(size, 10)}}
 }
 
 // startEnv is the environment the adapter adds for the task: the run's ids

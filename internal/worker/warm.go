@@ -130,6 +130,11 @@ func (p *warmPool) close() []*warmEntry {
 	return out
 }
 
+// bootAheadTimeout bounds booting a sandbox ahead (for a run, or for new
+// workspaces): nobody waits for it, and an emulated VM (the microvm tier
+// under TCG) boots in seconds, many more on a loaded host.
+const bootAheadTimeout = 3 * time.Minute
+
 // refill boots a sandbox for key in the background, owned by the worker.
 func (w *Worker) refill(ctx context.Context, key string, p prepared) {
 	e, evicted := w.warm.reserve(key)
@@ -142,13 +147,13 @@ func (w *Worker) refill(ctx context.Context, key string, p prepared) {
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		bctx, cancel := context.WithTimeout(ctx, time.Minute)
+		bctx, cancel := context.WithTimeout(ctx, bootAheadTimeout)
 		defer cancel()
 		began := time.Now()
 		disks, err := w.disksFor(p.disk)
 		var b *booted
 		if err == nil {
-			b, err = w.boot(bctx, key, p, "", disks)
+			b, err = w.boot(bctx, key, p, "", disks, nil)
 		}
 		if err != nil {
 			w.log.Warn("boot warm sandbox failed", "err", err)

@@ -166,9 +166,13 @@ type Config struct {
 	// removes the copy at its next sweep. See dropMoved.
 	KeepMoved time.Duration
 	Runtime   sandbox.Runtime
-	Images    *images.Resolver
-	Control   ControlPlane
-	Logger    *slog.Logger
+	// BuildRuntime, if set, runs image build steps in place of Runtime,
+	// whose tier runs none (tiers.SelectBuild); the build logs say so.
+	// Run closes it with Runtime.
+	BuildRuntime sandbox.Runtime
+	Images       *images.Resolver
+	Control      ControlPlane
+	Logger       *slog.Logger
 	// Adapter is the guest adapter bundle (tsbundle.Adapter()).
 	Adapter []byte
 	// CancelPoll is how often a running run's status is checked.
@@ -212,6 +216,7 @@ type Config struct {
 // Worker executes runs.
 type Worker struct {
 	cfg    Config
+	traits sandbox.Traits // the runtime's (diskguest.go)
 	log    *slog.Logger
 	wg     sync.WaitGroup
 	bg     background // work no request waits for; Run stops it last
@@ -286,6 +291,10 @@ func New(cfg Config) (*Worker, error) {
 		}
 		cfg.Capabilities.Host = h
 	}
+	traits := sandbox.TraitsOf(cfg.Runtime)
+	if traits.DiskGuest && cfg.WorkspaceQuota <= 0 {
+		return nil, fmt.Errorf("worker: the %s tier takes every workspace as a disk of its own, so it needs a workspace quota (HELMR_WORKSPACE_QUOTA, 10Gi by default; not 0)", cfg.Runtime.Name())
+	}
 	if cfg.WorkspaceQuota > 0 {
 		if err := disk.Check(); err != nil {
 			return nil, fmt.Errorf("worker: a workspace quota needs %w (or set the quota to 0)", err)
@@ -293,10 +302,10 @@ func New(cfg Config) (*Worker, error) {
 	}
 	sweepBooted(filepath.Join(cfg.DataDir, "booted"), cfg.Logger)
 	sweepStaging(filepath.Join(cfg.DataDir, "staging"), cfg.Logger)
-	w := &Worker{cfg: cfg, log: cfg.Logger.With("worker_id", cfg.ID), warm: newWarmPool(cfg.Warm), runCtx: context.Background(), opBoxes: map[string]*opBox{},
+	w := &Worker{cfg: cfg, traits: traits, log: cfg.Logger.With("worker_id", cfg.ID), warm: newWarmPool(cfg.Warm), runCtx: context.Background(), opBoxes: map[string]*opBox{},
 		opStarting: map[string]chan struct{}{}}
 	if cfg.Images.Runner == nil {
-		sr, err := NewStepRunner(cfg.Runtime, cfg.Network, cfg.ExtraCACerts, cfg.DataDir, w.log)
+		sr, err := NewStepRunner(cfg.Runtime, cfg.BuildRuntime, cfg.Network, cfg.ExtraCACerts, cfg.DataDir, w.log)
 		if err != nil {
 			return nil, err
 		}
@@ -555,11 +564,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.closeWarm(context.WithoutCancel(ctx))
 		w.wg.Wait()
 		w.bg.Stop() // after wg: its work stops starting new background work
-		if c, ok := w.cfg.Runtime.(closer); ok {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			if err := c.Close(cctx); err != nil {
-				w.log.Warn("close runtime", "err", err)
+		for _, rt := range []sandbox.Runtime{w.cfg.Runtime, w.cfg.BuildRuntime} {
+			if c, ok := rt.(closer); ok {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				if err := c.Close(cctx); err != nil {
+					w.log.Warn("close runtime", "tier", rt.Name(), "err", err)
+				}
+				cancel()
 			}
 		}
 	}()

@@ -174,6 +174,12 @@ func mountRoot(root string, cfg *agent.Init) error {
 	if cfg.HelmrSource != "" {
 		helmr = cfg.HelmrSource
 	}
+	if cfg.HelmrWritable {
+		var err error
+		if helmr, err = mountWritableHelmr(helmr); err != nil {
+			return err
+		}
+	}
 	if err := bind(helmr, filepath.Join(root, "opt/helmr"), true); err != nil {
 		return fmt.Errorf("/opt/helmr: %w", err)
 	}

@@ -14,15 +14,15 @@ import (
 // writeFile places a file or directory as m asks (see agent.WriteFile):
 // every component is opened without following symlinks, missing parents
 // are made root-owned 0755, and the result is checked against the reader
-// it is meant for. The agent holds CAP_CHOWN, CAP_DAC_OVERRIDE and
+// it is meant for. Under a writable /opt/helmr (agent.Init.HelmrWritable)
+// it writes into the overlay behind that read-only mount. The agent holds CAP_CHOWN, CAP_DAC_OVERRIDE and
 // CAP_FOWNER for this; the processes it starts hold none.
 func writeFile(m *agent.WriteFile) error {
 	p := m.Path
 	if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
 		return fmt.Errorf("%q is not a clean absolute path", p)
 	}
-	parts := strings.Split(p[1:], "/")
-	dir, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	dir, parts, err := writeStart(strings.Split(p[1:], "/"))
 	if err != nil {
 		return err
 	}

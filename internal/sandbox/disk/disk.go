@@ -26,10 +26,12 @@ import (
 // MinSize is the smallest workspace disk (ext4's metadata needs room).
 const MinSize = 8 << 20
 
-// Disk is a mounted workspace filesystem.
+// Disk is a workspace filesystem: mounted at Dir, or, with Dir empty,
+// an image mounted nowhere (see Unmounted), which a tier whose guest runs
+// a kernel of its own attaches as a block device.
 type Disk struct {
 	Image string // the image file
-	Dir   string // where it is mounted
+	Dir   string // where it is mounted ("": nowhere)
 	Size  int64
 
 	readOnly bool
@@ -262,6 +264,34 @@ func openLoop(dev string) (*os.File, error) {
 	}
 }
 
+// Recover makes an image that a guest kernel had mounted fit for the
+// host to mount again: a guest ended by killing its VM leaves the file
+// system unclean (its journal to replay), which the host's kernel refuses
+// to mount read-only. e2fsck replays the journal and checks the whole file
+// system (-f), repairing what it finds (-y), in user space: the host's
+// kernel then mounts only what e2fsck passed, never a guest's raw writes.
+// e2fsck reporting errors it corrected is success.
+func Recover(img string) error {
+	out, err := exec.Command("e2fsck", "-f", "-y", img).CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() < 4 {
+		return nil // 1, 2: errors corrected
+	}
+	if err != nil {
+		return fmt.Errorf("workspace disk: e2fsck %s: %v: %s", filepath.Base(img), err, lastLines(out, 3))
+	}
+	return nil
+}
+
+// lastLines is the last n lines of out, on one line.
+func lastLines(out []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "; ")
+}
+
 // Check reports what this host lacks for workspace disks: the loop
 // device control file and mkfs.ext4.
 func Check() error {
@@ -270,8 +300,10 @@ func Check() error {
 		return fmt.Errorf("loop devices (%w)", err)
 	}
 	f.Close()
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		return fmt.Errorf("mkfs.ext4 from e2fsprogs (%w)", err)
+	for _, tool := range []string{"mkfs.ext4", "e2fsck"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s from e2fsprogs (%w)", tool, err)
+		}
 	}
 	return nil
 }
@@ -295,6 +327,9 @@ func Attached(img string) bool {
 
 // Free is how many bytes the workspace can still take.
 func (d *Disk) Free() (int64, error) {
+	if d.Dir == "" {
+		return 0, errors.New("workspace disk: not mounted")
+	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(d.Dir, &st); err != nil {
 		return 0, err
@@ -306,6 +341,9 @@ func (d *Disk) Free() (int64, error) {
 // than ext4 keeps back for its own metadata at ENOSPC (2% of the disk, at
 // most 4096 blocks) plus 1 MiB.
 func (d *Disk) Full() bool {
+	if d.Dir == "" {
+		return false
+	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(d.Dir, &st); err != nil {
 		return false
@@ -314,9 +352,31 @@ func (d *Disk) Full() bool {
 	return int64(st.Bavail)*st.Bsize <= held+1<<20
 }
 
+// Unmounted returns the Disk of the image at img, mounted nowhere: its
+// Close does nothing and Full is false (the host cannot look into it).
+func Unmounted(img string) (*Disk, error) {
+	fi, err := os.Stat(img)
+	if err != nil {
+		return nil, fmt.Errorf("workspace disk: %w", err)
+	}
+	return &Disk{Image: img, Size: fi.Size()}, nil
+}
+
+// Detach unmounts the disk and keeps it as Unmounted would return it.
+func (d *Disk) Detach() error {
+	if err := d.Close(); err != nil {
+		return err
+	}
+	d.Dir = ""
+	return nil
+}
+
 // Close unmounts the disk (its loop device goes with it); the image file
-// stays. Safe to call more than once.
+// stays. Safe to call more than once, and on a disk mounted nowhere.
 func (d *Disk) Close() error {
+	if d.Dir == "" {
+		return nil
+	}
 	err := unix.Unmount(d.Dir, 0)
 	if errors.Is(err, unix.EBUSY) {
 		err = unix.Unmount(d.Dir, unix.MNT_DETACH)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -154,5 +155,90 @@ func TestFactoryDisksAreIndependent(t *testing.T) {
 		if free, err := d.Free(); err != nil || free < 48<<20 {
 			t.Errorf("disk %s: %d bytes free (%v), want most of 64 MiB", d.Dir, free, err)
 		}
+	}
+}
+
+// TestRecover: an image left as a killed guest leaves it (its journal to
+// replay: needs_recovery) cannot be mounted read-only until Recover ran;
+// a clean image stays as it was; what is not a file system is an error.
+func TestRecover(t *testing.T) {
+	testenv.RequireRoot(t)
+	_, err := exec.LookPath("debugfs")
+	testenv.Require(t, err == nil, "needs debugfs (e2fsprogs)")
+	for _, tc := range []struct {
+		name    string
+		dirty   bool // set needs_recovery, as a killed guest leaves it
+		garbage bool
+	}{
+		{name: "clean"},
+		{name: "unclean journal", dirty: true},
+		{name: "not ext4", garbage: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			dir := filepath.Join(tmp, "ws")
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			img := filepath.Join(tmp, "ws.img")
+			if tc.garbage {
+				if err := os.WriteFile(img, bytes.Repeat([]byte("junk"), 1<<20), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := Recover(img); err == nil {
+					t.Fatal("Recover(junk) = nil, want an error")
+				}
+				return
+			}
+			d, err := Create(img, dir, 300<<20, 0, 0) // large enough for a journal
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "kept"), []byte("yes"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Detach(); err != nil || d.Dir != "" {
+				t.Fatalf("Detach() = %v, Dir %q; want unmounted", err, d.Dir)
+			}
+			if tc.dirty {
+				if out, err := exec.Command("debugfs", "-w", "-R", "feature needs_recovery", img).CombinedOutput(); err != nil {
+					t.Fatalf("debugfs: %v: %s", err, out)
+				}
+				if d, err := Mount(img, dir, true); err == nil {
+					d.Close()
+					t.Fatal("a read-only mount of an unclean image worked; the test shows nothing")
+				}
+			}
+			if err := Recover(img); err != nil {
+				t.Fatalf("Recover() = %v", err)
+			}
+			ro, err := Mount(img, dir, true)
+			if err != nil {
+				t.Fatalf("read-only Mount after Recover: %v", err)
+			}
+			defer ro.Close()
+			if b, err := os.ReadFile(filepath.Join(dir, "kept")); err != nil || string(b) != "yes" {
+				t.Errorf("kept = %q, %v after Recover; want yes", b, err)
+			}
+		})
+	}
+}
+
+// TestUnmounted: a Disk mounted nowhere knows its image and size, and
+// its Close and Full touch nothing.
+func TestUnmounted(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "ws.img")
+	if err := os.WriteFile(img, make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Unmounted(img)
+	if err != nil || d.Image != img || d.Size != 4096 || d.Dir != "" {
+		t.Fatalf("Unmounted(%q) = %+v, %v; want the image, 4096 bytes, no dir", img, d, err)
+	}
+	if err := d.Close(); err != nil || d.Full() {
+		t.Errorf("Close() = %v, Full() = %v; want nil, false", err, d.Full())
+	}
+	if _, err := Unmounted(img + ".missing"); err == nil {
+		t.Error("Unmounted(missing) = nil error")
 	}
 }

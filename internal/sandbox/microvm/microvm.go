@@ -65,8 +65,14 @@
 // A QEMU crash or a guest kernel panic (panic=-1 with -no-reboot: QEMU
 // exits) ends the agent's stream: running and later Execs fail with
 // sandbox.ErrGuestRuntime, naming QEMU's exit and the console's last lines.
-// Destroy kills QEMU, copies a workspace directory back, closes the
-// network and removes the sandbox's directory and cgroup.
+// Destroy kills QEMU, copies a workspace directory back or leaves a
+// workspace image clean for the host (its journal replayed: settle.go),
+// closes the network and removes the sandbox's directory and cgroup.
+//
+// The worker drives the tier through Runtime.Traits: it hands over its
+// quota disks unmounted (Spec.WorkspaceImage), and places the files it
+// has once a sandbox runs (a run's task) through the agent, which keeps
+// /opt/helmr writable to itself only (agent.Init.HelmrWritable).
 //
 // Runtime is a sandbox.Checkpointer (checkpoint.go): a running sandbox is
 // saved as QEMU's migration stream plus its own disks' data, and restored
@@ -104,7 +110,8 @@
 // are, and is reported as not run elsewhere (helmr doctor says why).
 //
 // Not in this pass: image build steps (spec.RootUpper) and extra mounts
-// (spec.Mounts): Start refuses them (sandbox.ErrInvalidSpec).
+// (spec.Mounts): Start refuses them (sandbox.ErrInvalidSpec); a microvm
+// worker runs build steps on another tier.
 package microvm
 
 import (

@@ -147,6 +147,9 @@ func (s *Sandbox) start(ctx context.Context) error {
 		WorkspaceSource: filepath.Join(guest.VMDisksDir, guest.VMWorkspaceDisk),
 		Hostname:        s.spec.Hostname,
 		DNS:             s.spec.DNS,
+		// The host cannot add to /opt/helmr's disk once it is made: late
+		// files (a run's task) come through the agent (Traits.DiskGuest).
+		HelmrWritable: true,
 	}
 	for i := range s.spec.RootLayers {
 		init.RootLayers = append(init.RootLayers, filepath.Join(guest.VMDisksDir, "layer"+strconv.Itoa(i)))
@@ -401,8 +404,8 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Ex
 		req.Cwd = s.spec.Workspace
 	}
 	st, err := s.client.Exec(ctx, req, s.spec.UID, s.spec.GID)
-	if err != nil && !errors.Is(err, sandbox.ErrGuestRuntime) && s.alive() != nil {
-		return st, fmt.Errorf("%w: %w", s.alive(), err)
+	if lost := s.lost(err); lost != nil {
+		return st, lost
 	}
 	return st, err
 }
@@ -504,6 +507,9 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 		if err := s.ws.copyBack(s.dir); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := s.settleWorkspaceImage(); err != nil {
+		errs = append(errs, err)
 	}
 	if s.link != nil {
 		if err := s.link.Close(); err != nil {

@@ -16,9 +16,10 @@ import (
 // gvisorTier runs sandboxes under runsc; its state is StateRoot/gvisor, kept
 // from other users (0700).
 var gvisorTier = Tier{
-	Name:      "gvisor",
-	Strength:  UserKernel,
-	Isolation: "user-space kernel (runsc, systrap)",
+	Name:       "gvisor",
+	BuildSteps: true,
+	Strength:   UserKernel,
+	Isolation:  "user-space kernel (runsc, systrap)",
 	Probe: func(h Host) (string, error) {
 		runsc, err := FindRunsc(h)
 		switch {

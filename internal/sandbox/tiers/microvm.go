@@ -27,6 +27,9 @@ var microVMTier = Tier{
 	Name:      "microvm",
 	Strength:  HardwareVM,
 	Isolation: "hardware VM (QEMU microvm or Firecracker; KVM only, TCG is emulation)",
+	// Its guests take no image build steps yet: its workers run them on
+	// gvisor where it is available.
+	BuildElsewhere: true,
 	Probe: func(h Host) (string, error) {
 		accel, why, err := microVMAccel(h)
 		if err != nil {

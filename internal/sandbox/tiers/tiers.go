@@ -90,6 +90,13 @@ type Tier struct {
 	// is available: a tier that runs but is no security boundary there (a
 	// microVM under emulation) is chosen only by name. Nil: it may.
 	AutoPick func(h Host) bool
+	// BuildSteps: the tier runs image build steps (sandbox.Spec.RootUpper).
+	BuildSteps bool
+	// BuildElsewhere: a worker on the tier, which runs no build steps,
+	// runs them on another tier (SelectBuild) rather than failing them.
+	// The process tier's workers fail them, pointing at gvisor: its
+	// operator chose to run nothing in a stronger sandbox's runtime.
+	BuildElsewhere bool
 }
 
 // registry lists the tiers, strongest first.
@@ -215,6 +222,34 @@ func Select(ss []Status, policy string) (Tier, error) {
 	}
 	if best == nil {
 		return Tier{}, errors.New("no isolation tier works on this host (see helmr doctor)")
+	}
+	return best.Tier, nil
+}
+
+// ChooseBuild returns the tier that runs image build steps for a worker
+// on t, probing h: see SelectBuild.
+func ChooseBuild(t Tier, h Host) (Tier, error) { return SelectBuild(Statuses(h), t) }
+
+// SelectBuild returns the tier that runs image build steps for a worker
+// on t, among tiers already probed: t if it runs them; for a tier that
+// builds elsewhere, the strongest available tier that does and that Auto
+// may pick (gvisor; images are layer directories, the same whichever tier
+// built them). None is an error: such a worker's build steps fail.
+func SelectBuild(ss []Status, t Tier) (Tier, error) {
+	if t.BuildSteps {
+		return t, nil
+	}
+	if !t.BuildElsewhere {
+		return Tier{}, fmt.Errorf("the %s tier runs no image build steps", t.Name)
+	}
+	var best *Status
+	for i, s := range ss {
+		if s.Available && s.AutoOK && s.BuildSteps && (best == nil || s.Strength > best.Strength) {
+			best = &ss[i]
+		}
+	}
+	if best == nil {
+		return Tier{}, fmt.Errorf("the %s tier runs no image build steps, and no other tier that does works on this host (see helmr doctor)", t.Name)
 	}
 	return best.Tier, nil
 }

@@ -105,6 +105,47 @@ func TestSelect(t *testing.T) {
 	}
 }
 
+func TestSelectBuild(t *testing.T) {
+	tier := func(name string, s Strength, builds bool) Tier {
+		return Tier{Name: name, Strength: s, BuildSteps: builds}
+	}
+	vm, gv, proc := tier("microvm", HardwareVM, false), tier("gvisor", UserKernel, true), tier("process", SharedKernel, false)
+	vm.BuildElsewhere = true
+	all := []Status{
+		{Tier: proc, Available: true, AutoOK: true},
+		{Tier: vm, Available: true},
+		{Tier: gv, Available: true, AutoOK: true},
+	}
+	noGVisor := []Status{all[0], all[1], {Tier: gv, Detail: "runsc not found"}}
+	for _, c := range []struct {
+		name     string
+		statuses []Status
+		worker   Tier
+		want     string // tier name, or a part of the error
+		ok       bool
+	}{
+		{"gvisor builds itself", all, gv, "gvisor", true},
+		{"microvm: the strongest that builds", all, vm, "gvisor", true},
+		{"gvisor not for auto", []Status{all[0], all[1], {Tier: gv, Available: true}}, vm, "no other tier that does", false},
+		{"microvm without gvisor", noGVisor, vm, "the microvm tier runs no image build steps", false},
+		{"process", all, proc, "the process tier runs no image build steps", false},
+	} {
+		got, err := SelectBuild(c.statuses, c.worker)
+		switch {
+		case c.ok && (err != nil || got.Name != c.want):
+			t.Errorf("%s: SelectBuild(%s) = %q, %v; want %s", c.name, c.worker.Name, got.Name, err, c.want)
+		case !c.ok && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: SelectBuild(%s) = %q, %v; want an error containing %q", c.name, c.worker.Name, got.Name, err, c.want)
+		}
+	}
+	for _, tr := range All() {
+		if tr.BuildSteps != (tr.Name == "gvisor") || tr.BuildElsewhere != (tr.Name == "microvm") {
+			t.Errorf("tier %s: BuildSteps %v, BuildElsewhere %v; want only gvisor to run build steps (its overlay writes a layer with the files' owners), only microvm to run them elsewhere",
+				tr.Name, tr.BuildSteps, tr.BuildElsewhere)
+		}
+	}
+}
+
 func TestProbeNeedsAgent(t *testing.T) {
 	ok := Tier{Name: "t", Probe: func(Host) (string, error) { return "fine", nil }, New: processTier.New}
 	if s := probe(ok, Host{Agent: "/bin/agent"}); !s.Available || !s.AutoOK || s.Detail != "fine" {
