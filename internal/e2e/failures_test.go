@@ -144,20 +144,7 @@ func TestSandboxIsolation(t *testing.T) { forEachTier(t, testSandboxIsolation) }
 func testSandboxIsolation(t *testing.T, tier string) {
 	d := startDev(t, tier)
 	d.deploy(failing, "--no-build") // its images fail at run time, each task on its own
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	ln := acceptAndClose(t, "127.0.0.1:0")
 	payload := fmt.Sprintf(`{"hostPid":%d,"port":%d}`, os.Getpid(), ln.Addr().(*net.TCPAddr).Port)
 	r := d.waitDone(d.trigger("failing", "probe", payload).ID, time.Minute)
 	if r.Status != runs.StatusCompleted {
@@ -288,4 +275,25 @@ func waitFor(t *testing.T, within time.Duration, cond func() bool) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// acceptAndClose listens on addr (TCP) until t ends, closing every
+// connection it accepts: a port that answers, for probes of reachability.
+func acceptAndClose(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return ln
 }

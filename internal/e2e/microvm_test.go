@@ -116,20 +116,7 @@ func TestMicroVMIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
-	ln, err := net.Listen("tcp", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	ln := acceptAndClose(t, "0.0.0.0:0")
 	u, _ := url.Parse(d.url)
 	cpPort, anyPort := u.Port(), strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	targets := []string{"127.0.0.1:" + cpPort, network.Gateway.String() + ":" + cpPort, network.Gateway.String() + ":" + anyPort}

@@ -224,20 +224,7 @@ func (f *fcVM) netNamespace(s *Sandbox, attach bool) error {
 // runJailer starts the jailer, which execs Firecracker in place: the
 // process is Firecracker's, its output the guest's console.
 func (s *Sandbox) runJailer() error {
-	cmd := s.fc.jail.Command()
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return fmt.Errorf("console pipe: %w", err)
-	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		pr.Close()
-		pw.Close()
-		return fmt.Errorf("start jailer: %w", err)
-	}
-	pw.Close()
-	s.watch(cmd, pr)
-	return nil
+	return s.startVMM(s.fc.jail.Command(), "jailer")
 }
 
 // untilExit is ctx, also ended when the VMM exits.

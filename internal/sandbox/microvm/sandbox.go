@@ -330,6 +330,12 @@ func (s *Sandbox) startQEMU(v *vm) error {
 			}
 		}
 	}()
+	return s.startVMM(cmd, "qemu")
+}
+
+// startVMM starts cmd, a VMM whose output is the guest's console, and
+// watches it.
+func (s *Sandbox) startVMM(cmd *exec.Cmd, what string) error {
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("console pipe: %w", err)
@@ -338,7 +344,7 @@ func (s *Sandbox) startQEMU(v *vm) error {
 	if err := cmd.Start(); err != nil {
 		pr.Close()
 		pw.Close()
-		return fmt.Errorf("start qemu: %w", err)
+		return fmt.Errorf("start %s: %w", what, err)
 	}
 	pw.Close()
 	s.watch(cmd, pr)
