@@ -36,7 +36,8 @@
 //     guest kernel's own), QEMU's seccomp
 //     sandbox on (-sandbox on,obsolete=deny,elevateprivileges=deny,
 //     spawn=deny,resourcecontrol=deny), as Config.UID:GID (a uid of its
-//     own, no supplementary groups), in a host cgroup of its own bounding
+//     own, no supplementary groups), in network, PID, mount, IPC and UTS
+//     namespaces of its own and a host cgroup of its own bounding
 //     its memory (guest RAM plus QEMU's overhead), CPU and threads. Every
 //     host resource reaches QEMU as an inherited descriptor, never a path.
 //     QEMU boots the guest to its idle moment (drivers loaded, disks

@@ -3,6 +3,7 @@ package microvm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -100,6 +101,18 @@ func TestBootExec(t *testing.T) {
 	}
 	t.Logf("cold boot to agent ready: %v (%s)", time.Since(start), rt.Accel())
 	defer sb.Destroy(context.Background())
+	// QEMU runs as a uid of its own, in namespaces of its own.
+	pid := sb.(*Sandbox).Pid()
+	for _, ns := range []string{"net", "pid", "mnt", "ipc", "uts"} {
+		ours, _ := os.Readlink("/proc/self/ns/" + ns)
+		theirs, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, ns))
+		if err != nil || theirs == ours {
+			t.Errorf("qemu's %s namespace = %q (%v), want one of its own (ours: %q)", ns, theirs, err, ours)
+		}
+	}
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err != nil || !strings.Contains(string(st), fmt.Sprintf("Uid:\t%d\t", DefaultQEMUUID)) {
+		t.Errorf("qemu's uid: %v; want %d", err, DefaultQEMUUID)
+	}
 	out := run(t, sb, "sh", "-c", "cat existing; hostname; cat /etc/resolv.conf; id -u; uname -r; echo made-in-vm > new; "+
 		"grep -c ' / overlay ' /proc/mounts; test -w /; echo root-writable")
 	want := []string{"from the host", "vm-host", "nameserver 192.0.2.53", "1000", rt.cfg.Kernel.Version, "1", "root-writable"}

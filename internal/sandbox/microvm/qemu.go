@@ -150,7 +150,12 @@ func (v *vm) command(ctx context.Context) (*exec.Cmd, []*os.File, error) {
 	cmd := exec.CommandContext(ctx, v.qemu, args...)
 	cmd.Env = []string{}
 	cmd.ExtraFiles = files
-	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true}
+	// Namespaces of its own: QEMU reaches everything through the
+	// descriptors it inherits, so it needs no network (its interface is
+	// a socket it holds), sees no host process (PID 1 of its own), and
+	// mounts, IPC and host name are its own.
+	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true,
+		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS}
 	if v.uid != 0 {
 		attr.Credential = &syscall.Credential{Uid: v.uid, Gid: v.gid, Groups: []uint32{}}
 	}
