@@ -104,6 +104,9 @@ type Init struct {
 	HelmrWritable bool     `json:"helmr_writable,omitempty"`
 	Hostname      string   `json:"hostname"`
 	DNS           []string `json:"dns,omitempty"`
+	// MachineID, if set, is the sandbox's /etc/machine-id (32 lower-case
+	// hex digits), read-only; unset, the image's stands.
+	MachineID string `json:"machine_id,omitempty"`
 	// CloseFDs are descriptors the agent inherited when it was started
 	// (not those sent with init) that it closes once set up, before it
 	// runs anything.

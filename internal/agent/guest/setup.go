@@ -99,6 +99,12 @@ func writeRuntimeLayer(dir string, cfg *agent.Init) error {
 			"127.0.1.1\t" + cfg.Hostname + "\n",
 		"etc/resolv.conf": resolv.String(),
 	}
+	if cfg.MachineID != "" {
+		if !validMachineID(cfg.MachineID) {
+			return fmt.Errorf("runtime layer: machine id %q is not 32 lower-case hex digits", cfg.MachineID)
+		}
+		files[machineIDFile] = cfg.MachineID + "\n"
+	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			return fmt.Errorf("runtime layer: %w", err)
@@ -111,6 +117,22 @@ func writeRuntimeLayer(dir string, cfg *agent.Init) error {
 // writable root: bound over it, so that writes fail with EROFS and
 // renames and removals with EBUSY.
 var identityFiles = []string{"etc/hostname", "etc/hosts", "etc/resolv.conf"}
+
+// machineIDFile is the runtime layer's machine id, an identity file too
+// when Init gives one.
+const machineIDFile = "etc/machine-id"
+
+func validMachineID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for _, c := range id {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // mountRoot mounts the overlay at root and binds the identity files, the
 // workspace and /opt/helmr into it.
@@ -159,7 +181,11 @@ func mountRoot(root string, cfg *agent.Init) error {
 	if err := mkdirMount("overlay", root, "overlay", flags, opts); err != nil {
 		return err
 	}
-	for _, f := range identityFiles {
+	ids := identityFiles
+	if cfg.MachineID != "" {
+		ids = append(ids[:len(ids):len(ids)], machineIDFile)
+	}
+	for _, f := range ids {
 		if err := bind("runtime/"+f, filepath.Join(root, f), true); err != nil {
 			return fmt.Errorf("/%s: %w", f, err)
 		}

@@ -70,3 +70,18 @@ func TestVMFreshRefusesShortSeed(t *testing.T) {
 		t.Error("apply(8-byte seed) = nil, want an error")
 	}
 }
+
+func TestValidMachineID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"0123456789abcdef0123456789abcdef":  true,
+		"0123456789ABCDEF0123456789abcdef":  false,
+		"0123456789abcdef0123456789abcde":   false,
+		"0123456789abcdef0123456789abcdef0": false,
+		"0123456789abcdef0123456789abcde\n": false,
+		"":                                  false,
+	} {
+		if got := validMachineID(id); got != want {
+			t.Errorf("validMachineID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}

@@ -197,7 +197,7 @@ func TestBootSnapshot(t *testing.T) {
 		}
 		t.Cleanup(func() { sb.Destroy(context.Background()) })
 		t.Logf("%s: agent ready in %v (from a boot snapshot: %v)", id, time.Since(begin), sb.(*Sandbox).fromBoot)
-		return sb, run(t, sb, "sh", "-c", "cat who; hostname; cat /proc/sys/kernel/random/boot_id; head -c 16 /dev/urandom | od -An -tx1; date +%s")
+		return sb, run(t, sb, "sh", "-c", "cat who; hostname; cat /proc/sys/kernel/random/boot_id; head -c 16 /dev/urandom | od -An -tx1; date +%s; cat /etc/machine-id")
 	}
 	first, out1 := start("snap-one")
 	// The second guest's clock comes from the host at its start: an hour
@@ -209,13 +209,13 @@ func TestBootSnapshot(t *testing.T) {
 		t.Fatalf("from a boot snapshot: first %v, second %v; want false, true", first.(*Sandbox).fromBoot, second.(*Sandbox).fromBoot)
 	}
 	l1, l2 := strings.Split(strings.TrimSpace(out1), "\n"), strings.Split(strings.TrimSpace(out2), "\n")
-	if len(l1) != 5 || len(l2) != 5 {
-		t.Fatalf("guests printed %q and %q, want 5 lines each", l1, l2)
+	if len(l1) != 6 || len(l2) != 6 {
+		t.Fatalf("guests printed %q and %q, want 6 lines each", l1, l2)
 	}
 	if l2[0] != "snap-two" || l2[1] != "snap-two" {
 		t.Errorf("restored guest's workspace file and hostname = %q, %q; want its own (snap-two)", l2[0], l2[1])
 	}
-	for i, what := range map[int]string{2: "boot id", 3: "random bytes"} {
+	for i, what := range map[int]string{2: "boot id", 3: "random bytes", 5: "machine id"} {
 		if l1[i] == l2[i] {
 			t.Errorf("both guests have %s %q: a restored guest must get fresh entropy", what, l1[i])
 		}

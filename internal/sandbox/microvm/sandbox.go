@@ -2,6 +2,8 @@ package microvm
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -147,6 +149,9 @@ func (s *Sandbox) start(ctx context.Context) error {
 		WorkspaceSource: filepath.Join(guest.VMDisksDir, guest.VMWorkspaceDisk),
 		Hostname:        s.spec.Hostname,
 		DNS:             s.spec.DNS,
+		// Every guest of a boot snapshot is one machine to its kernel:
+		// each sandbox is told an id of its own.
+		MachineID: newMachineID(),
 		// The host cannot add to /opt/helmr's disk once it is made: late
 		// files (a run's task) come through the agent (Traits.DiskGuest).
 		HelmrWritable: true,
@@ -167,6 +172,13 @@ func (s *Sandbox) start(ctx context.Context) error {
 	s.ready = true
 	s.log.Debug("sandbox ready", "agent_version", version, "accel", s.rt.accel, "from_snapshot", s.fromBoot)
 	return nil
+}
+
+// newMachineID is a random machine id (machine-id(5): 128 bits, hex).
+func newMachineID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // sendStart tells the guest's init to set the sandbox up: its limits,
