@@ -40,6 +40,17 @@ if [ -f sdk/typescript/package-lock.json ] && [ ! -d sdk/typescript/node_modules
 fi
 echo "setup: packing @helmr/sdk into bin/ (helmr init vendors it into new projects)"
 scripts/sdk-pack.sh bin >/dev/null
+# A project helmr init makes installs TypeScript and @types/node (and what
+# they need) at the SDK's pins from the registry; installing one here puts
+# them, and their registry metadata, in npm's cache, so that it installs
+# offline afterwards (the end-to-end tests do: npm install --offline).
+# npm ci above fetches tarballs by their locked address only, which a
+# fresh cache then lacks the metadata for.
+echo "setup: caching what helmr init's projects install (npm cache)"
+init_tmp=$(mktemp -d)
+bin/helmr init "$init_tmp/project" >/dev/null
+(cd "$init_tmp/project" && npm install --prefer-offline --silent --no-audit --no-fund)
+rm -rf "$init_tmp"
 if [ ! -f console/e2e/node_modules/.package-lock.json ] || [ console/e2e/package-lock.json -nt console/e2e/node_modules/.package-lock.json ]; then
   echo "setup: installing the browser tests' dependencies (console/e2e)"
   (cd console/e2e && npm ci --silent --no-audit --no-fund)
