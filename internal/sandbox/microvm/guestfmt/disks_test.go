@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/helmr/helmr/internal/testenv"
 )
 
 // TestLayerImageReproducible makes the image of the same tree unpacked
@@ -15,9 +17,8 @@ import (
 // times and directory orders, as on two hosts): both images must be the
 // same bytes, and fsck must find each clean.
 func TestLayerImageReproducible(t *testing.T) {
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		t.Skip("mkfs.ext4 not installed")
-	}
+	_, err := exec.LookPath("mkfs.ext4")
+	testenv.Require(t, err == nil, "mkfs.ext4 not installed (e2fsprogs; scripts/install-microvm.sh)")
 	names := []string{"zeta", "alpha", "dir/inner", "dir/b", "mid", "1", "2"}
 	unpack := func(root string, order []string) {
 		t.Helper()
